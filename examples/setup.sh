@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Installs everything Ferry needs on a fresh Debian 12 machine, as root.
+# Idempotent: each step checks first and skips what is already present.
+# Ends with `criu check`.
+set -euo pipefail
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root"
+grep -q '^VERSION_CODENAME=bookworm' /etc/os-release || log "warning: not Debian 12 (bookworm); continuing"
+
+CRIU_VERSION=4.1.1
+CRIU_PREFIX=/usr/local
+
+# Build tools and the libraries Ferry links against.
+ferry_packages=(
+  g++ make meson ninja-build pkg-config git ca-certificates
+  catch2 libprotobuf-c-dev protobuf-c-compiler libnl-3-dev libnl-route-3-dev
+  libxxhash-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  iproute2 procps util-linux psmisc python3 xz-utils
+)
+# What CRIU 4.1.1 needs to build (as verified on this machine kind).
+criu_build_packages=(
+  libprotobuf-dev protobuf-compiler python3-protobuf libnet1-dev libcap-dev
+  libbsd-dev libgnutls28-dev libnftables-dev libaio-dev uuid-dev libnl-3-dev
+  libprotobuf-c-dev protobuf-c-compiler dpkg-dev
+)
+
+missing_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
+  done
+}
+
+apt_updated=0
+apt_install() {
+  local missing
+  missing=$(missing_packages "$@" | sort -u)
+  [ -n "$missing" ] || return 0
+  if [ "$apt_updated" = 0 ]; then
+    log "apt-get update"
+    apt-get update -qq
+    apt_updated=1
+  fi
+  log "installing: $(echo $missing | tr '\n' ' ')"
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
+
+criu_is_good() {
+  command -v criu >/dev/null 2>&1 || return 1
+  local v
+  v=$(criu --version 2>/dev/null | sed -n 's/^Version: *//p')
+  [ -n "$v" ] || return 1
+  # Needs >= 4.1: Debian 12's 3.17 fails on this kernel.
+  dpkg --compare-versions "$v" ge 4.1 || return 1
+  [ -f "$CRIU_PREFIX/include/criu/criu-plugin.h" ] && [ -f "$CRIU_PREFIX/include/criu/rpc.proto" ]
+}
+
+# The deb-src entry for trixie reuses the URI of the machine's own bookworm
+# entry, so no mirror host is ever written into this repository.
+debian_archive_uri() {
+  local uri=""
+  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+    uri=$(awk '
+      /^URIs:/ { u = $2 }
+      /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == "bookworm") found = u }
+      /^$/ { u = "" }
+      END { print found }' /etc/apt/sources.list.d/debian.sources)
+  fi
+  if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
+    uri=$(awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }' /etc/apt/sources.list)
+  fi
+  [ -n "$uri" ] || die "cannot find the bookworm archive in the apt configuration"
+  echo "$uri"
+}
+
+install_criu() {
+  apt_install "${criu_build_packages[@]}"
+  local uri list work
+  uri=$(debian_archive_uri)
+  list=/etc/apt/sources.list.d/ferry-trixie-src.sources
+  if [ ! -f "$list" ]; then
+    log "adding deb-src trixie from the machine's own archive URI"
+    printf 'Types: deb-src\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" >"$list"
+  fi
+  # A full update: a restricted one would drop the other lists' indexes.
+  apt-get update -qq
+
+  work=$(mktemp -d /tmp/ferry-criu.XXXXXX)
+  trap 'rm -rf "$work"' RETURN
+  local tarball="criu_${CRIU_VERSION}.orig.tar.xz" want_sha
+  local srcinfo version
+  # The source stanza whose upstream version is CRIU_VERSION.
+  srcinfo=$(apt-cache showsrc criu 2>/dev/null | awk -v v="${CRIU_VERSION}-" '
+      /^Package:/ { keep = 0 } /^Version:/ { keep = (index($2, v) == 1) } keep')
+  version=$(awk '/^Version:/ { print $2; exit }' <<<"$srcinfo")
+  want_sha=$(awk -v t="$tarball" '
+      /^Checksums-Sha256:/ { s = 1; next } /^[A-Za-z]/ { s = 0 } s && $3 == t { print $1; exit }' <<<"$srcinfo")
+  [ -n "$version" ] && [ -n "$want_sha" ] || die "criu ${CRIU_VERSION} not listed by apt-cache showsrc (trixie deb-src)"
+  log "downloading the criu $version source"
+  # apt-get source exits non-zero when the .dsc or Debian diff is missing from
+  # the pool, but the orig tarball still arrives; its checksum decides.
+  (cd "$work" && apt-get source --download-only -qq "criu=$version" >/dev/null 2>&1) || true
+  [ -f "$work/$tarball" ] || die "criu source tarball did not arrive"
+  echo "$want_sha  $work/$tarball" | sha256sum -c --quiet - || die "criu tarball checksum mismatch"
+  tar -C "$work" -xJf "$work/$tarball"
+  local src
+  src=$(find "$work" -maxdepth 1 -type d -name 'criu-*' | head -n1)
+  [ -n "$src" ] || die "criu tarball has an unexpected layout"
+  log "building criu ${CRIU_VERSION} (takes a few minutes)"
+  make -C "$src" -j"$(nproc)" criu >"$work/build.log" 2>&1 || { tail -n 40 "$work/build.log"; die "criu build failed"; }
+  make -C "$src" PREFIX="$CRIU_PREFIX" install-criu >"$work/install.log" 2>&1 || { tail -n 40 "$work/install.log"; die "criu install failed"; }
+  # The plugin header and the RPC schema, for criu-plugin/ and migrator/.
+  install -D -m 644 "$src/criu/include/criu-plugin.h" "$CRIU_PREFIX/include/criu/criu-plugin.h"
+  install -D -m 644 "$src/images/rpc.proto" "$CRIU_PREFIX/include/criu/rpc.proto"
+  ldconfig
+  hash -r
+}
+
+apt_install "${ferry_packages[@]}"
+if criu_is_good; then
+  log "criu $(criu --version | sed -n 's/^Version: *//p') already installed"
+else
+  install_criu
+  criu_is_good || die "criu ${CRIU_VERSION} did not install correctly"
+fi
+log "criu check"
+criu check

@@ -1,0 +1,140 @@
+#include "criu_rpc.hpp"
+
+#include "error.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace ferry::criu {
+
+std::string version::to_string() const { return fmt::format("{}.{}.{}", major, minor, sublevel); }
+
+std::string criu_binary() {
+    const char* env = std::getenv("FERRY_CRIU");
+    return env && *env ? env : "criu";
+}
+
+service service::start() {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
+        throw sys_error("socketpair");
+    unique_fd ours(sv[0]), theirs(sv[1]);
+    const std::string bin = criu_binary();
+    const std::string fd_arg = std::to_string(theirs.get());
+    pid_t pid = ::fork();
+    if (pid < 0)
+        throw sys_error("fork");
+    if (pid == 0) {
+        // Child: keep only the service socket open across exec.
+        ::fcntl(theirs.get(), F_SETFD, 0);
+        ::execlp(bin.c_str(), bin.c_str(), "swrk", fd_arg.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    return service(pid, std::move(ours));
+}
+
+service::service(service&& o) noexcept : _pid(std::exchange(o._pid, -1)), _sock(std::move(o._sock)) {}
+
+service::~service() {
+    _sock.reset();
+    if (_pid > 0)
+        wait();
+}
+
+void service::send(const CriuReq& req) {
+    std::vector<uint8_t> buf(criu_req__get_packed_size(&req));
+    criu_req__pack(&req, buf.data());
+    if (::send(_sock.get(), buf.data(), buf.size(), MSG_NOSIGNAL) != ssize_t(buf.size()))
+        throw sys_error("send to criu swrk");
+}
+
+resp_ptr service::receive(net::deadline until) {
+    if (!net::wait_readable(_sock.get(), until))
+        throw error("criu did not answer in time");
+    // Learn the datagram's size first, then read it whole.
+    ssize_t len = ::recv(_sock.get(), nullptr, 0, MSG_PEEK | MSG_TRUNC);
+    if (len < 0)
+        throw sys_error("recv from criu swrk");
+    if (len == 0)
+        throw error(fmt::format("criu (pid {}) exited without an answer; see its log", _pid));
+    std::vector<uint8_t> buf(static_cast<size_t>(len));
+    if (::recv(_sock.get(), buf.data(), buf.size(), 0) != len)
+        throw sys_error("recv from criu swrk");
+    CriuResp* r = criu_resp__unpack(nullptr, buf.size(), buf.data());
+    if (!r)
+        throw error("criu sent an undecodable response");
+    return resp_ptr(r);
+}
+
+void service::ack_notify(bool success) {
+    CriuReq req = CRIU_REQ__INIT;
+    req.type = CRIU_REQ_TYPE__NOTIFY;
+    req.has_notify_success = true;
+    req.notify_success = success;
+    send(req);
+}
+
+int service::wait() {
+    int status = 0;
+    if (_pid > 0) {
+        while (::waitpid(_pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        _pid = -1;
+    }
+    return status;
+}
+
+void service::kill() {
+    if (_pid > 0)
+        ::kill(_pid, SIGKILL);
+    wait();
+}
+
+version query_version() {
+    service s = service::start();
+    CriuReq req = CRIU_REQ__INIT;
+    req.type = CRIU_REQ_TYPE__VERSION;
+    s.send(req);
+    resp_ptr r = s.receive(net::after(std::chrono::seconds(30)));
+    if (!r->success || !r->version)
+        throw error("criu did not report its version");
+    version v{r->version->major_number, r->version->minor_number,
+              r->version->has_sublevel ? r->version->sublevel : 0};
+    return v;
+}
+
+version require_supported_criu() {
+    version v;
+    try {
+        v = query_version();
+    } catch (const std::exception& e) {
+        throw error(fmt::format("cannot run {} ({}); install CRIU >= 4.1 with examples/setup.sh", criu_binary(),
+                                e.what()));
+    }
+    if (!v.at_least(4, 1))
+        throw error(fmt::format("{} is CRIU {}, Ferry needs >= 4.1 (3.x fails on this kernel); "
+                                "run examples/setup.sh",
+                                criu_binary(), v.to_string()));
+    return v;
+}
+
+std::string describe_failure(const CriuResp& r, const std::string& log_hint) {
+    std::string s = "criu failed";
+    if (r.cr_errmsg && *r.cr_errmsg)
+        s += fmt::format(": {}", r.cr_errmsg);
+    else if (r.has_cr_errno && r.cr_errno)
+        s += fmt::format(": {}", std::strerror(r.cr_errno));
+    if (!log_hint.empty())
+        s += fmt::format(" (see {})", log_hint);
+    return s;
+}
+
+} // namespace ferry::criu

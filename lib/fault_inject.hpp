@@ -1,0 +1,20 @@
+// Test-only fault injection, modelled on CRIU's CRIU_FAULT: the environment
+// variable FERRY_FAULT holds a comma-separated list of named faults. Unset in
+// production, so every check is a cheap flag test.
+#pragma once
+
+#include <string_view>
+
+namespace ferry {
+
+enum class fault : unsigned {
+    dest_die_before_restore = 1u << 0, // destination daemon SIGKILLs itself on receiving images
+    corrupt_images = 1u << 1,          // migrator flips a byte of pagemap images before shipping
+    corrupt_page_once = 1u << 2,       // source corrupts one page after checksumming it, once
+    corrupt_page_always = 1u << 3,     // source corrupts every reply's first page
+    restore_fail = 1u << 4,            // destination breaks the images so criu restore fails
+};
+
+[[nodiscard]] bool fault_injected(fault f) noexcept;
+
+} // namespace ferry

@@ -1,0 +1,25 @@
+// Reading process trees from /proc.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace ferry::proc {
+
+// The pids of `pid` in each nested pid namespace, outermost first (NSpid).
+// Empty when the process does not exist.
+std::vector<pid_t> ns_pids(pid_t pid);
+
+[[nodiscard]] bool exists(pid_t pid);
+
+// The child processes of every thread of `pid`.
+std::vector<pid_t> children(pid_t pid);
+
+// Maps each process of the tree rooted at `root` (host pids) from its pid in
+// the innermost namespace to its host pid.
+std::map<pid_t, pid_t> map_tree_by_inner_pid(pid_t root);
+
+} // namespace ferry::proc
