@@ -1,14 +1,14 @@
 // The 64-bit page checksum carried from the source to the uffd copy.
 #pragma once
 
+#include "page.hpp"
+
 #include <xxhash.h>
 
 #include <cstddef>
 #include <cstdint>
 
 namespace ferry {
-
-inline constexpr size_t page_size = 4096;
 
 [[nodiscard]] inline uint64_t page_checksum(const void* page) noexcept {
     return XXH3_64bits(page, page_size);

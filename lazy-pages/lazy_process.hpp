@@ -1,0 +1,23 @@
+// The destination's state for one userfaultfd: one restored process, or a
+// child it forked after restore.
+#pragma once
+
+#include "range_map.hpp"
+#include "unique_fd.hpp"
+
+#include <cstdint>
+
+namespace ferry::lazy {
+
+struct lazy_process {
+    uint32_t image_pid = 0; // whose pagemap and source memory serve this uffd
+    unique_fd uffd;
+    range_map lazy;      // pages not yet installed: current address -> image address
+    range_map in_flight; // pages with an outstanding fault request
+    uint64_t bg_cursor = 0;
+    uint32_t bg_outstanding = 0;
+    bool exited = false;
+    bool forked = false; // created by a FORK event; not part of pages_total
+};
+
+} // namespace ferry::lazy

@@ -1,0 +1,170 @@
+// lazy-pages: the destination fault daemon for one restore. Started by
+// pagesrv with the restore's image dir as its work dir; reports readiness,
+// progress and final statistics to pagesrv over --report-fd, and hands a
+// duplicate of every uffd to pagesrv over --uffd-keeper-fd so that a crash of
+// this process freezes the restored tasks instead of zero-filling them.
+#include "clock.hpp"
+#include "control.hpp"
+#include "criu_handshake.hpp"
+#include "criu_image.hpp"
+#include "error.hpp"
+#include "fault_loop.hpp"
+#include "log.hpp"
+#include "net.hpp"
+#include "page_client.hpp"
+
+#include <CLI/CLI.hpp>
+#include <signal.h>
+
+namespace {
+
+using namespace ferry;
+
+struct options {
+    std::string images_dir;
+    std::string source;
+    std::string migration_id;
+    int report_fd = -1;
+    int keeper_fd = -1;
+    lazy::loop_config loop;
+    int64_t accept_timeout_ms = 120'000;
+};
+
+// Talks to the parent daemon; every send is best effort once the parent is
+// gone, because the restored tasks matter more than the report.
+class reporter {
+  public:
+    reporter(int report_fd, int keeper_fd) : _report(report_fd), _keeper(keeper_fd) {}
+
+    void ready() {
+        FerryControl__LazyReady r = FERRY_CONTROL__LAZY_READY__INIT;
+        send(r);
+    }
+    void progress(const lazy::loop_stats& s) {
+        FerryControl__TransferProgress p = FERRY_CONTROL__TRANSFER_PROGRESS__INIT;
+        p.pages_done = s.pages_done();
+        p.pages_total = s.pages_total;
+        send(p);
+    }
+    void final_stats(const lazy::fault_loop* loop, uint64_t transfer_ns, const std::string& err) {
+        FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
+        t.ok = err.empty();
+        t.error = err.empty() ? nullptr : const_cast<char*>(err.c_str());
+        if (loop) {
+            const auto& s = loop->stats();
+            t.pages_total = s.pages_total;
+            t.pages_faulted = s.pages_faulted;
+            t.pages_prefetched = s.pages_prefetched;
+            t.pages_background = s.pages_background;
+            t.pages_zero = s.pages_zero;
+            t.pages_dropped = s.pages_dropped;
+            t.pages_forked = s.pages_forked;
+            t.pages_refetched = s.pages_refetched;
+            t.bytes_received = loop->bytes_received();
+            t.faults = s.faults;
+            t.fault_p50_ns = loop->fault_latency().percentile(50);
+            t.fault_p99_ns = loop->fault_latency().percentile(99);
+            t.fault_max_ns = loop->fault_latency().max();
+            t.processes = s.processes;
+        }
+        t.transfer_ns = transfer_ns;
+        send(t);
+    }
+    void keep_uffd(int uffd) {
+        if (_keeper < 0)
+            return;
+        try {
+            net::send_fd(_keeper, uffd);
+        } catch (const std::exception&) {
+            // The daemon is gone; nothing can hold the uffd for us.
+        }
+    }
+    [[nodiscard]] int report_fd() const noexcept { return _report; }
+
+  private:
+    template <typename Msg>
+    void send(Msg& m) {
+        if (_report < 0)
+            return;
+        try {
+            control::send_message(_report, m, net::after(std::chrono::seconds(5)));
+        } catch (const std::exception&) {
+            _report = -1;
+        }
+    }
+    int _report;
+    int _keeper;
+};
+
+int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> log) {
+    std::unique_ptr<lazy::fault_loop> loop;
+    const uint64_t start_ns = monotonic_ns();
+    try {
+        const auto images = criu::image_set::load(opt.images_dir);
+        const auto source = net::parse_endpoint(opt.source);
+        auto fault_ch = page_client::connect(source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64,
+                                             std::chrono::seconds(10));
+        auto bg_ch = page_client::connect(source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
+                                          wire::max_pages_per_request, std::chrono::seconds(10));
+        loop = std::make_unique<lazy::fault_loop>(opt.loop, std::move(fault_ch), std::move(bg_ch));
+
+        unique_fd listener = lazy::listen_lazy_socket(opt.images_dir);
+        report.ready();
+        unique_fd restore = lazy::accept_restore(listener.get(), std::chrono::milliseconds(opt.accept_timeout_ms),
+                                                 report.report_fd());
+        listener.reset();
+        lazy::receive_uffds(restore.get(), images.tasks.size(), [&](pid_t pid, unique_fd uffd) {
+            const auto* proc = images.find(uint32_t(pid));
+            if (!proc)
+                throw error(fmt::format("restore sent pid {}, which is not in pstree.img", pid));
+            report.keep_uffd(uffd.get());
+            loop->add_process(uint32_t(pid), std::move(uffd), proc->lazy);
+        });
+        loop->watch_restore(std::move(restore));
+        loop->on_progress([&](const lazy::loop_stats& s) { report.progress(s); });
+        loop->on_new_uffd([&](int uffd) { report.keep_uffd(uffd); });
+        log->info("serving {} processes, {} lazy pages from {}", loop->stats().processes, loop->stats().pages_total,
+                  opt.source);
+        loop->run();
+        loop->announce_done();
+        const auto& s = loop->stats();
+        log->info("done: {} faulted, {} prefetched, {} background, {} zero, {} dropped, {} forked, {} refetched",
+                  s.pages_faulted, s.pages_prefetched, s.pages_background, s.pages_zero, s.pages_dropped,
+                  s.pages_forked, s.pages_refetched);
+        report.final_stats(loop.get(), monotonic_ns() - start_ns, "");
+        return 0;
+    } catch (const std::exception& e) {
+        log->error("{}", e.what());
+        report.final_stats(loop.get(), monotonic_ns() - start_ns, e.what());
+        return 1;
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    options opt;
+    CLI::App app{"Ferry lazy-pages: serves one lazy restore's page faults from the source"};
+    app.add_option("--images", opt.images_dir, "restore's image and work dir")->required()->check(CLI::ExistingDirectory);
+    app.add_option("--source", opt.source, "source daemon, IP:PORT")->required();
+    app.add_option("--migration", opt.migration_id, "migration id")->required();
+    app.add_option("--report-fd", opt.report_fd, "socket to the parent daemon");
+    app.add_option("--uffd-keeper-fd", opt.keeper_fd, "socket to pass uffd duplicates to the parent daemon");
+    app.add_option("--window", opt.loop.fault_window_pages, "pages fetched per fault (the page and its successors)")
+        ->check(CLI::Range(1, 64));
+    app.add_option("--background-chunk", opt.loop.background_chunk_pages, "pages per background request")
+        ->check(CLI::Range(1, 1024));
+    int64_t deadline_ms = opt.loop.fetch_deadline.count();
+    app.add_option("--fetch-deadline-ms", deadline_ms, "fail if the source does not answer within this time")
+        ->check(CLI::Range(100, 600'000));
+    app.add_option("--accept-timeout-ms", opt.accept_timeout_ms, "how long to wait for restore to connect");
+    CLI11_PARSE(app, argc, argv);
+    opt.loop.fetch_deadline = std::chrono::milliseconds(deadline_ms);
+
+    // No parent-death signal: if the daemon dies, the restored tasks still
+    // need their pages, and this process can still serve them.
+    ::signal(SIGPIPE, SIG_IGN);
+    auto log = make_logger("lazy-pages");
+    reporter report(opt.report_fd, opt.keeper_fd);
+    return run(opt, report, log);
+}
