@@ -60,7 +60,10 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__OutgoingAborted, OUTGOING_ABORTED, outgoing_aborted)                           \
     X(FerryControl__PageChannelOpen, PAGE_CHANNEL_OPEN, page_channel_open)                         \
     X(FerryControl__PageChannelAccepted, PAGE_CHANNEL_ACCEPTED, page_channel_accepted)             \
-    X(FerryControl__LazyReady, LAZY_READY, lazy_ready)
+    X(FerryControl__LazyReady, LAZY_READY, lazy_ready)                                             \
+    X(FerryControl__ResumeRequest, RESUME_REQUEST, resume_request)                                 \
+    X(FerryControl__ResumeDecision, RESUME_DECISION, resume_decision)                              \
+    X(FerryControl__OutgoingCommitted, OUTGOING_COMMITTED, outgoing_committed)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

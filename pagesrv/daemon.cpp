@@ -1,0 +1,308 @@
+#include "daemon.hpp"
+
+#include "control.hpp"
+#include "criu_rpc.hpp"
+#include "error.hpp"
+#include "incoming.hpp"
+#include "log.hpp"
+#include "page.hpp"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <functional>
+#include <vector>
+
+namespace ferry::pagesrv {
+
+namespace {
+
+constexpr auto first_frame_timeout = std::chrono::seconds(10);
+// How long a committed source waits for its destination to report every
+// page installed when the migrator is gone.
+constexpr auto orphaned_commit_wait = std::chrono::hours(1);
+
+unique_fd block_stop_signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    // Every thread inherits this mask, so only the signalfd sees the signals.
+    if (pthread_sigmask(SIG_BLOCK, &set, nullptr))
+        throw sys_error("pthread_sigmask");
+    unique_fd fd(::signalfd(-1, &set, SFD_CLOEXEC));
+    if (!fd)
+        throw sys_error("signalfd");
+    return fd;
+}
+
+} // namespace
+
+daemon::daemon(daemon_config cfg) : _cfg(std::move(cfg)), _log(make_logger("pagesrv")) {
+    std::filesystem::create_directories(_cfg.state_dir / "incoming");
+    _criu_version = criu::require_supported_criu().to_string();
+    _listener = net::tcp_listen(_cfg.listen);
+}
+
+daemon::~daemon() { drain(); }
+
+void daemon::run() {
+    unique_fd signals = block_stop_signals();
+    ::signal(SIGPIPE, SIG_IGN);
+    _log->info("listening on {}, state in {}, CRIU {}", _cfg.listen.to_string(), _cfg.state_dir.string(),
+               _criu_version);
+    for (;;) {
+        pollfd fds[2] = {{_listener.get(), POLLIN, 0}, {signals.get(), POLLIN, 0}};
+        int r = ::poll(fds, 2, 1000);
+        if (r < 0 && errno != EINTR)
+            throw sys_error("poll");
+        reap_finished_connections();
+        if (r <= 0)
+            continue;
+        if (fds[1].revents) {
+            signalfd_siginfo si;
+            (void)!::read(signals.get(), &si, sizeof si);
+            _log->info("signal {}: stopping", si.ssi_signo);
+            break;
+        }
+        if (fds[0].revents) {
+            unique_fd fd(::accept4(_listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+            if (!fd)
+                continue;
+            std::lock_guard lock(_mutex);
+            auto& c = _connections.emplace_back();
+            c.fd = std::move(fd);
+            c.thread = std::thread([this, &c] { serve_connection(c); });
+        }
+    }
+    _listener.reset();
+    drain();
+}
+
+void daemon::reap_finished_connections() {
+    std::list<connection> finished;
+    {
+        std::lock_guard lock(_mutex);
+        for (auto it = _connections.begin(); it != _connections.end();) {
+            auto next = std::next(it);
+            if (it->done)
+                finished.splice(finished.end(), _connections, it);
+            it = next;
+        }
+    }
+    for (auto& c : finished)
+        c.thread.join();
+}
+
+// Aborts what has not committed, waits for committed migrations to finish,
+// then ends every remaining connection.
+void daemon::drain() {
+    std::vector<std::shared_ptr<outgoing_migration>> outgoing;
+    {
+        std::lock_guard lock(_mutex);
+        for (auto& [id, m] : _outgoing)
+            outgoing.push_back(m);
+    }
+    for (auto& m : outgoing) {
+        try {
+            m->abort("the daemon is stopping");
+        } catch (const std::exception& e) {
+            _log->error("migration {}: abort failed: {}", m->id(), e.what());
+        }
+    }
+    {
+        std::unique_lock lock(_mutex);
+        auto committed_left = [&] {
+            for (auto& [id, m] : _outgoing)
+                if (m->current_state() == outgoing_migration::state::committed)
+                    return true;
+            return false;
+        };
+        if (!_registry_changed.wait_for(lock, _cfg.drain_timeout, [&] { return !committed_left(); }))
+            _log->warn("stopping with committed migrations unfinished: their destinations lose their source");
+        for (auto& c : _connections)
+            ::shutdown(c.fd.get(), SHUT_RDWR);
+    }
+    std::list<connection> all;
+    {
+        std::lock_guard lock(_mutex);
+        all.splice(all.end(), _connections);
+    }
+    for (auto& c : all)
+        c.thread.join();
+}
+
+void daemon::serve_connection(connection& c) {
+    const int fd = c.fd.get();
+    try {
+        auto first = control::receive(fd, net::after(first_frame_timeout));
+        if (first) {
+            switch (first->body_case) {
+            case FERRY_CONTROL__ENVELOPE__BODY_PAGE_CHANNEL_OPEN:
+                serve_page_channel(fd, *first->page_channel_open);
+                break;
+            case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
+                serve_outgoing(fd, *first->outgoing_register);
+                break;
+            case FERRY_CONTROL__ENVELOPE__BODY_INCOMING_PREPARE:
+                serve_incoming(*this, fd, *first->incoming_prepare);
+                break;
+            default:
+                control::send_error(fd, fmt::format("unexpected first message {}", control::body_name(*first)),
+                                    net::after(first_frame_timeout));
+            }
+        }
+    } catch (const std::exception& e) {
+        _log->warn("connection: {}", e.what());
+    }
+    std::lock_guard lock(_mutex);
+    c.done = true;
+}
+
+std::shared_ptr<outgoing_migration> daemon::find_outgoing(const std::string& id, std::chrono::milliseconds wait) {
+    std::unique_lock lock(_mutex);
+    std::shared_ptr<outgoing_migration> found;
+    // A destination may open its channels while the migrator is still
+    // registering the migration here: wait a little for it to appear.
+    _registry_changed.wait_for(lock, wait, [&] {
+        auto it = _outgoing.find(id);
+        found = it == _outgoing.end() ? nullptr : it->second;
+        return found != nullptr;
+    });
+    return found;
+}
+
+void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& open) {
+    auto m = find_outgoing(open.migration_id, std::chrono::seconds(10));
+    if (!m) {
+        control::send_error(fd, fmt::format("unknown migration {}", open.migration_id), net::after(first_frame_timeout));
+        return;
+    }
+    FerryControl__PageChannelAccepted ok = FERRY_CONTROL__PAGE_CHANNEL_ACCEPTED__INIT;
+    ok.page_size = uint32_t(page_size);
+    ok.max_pages_per_request = wire::max_pages_per_request;
+    control::send_message(fd, ok, net::after(first_frame_timeout));
+    net::set_nodelay(fd);
+
+    const size_t max_bytes = size_t(wire::max_pages_per_request) * page_size;
+    void* mem = ::mmap(nullptr, max_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        throw sys_error("mmap page buffer");
+    std::unique_ptr<void, std::function<void(void*)>> unmap(mem, [max_bytes](void* p) { ::munmap(p, max_bytes); });
+    auto* pages = static_cast<std::byte*>(mem);
+    std::vector<uint64_t> checksums(wire::max_pages_per_request);
+
+    for (;;) {
+        wire::header_bytes h;
+        if (!net::read_full(fd, h, net::no_deadline, "read page request"))
+            return; // the destination closed the channel
+        wire::page_request req;
+        if (auto err = wire::decode(h, req); err != wire::decode_error::none) {
+            _log->warn("migration {}: malformed page request ({}); closing the channel", m->id(), wire::to_string(err));
+            return;
+        }
+        if (req.operation == wire::op::done) {
+            _log->info("migration {}: the destination has every page", m->id());
+            m->destination_done();
+            continue;
+        }
+        const wire::status st = m->read_pages(req, pages, checksums.data());
+        wire::page_reply rep{st, req.pid, st == wire::status::ok ? req.nr_pages : 0, req.vaddr, req.request_id};
+        auto rh = wire::encode(rep);
+        iovec iov[3] = {{rh.data(), rh.size()},
+                        {checksums.data(), size_t(rep.nr_pages) * sizeof(uint64_t)},
+                        {pages, size_t(rep.nr_pages) * page_size}};
+        net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(30)), "send page reply");
+        m->count_sent(rep.nr_pages, rh.size() + iov[1].iov_len + iov[2].iov_len);
+        if (st != wire::status::ok)
+            _log->warn("migration {}: refused pid {} [{:#x}, +{} pages): {}", m->id(), req.pid, req.vaddr,
+                       req.nr_pages, wire::to_string(st));
+    }
+}
+
+void daemon::serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg) {
+    std::shared_ptr<outgoing_migration> m;
+    try {
+        m = std::make_shared<outgoing_migration>(reg.migration_id, reg.images_dir, pid_t(reg.root_pid),
+                                                 uint16_t(reg.criu_page_server_port));
+    } catch (const std::exception& e) {
+        // Until registration succeeds the migrator owns the abort.
+        control::send_error(fd, fmt::format("cannot serve migration {}: {}", reg.migration_id, e.what()),
+                            net::after(first_frame_timeout));
+        return;
+    }
+    {
+        std::lock_guard lock(_mutex);
+        _outgoing[m->id()] = m;
+    }
+    _registry_changed.notify_all();
+    _log->info("migration {}: serving {} lazy pages of {} processes", m->id(), m->pages_total(), m->processes());
+
+    FerryControl__OutgoingRegistered ok = FERRY_CONTROL__OUTGOING_REGISTERED__INIT;
+    ok.pages_total = m->pages_total();
+    ok.processes = m->processes();
+    control::send_message(fd, ok, net::after(first_frame_timeout));
+
+    for (;;) {
+        control::envelope_ptr e;
+        try {
+            e = control::receive(fd, net::no_deadline);
+        } catch (const std::exception& ex) {
+            _log->warn("migration {}: migrator connection: {}", m->id(), ex.what());
+        }
+        if (!e) {
+            if (m->abort("the migrator disconnected before the destination resumed"))
+                break;
+            if (m->current_state() == outgoing_migration::state::committed) {
+                _log->warn("migration {}: the migrator left after commit; finishing when the destination is done",
+                           m->id());
+                if (m->wait_destination_done(orphaned_commit_wait))
+                    m->finish();
+                else
+                    _log->error("migration {}: the destination never finished; the source stays frozen", m->id());
+            }
+            break;
+        }
+        const auto until = net::after(first_frame_timeout);
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_COMMIT) {
+            if (m->commit()) {
+                FerryControl__OutgoingCommitted c = FERRY_CONTROL__OUTGOING_COMMITTED__INIT;
+                control::send_message(fd, c, until);
+            } else {
+                control::send_error(fd, "the migration was already aborted: the source is running", until);
+            }
+        } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISH) {
+            try {
+                m->finish();
+                FerryControl__OutgoingFinished f = FERRY_CONTROL__OUTGOING_FINISHED__INIT;
+                f.pages_served = m->pages_served();
+                f.bytes_sent = m->bytes_sent();
+                control::send_message(fd, f, until);
+            } catch (const std::exception& ex) {
+                control::send_error(fd, ex.what(), until);
+            }
+            break;
+        } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORT) {
+            if (m->abort(e->outgoing_abort->reason)) {
+                FerryControl__OutgoingAborted a = FERRY_CONTROL__OUTGOING_ABORTED__INIT;
+                control::send_message(fd, a, until);
+                break;
+            }
+            control::send_error(fd, "cannot abort: the migration is committed", until);
+        } else {
+            control::send_error(fd, fmt::format("unexpected {}", control::body_name(*e)), until);
+        }
+    }
+    {
+        std::lock_guard lock(_mutex);
+        _outgoing.erase(m->id());
+    }
+    _registry_changed.notify_all();
+}
+
+} // namespace ferry::pagesrv

@@ -1,0 +1,70 @@
+// pagesrv's daemon: accepts connections and hands each to its role by the
+// first control frame it carries.
+//   outgoing_register  -> source role: a migrator's session for a migration
+//   page_channel_open  -> source role: a destination's page channel
+//   incoming_prepare   -> destination role: receive images, restore, serve
+#pragma once
+
+#include "control.pb-c.h"
+#include "net.hpp"
+#include "outgoing.hpp"
+#include "unique_fd.hpp"
+
+#include <spdlog/logger.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace ferry::pagesrv {
+
+struct daemon_config {
+    net::endpoint listen;
+    std::filesystem::path state_dir;
+    std::chrono::seconds drain_timeout{30};
+};
+
+class daemon {
+  public:
+    explicit daemon(daemon_config cfg);
+    ~daemon();
+
+    // Serves until SIGTERM or SIGINT, then drains and returns.
+    void run();
+
+    [[nodiscard]] const daemon_config& config() const noexcept { return _cfg; }
+    [[nodiscard]] const std::string& criu_version() const noexcept { return _criu_version; }
+
+  private:
+    struct connection {
+        unique_fd fd;
+        std::thread thread;
+        bool done = false;
+    };
+
+    void serve_connection(connection& c);
+    void serve_page_channel(int fd, const FerryControl__PageChannelOpen& open);
+    void serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg);
+
+    std::shared_ptr<outgoing_migration> find_outgoing(const std::string& id, std::chrono::milliseconds wait);
+    void reap_finished_connections();
+    void drain();
+
+    daemon_config _cfg;
+    std::shared_ptr<spdlog::logger> _log;
+    std::string _criu_version;
+    unique_fd _listener;
+
+    std::mutex _mutex;
+    std::condition_variable _registry_changed;
+    std::map<std::string, std::shared_ptr<outgoing_migration>> _outgoing;
+    std::list<connection> _connections;
+};
+
+} // namespace ferry::pagesrv

@@ -1,0 +1,404 @@
+#include "incoming.hpp"
+
+#include "checksum.hpp"
+#include "clock.hpp"
+#include "control.hpp"
+#include "criu_image.hpp"
+#include "criu_rpc.hpp"
+#include "daemon.hpp"
+#include "error.hpp"
+#include "fault_inject.hpp"
+#include "log.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <optional>
+#include <vector>
+
+namespace ferry::pagesrv {
+
+namespace {
+
+constexpr auto control_timeout = std::chrono::seconds(30);
+constexpr auto restore_timeout = std::chrono::minutes(10);
+constexpr auto lazy_ready_timeout = std::chrono::seconds(30);
+
+bool valid_migration_id(const std::string& id) {
+    return id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+bool safe_image_name(const std::string& name) {
+    return !name.empty() && name.size() < 256 && name.find('/') == std::string::npos && name != "." &&
+           name != ".." && name != "lazy-pages.socket";
+}
+
+std::filesystem::path self_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path(); }
+
+// The lazy-pages binary: $FERRY_LAZY_PAGES, beside pagesrv once installed,
+// or in the build tree.
+std::string lazy_pages_binary() {
+    if (const char* env = std::getenv("FERRY_LAZY_PAGES"); env && *env)
+        return env;
+    for (auto candidate : {self_dir() / "lazy-pages", self_dir() / ".." / "lazy-pages" / "lazy-pages"})
+        if (std::filesystem::exists(candidate))
+            return candidate.string();
+    throw error("cannot find the lazy-pages binary (set FERRY_LAZY_PAGES)");
+}
+
+// A running lazy-pages child and the sockets it reports on.
+struct lazy_child {
+    pid_t pid = -1;
+    unique_fd report; // control frames from the child
+    unique_fd keeper; // duplicates of the restored tasks' uffds
+    std::vector<unique_fd> held_uffds;
+
+    ~lazy_child() {
+        if (pid > 0) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+        }
+    }
+    int wait() {
+        int status = 0;
+        if (pid > 0 && ::waitpid(pid, &status, 0) == pid)
+            pid = -1;
+        return status;
+    }
+    void take_uffds() {
+        for (;;) {
+            pollfd p{keeper.get(), POLLIN, 0};
+            if (::poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN))
+                return;
+            try {
+                held_uffds.push_back(net::recv_fd(keeper.get()));
+            } catch (const std::exception&) {
+                return; // the child closed its end
+            }
+        }
+    }
+};
+
+class incoming_session {
+  public:
+    incoming_session(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare)
+        : _d(d), _fd(fd), _id(prepare.migration_id), _source(prepare.source_addr), _log(make_logger("pagesrv")) {}
+
+    void run();
+
+  private:
+    void prepare();
+    bool receive_images();
+    bool start_lazy_pages();
+    bool restore();
+    void relay_transfer();
+    void send_restore_failure(const std::string& why);
+    void kill_restored(const std::string& why);
+
+    daemon& _d;
+    int _fd;
+    std::string _id;
+    std::string _source;
+    std::shared_ptr<spdlog::logger> _log;
+    std::filesystem::path _dir;
+    lazy_child _lazy;
+    pid_t _root_pid = -1;
+    bool _resumed = false;
+    uint64_t _images_check_ns = 0;
+    uint64_t _lazy_start_ns = 0;
+};
+
+void incoming_session::send_restore_failure(const std::string& why) {
+    _log->error("migration {}: {}", _id, why);
+    FerryControl__RestoreResult r = FERRY_CONTROL__RESTORE_RESULT__INIT;
+    r.ok = false;
+    r.error = const_cast<char*>(why.c_str());
+    try {
+        control::send_message(_fd, r, net::after(control_timeout));
+    } catch (const std::exception&) {
+    }
+}
+
+void incoming_session::kill_restored(const std::string& why) {
+    if (_root_pid <= 0)
+        return;
+    // Fail-stop: tasks whose pages cannot be served must not run on zeros.
+    _log->error("migration {}: killing the restored tree (root pid {}): {}", _id, _root_pid, why);
+    ::kill(_root_pid, SIGKILL);
+}
+
+void incoming_session::prepare() {
+    if (!valid_migration_id(_id))
+        throw error(fmt::format("'{}' is not a migration id", _id));
+    net::parse_endpoint(_source); // validates
+    _dir = _d.config().state_dir / "incoming" / _id;
+    if (!std::filesystem::create_directory(_dir))
+        throw error(fmt::format("migration {} already exists here", _id));
+    FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
+    ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
+    control::send_message(_fd, ok, net::after(control_timeout));
+}
+
+bool incoming_session::receive_images() {
+    auto e = control::receive(_fd, net::after(restore_timeout));
+    if (!e) {
+        _log->warn("migration {}: the migrator left before sending images", _id);
+        return false;
+    }
+    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_INCOMING_IMAGES, "migrator");
+    if (fault_injected(fault::dest_die_before_restore)) {
+        _log->warn("fault injection: dying before restore");
+        ::raise(SIGKILL);
+    }
+    const uint64_t t0 = monotonic_ns();
+    const auto& images = *e->incoming_images;
+    for (size_t i = 0; i < images.n_files; i++) {
+        const auto& f = *images.files[i];
+        if (!safe_image_name(f.name)) {
+            send_restore_failure(fmt::format("refusing image file name '{}'", f.name));
+            return false;
+        }
+        if (buffer_checksum(f.data.data, f.data.len) != f.xxh64) {
+            send_restore_failure(fmt::format("image {} is corrupt: checksum mismatch", f.name));
+            return false;
+        }
+        std::ofstream out(_dir / f.name, std::ios::binary | std::ios::trunc);
+        out.write(reinterpret_cast<const char*>(f.data.data), std::streamsize(f.data.len));
+        if (!out)
+            throw error(fmt::format("cannot write {}", (_dir / f.name).string()));
+    }
+    try {
+        (void)criu::image_set::load(_dir);
+    } catch (const criu::image_error& ex) {
+        send_restore_failure(fmt::format("the images are corrupt: {}", ex.what()));
+        return false;
+    }
+    if (fault_injected(fault::restore_fail)) {
+        // Break an image CRIU needs but Ferry does not read.
+        for (const auto& entry : std::filesystem::directory_iterator(_dir))
+            if (entry.path().filename().string().rfind("core-", 0) == 0)
+                std::ofstream(entry.path(), std::ios::binary | std::ios::trunc) << "garbage";
+    }
+    _images_check_ns = monotonic_ns() - t0;
+    return true;
+}
+
+bool incoming_session::start_lazy_pages() {
+    const uint64_t t0 = monotonic_ns();
+    int report[2], keeper[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, report) ||
+        ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, keeper))
+        throw sys_error("socketpair");
+    unique_fd report_ours(report[0]), report_theirs(report[1]);
+    unique_fd keeper_ours(keeper[0]), keeper_theirs(keeper[1]);
+    const std::string bin = lazy_pages_binary();
+    const std::vector<std::string> args = {bin,
+                                           "--images",
+                                           _dir.string(),
+                                           "--source",
+                                           _source,
+                                           "--migration",
+                                           _id,
+                                           "--report-fd",
+                                           std::to_string(report_theirs.get()),
+                                           "--uffd-keeper-fd",
+                                           std::to_string(keeper_theirs.get())};
+    std::vector<char*> argv;
+    for (const auto& a : args)
+        argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const std::string log_path = (_dir / "lazy-pages.log").string();
+    pid_t pid = ::fork();
+    if (pid < 0)
+        throw sys_error("fork");
+    if (pid == 0) {
+        ::fcntl(report_theirs.get(), F_SETFD, 0);
+        ::fcntl(keeper_theirs.get(), F_SETFD, 0);
+        int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (log_fd >= 0)
+            ::dup2(log_fd, STDERR_FILENO);
+        sigset_t none;
+        sigemptyset(&none);
+        ::sigprocmask(SIG_SETMASK, &none, nullptr);
+        ::execv(bin.c_str(), argv.data());
+        ::_exit(127);
+    }
+    _lazy.pid = pid;
+    _lazy.report = std::move(report_ours);
+    _lazy.keeper = std::move(keeper_ours);
+    report_theirs.reset();
+    keeper_theirs.reset();
+
+    auto e = control::receive(_lazy.report.get(), net::after(lazy_ready_timeout));
+    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_READY) {
+        _lazy_start_ns = monotonic_ns() - t0;
+        return true;
+    }
+    std::string why = "lazy-pages exited before it was ready";
+    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS && e->transfer_stats->error)
+        why = fmt::format("lazy-pages failed: {}", e->transfer_stats->error);
+    send_restore_failure(why);
+    return false;
+}
+
+bool incoming_session::restore() {
+    const uint64_t t0 = monotonic_ns();
+    unique_fd dir(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
+    if (!dir)
+        throw sys_error("open " + _dir.string());
+    CriuOpts opts = CRIU_OPTS__INIT;
+    opts.images_dir_fd = dir.get();
+    opts.has_work_dir_fd = true;
+    opts.work_dir_fd = dir.get();
+    opts.log_file = const_cast<char*>("restore.log");
+    opts.has_log_level = true;
+    opts.log_level = 4;
+    opts.has_lazy_pages = true;
+    opts.lazy_pages = true;
+    opts.has_notify_scripts = true;
+    opts.notify_scripts = true;
+    CriuReq req = CRIU_REQ__INIT;
+    req.type = CRIU_REQ_TYPE__RESTORE;
+    req.opts = &opts;
+
+    auto criu = criu::service::start();
+    criu.send(req);
+    const std::string log_hint = (_dir / "restore.log").string();
+    for (;;) {
+        auto r = criu.receive(net::after(restore_timeout));
+        _lazy.take_uffds();
+        if (r->type != CRIU_REQ_TYPE__NOTIFY) {
+            if (r->success)
+                return true;
+            send_restore_failure(criu::describe_failure(*r, log_hint));
+            return false;
+        }
+        const std::string script = r->notify && r->notify->script ? r->notify->script : "";
+        bool ok = true;
+        if (script == "post-restore" && r->notify->has_pid) {
+            _root_pid = r->notify->pid;
+        } else if (script == "pre-resume") {
+            // The tasks are restored but stopped: ask the migrator whether
+            // the source is ready to stay frozen for good.
+            FerryControl__ResumeRequest ask = FERRY_CONTROL__RESUME_REQUEST__INIT;
+            control::send_message(_fd, ask, net::after(control_timeout));
+            auto d = control::receive(_fd, net::after(control_timeout));
+            ok = d && d->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_DECISION && d->resume_decision->resume;
+            if (!ok)
+                _log->warn("migration {}: resume refused ({}); restore is cancelled", _id,
+                           d && d->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_DECISION &&
+                                   d->resume_decision->reason
+                               ? d->resume_decision->reason
+                               : "the migrator went away");
+        } else if (script == "post-resume") {
+            _resumed = true;
+            FerryControl__RestoreResult res = FERRY_CONTROL__RESTORE_RESULT__INIT;
+            res.ok = true;
+            res.has_root_pid = true;
+            res.root_pid = _root_pid;
+            res.has_images_check_ns = true;
+            res.images_check_ns = _images_check_ns;
+            res.has_lazy_start_ns = true;
+            res.lazy_start_ns = _lazy_start_ns;
+            res.has_criu_restore_ns = true;
+            res.criu_restore_ns = monotonic_ns() - t0;
+            try {
+                control::send_message(_fd, res, net::after(control_timeout));
+            } catch (const std::exception& ex) {
+                _log->warn("migration {}: cannot report the resume: {}", _id, ex.what());
+            }
+        }
+        criu.ack_notify(ok);
+    }
+}
+
+// After the resume: forward lazy-pages' progress to the migrator until it
+// reports its final statistics, holding the uffd duplicates meanwhile.
+void incoming_session::relay_transfer() {
+    std::optional<std::string> failure;
+    for (;;) {
+        pollfd fds[2] = {{_lazy.report.get(), POLLIN, 0}, {_lazy.keeper.get(), POLLIN, 0}};
+        if (::poll(fds, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            throw sys_error("poll lazy-pages");
+        }
+        if (fds[1].revents)
+            _lazy.take_uffds();
+        if (!fds[0].revents)
+            continue;
+        control::envelope_ptr e;
+        try {
+            e = control::receive(_lazy.report.get(), net::after(control_timeout));
+        } catch (const std::exception& ex) {
+            failure = fmt::format("lazy-pages report channel: {}", ex.what());
+        }
+        if (!e) {
+            failure = failure.value_or("lazy-pages died without reporting");
+            break;
+        }
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_PROGRESS) {
+            try {
+                control::send(_fd, *e, net::after(control_timeout));
+            } catch (const std::exception&) {
+                // Progress is informational; the transfer goes on without the migrator.
+            }
+            continue;
+        }
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS) {
+            const int status = _lazy.wait();
+            if (!e->transfer_stats->ok)
+                failure = e->transfer_stats->error ? e->transfer_stats->error : "lazy-pages failed";
+            else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                failure = "lazy-pages reported success but exited abnormally";
+            if (failure)
+                kill_restored(*failure);
+            try {
+                control::send(_fd, *e, net::after(control_timeout));
+            } catch (const std::exception&) {
+            }
+            break;
+        }
+    }
+    if (failure && _lazy.pid > 0) {
+        kill_restored(*failure);
+        FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
+        t.ok = false;
+        t.error = const_cast<char*>(failure->c_str());
+        try {
+            control::send_message(_fd, t, net::after(control_timeout));
+        } catch (const std::exception&) {
+        }
+    }
+    // Every page is in place (or the tree is dead): release the uffds, or
+    // the tasks would block on their next non-cooperative event.
+    _lazy.held_uffds.clear();
+    _log->info("migration {}: transfer {}", _id, failure ? "failed: " + *failure : "complete");
+}
+
+void incoming_session::run() {
+    prepare();
+    _log->info("migration {}: incoming from source {}", _id, _source);
+    if (!receive_images() || !start_lazy_pages())
+        return;
+    if (!restore()) {
+        if (_resumed)
+            kill_restored("restore reported failure after the tasks resumed");
+        return;
+    }
+    _log->info("migration {}: resumed as pid {}", _id, _root_pid);
+    relay_transfer();
+}
+
+} // namespace
+
+void serve_incoming(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare) {
+    incoming_session(d, fd, prepare).run();
+}
+
+} // namespace ferry::pagesrv

@@ -1,0 +1,118 @@
+#include "outgoing.hpp"
+
+#include "checksum.hpp"
+#include "criu_page_server.hpp"
+#include "error.hpp"
+#include "fault_inject.hpp"
+#include "log.hpp"
+#include "proc.hpp"
+
+#include <fmt/format.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+
+namespace ferry::pagesrv {
+
+outgoing_migration::outgoing_migration(std::string id, const std::filesystem::path& images_dir, pid_t root_pid,
+                                       uint16_t criu_port)
+    : _id(std::move(id)), _criu_port(criu_port) {
+    const auto images = criu::image_set::load(images_dir);
+    // The tree is frozen, so its shape cannot change under us.
+    const auto by_inner = proc::map_tree_by_inner_pid(root_pid);
+    for (const auto& p : images.processes) {
+        if (p.lazy.empty())
+            continue;
+        auto it = by_inner.find(pid_t(p.t.pid));
+        if (it == by_inner.end())
+            throw error(fmt::format("image pid {} has no live process under host pid {}", p.t.pid, root_pid));
+        _procs[p.t.pid] = process{it->second, p.lazy};
+        _pages_total += p.lazy_pages();
+    }
+}
+
+bool outgoing_migration::is_lazy(const process& p, uint64_t start, uint64_t end) const noexcept {
+    auto it = std::upper_bound(p.lazy.begin(), p.lazy.end(), start,
+                               [](uint64_t addr, const criu::lazy_range& r) { return addr < r.start; });
+    if (it == p.lazy.begin())
+        return false;
+    --it;
+    return start >= it->start && end <= it->end;
+}
+
+wire::status outgoing_migration::read_pages(const wire::page_request& r, std::byte* pages, uint64_t* checksums) {
+    auto it = _procs.find(r.pid);
+    const uint64_t len = uint64_t(r.nr_pages) * page_size;
+    if (it == _procs.end() || !is_lazy(it->second, r.vaddr, r.vaddr + len))
+        return wire::status::out_of_range;
+    iovec local{pages, len};
+    iovec remote{reinterpret_cast<void*>(r.vaddr), len};
+    // The task is frozen by CRIU, so its memory is stable while we read it.
+    ssize_t n = ::process_vm_readv(it->second.host_pid, &local, 1, &remote, 1, 0);
+    if (n != ssize_t(len))
+        return wire::status::read_failed;
+    for (uint32_t i = 0; i < r.nr_pages; i++)
+        checksums[i] = page_checksum(pages + size_t(i) * page_size);
+
+    if (fault_injected(fault::corrupt_page_always) ||
+        (fault_injected(fault::corrupt_page_once) && !_corrupted_once.exchange(true)))
+        pages[0] ^= std::byte{0x5a}; // after checksumming: the destination must catch it
+    return wire::status::ok;
+}
+
+void outgoing_migration::count_sent(uint64_t pages, uint64_t bytes) noexcept {
+    _pages_served += pages;
+    _bytes_sent += bytes;
+}
+
+void outgoing_migration::destination_done() {
+    std::lock_guard lock(_mutex);
+    _destination_done = true;
+    _changed.notify_all();
+}
+
+bool outgoing_migration::wait_destination_done(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(_mutex);
+    return _changed.wait_for(lock, timeout, [&] { return _destination_done; });
+}
+
+outgoing_migration::state outgoing_migration::current_state() const {
+    std::lock_guard lock(_mutex);
+    return _state;
+}
+
+bool outgoing_migration::commit() {
+    std::lock_guard lock(_mutex);
+    if (_state != state::registered)
+        return _state == state::committed;
+    _state = state::committed;
+    return true;
+}
+
+void outgoing_migration::finish() {
+    {
+        std::lock_guard lock(_mutex);
+        if (_state == state::finished)
+            return;
+        if (_state != state::committed)
+            throw error(fmt::format("migration {} cannot finish: it was not committed", _id));
+        _state = state::finished;
+    }
+    criu::finish_lazy_dump(_criu_port, std::chrono::seconds(30));
+}
+
+bool outgoing_migration::abort(const std::string& reason) {
+    {
+        std::lock_guard lock(_mutex);
+        if (_state == state::aborted)
+            return true;
+        if (_state != state::registered)
+            return false;
+        _state = state::aborted;
+    }
+    make_logger("pagesrv")->warn("migration {}: aborting ({}); the source resumes", _id, reason);
+    criu::abort_lazy_dump(_criu_port, std::chrono::seconds(30));
+    return true;
+}
+
+} // namespace ferry::pagesrv

@@ -1,0 +1,80 @@
+// Source role: one outgoing migration. The dumped tasks stay frozen with
+// their memory intact until CRIU's lazy dump ends, so lazy pages are read
+// straight from them with process_vm_readv, guided by the pagemap images.
+#pragma once
+
+#include "criu_image.hpp"
+#include "page_wire.hpp"
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ferry::pagesrv {
+
+class outgoing_migration {
+  public:
+    enum class state : uint8_t {
+        registered, // frozen; an abort resumes the source
+        committed,  // the destination may resume: the source must never run again
+        finished,   // CRIU's dump closed; the source tasks are gone
+        aborted,    // the source tasks were resumed
+    };
+
+    // Reads the images and maps image pids to host pids. Throws on failure.
+    outgoing_migration(std::string id, const std::filesystem::path& images_dir, pid_t root_pid,
+                       uint16_t criu_port);
+
+    [[nodiscard]] const std::string& id() const noexcept { return _id; }
+    [[nodiscard]] uint64_t pages_total() const noexcept { return _pages_total; }
+    [[nodiscard]] uint32_t processes() const noexcept { return uint32_t(_procs.size()); }
+
+    // Reads the pages of one request into `pages` and their checksums into
+    // `checksums`. Safe to call from several channel threads at once.
+    [[nodiscard]] wire::status read_pages(const wire::page_request& r, std::byte* pages, uint64_t* checksums);
+    void count_sent(uint64_t pages, uint64_t bytes) noexcept;
+    // The destination reported every page installed.
+    void destination_done();
+
+    // State changes; each returns false when the current state forbids it.
+    bool commit();
+    // Ends CRIU's dump with CLOSE (the frozen tasks die). Requires committed.
+    void finish();
+    // Makes CRIU resume the frozen tasks. Refused once committed.
+    bool abort(const std::string& reason);
+
+    [[nodiscard]] state current_state() const;
+    [[nodiscard]] bool wait_destination_done(std::chrono::milliseconds timeout);
+    [[nodiscard]] uint64_t pages_served() const noexcept { return _pages_served; }
+    [[nodiscard]] uint64_t bytes_sent() const noexcept { return _bytes_sent; }
+
+  private:
+    struct process {
+        pid_t host_pid = 0;
+        std::vector<criu::lazy_range> lazy; // sorted, immutable after construction
+    };
+    [[nodiscard]] bool is_lazy(const process& p, uint64_t start, uint64_t end) const noexcept;
+
+    const std::string _id;
+    const uint16_t _criu_port;
+    std::map<uint32_t, process> _procs; // by image pid; immutable after construction
+    uint64_t _pages_total = 0;
+    std::atomic<uint64_t> _pages_served{0};
+    std::atomic<uint64_t> _bytes_sent{0};
+    std::atomic<bool> _corrupted_once{false}; // fault injection only
+
+    mutable std::mutex _mutex;
+    std::condition_variable _changed;
+    state _state = state::registered;
+    bool _destination_done = false;
+};
+
+} // namespace ferry::pagesrv
