@@ -12,7 +12,9 @@ namespace ferry::lazy {
 struct lazy_process {
     uint32_t image_pid = 0; // whose pagemap and source memory serve this uffd
     unique_fd uffd;
-    range_map lazy;      // pages not yet installed: current address -> image address
+    // Pages not yet installed: current address -> image address. Never
+    // merged, so no range crosses a VMA boundary.
+    range_map lazy{false};
     range_map in_flight; // pages with an outstanding fault request
     uint64_t bg_cursor = 0;
     uint32_t bg_outstanding = 0;

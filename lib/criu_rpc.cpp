@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 namespace ferry::criu {
@@ -126,14 +127,34 @@ version require_supported_criu() {
     return v;
 }
 
-std::string describe_failure(const CriuResp& r, const std::string& log_hint) {
+namespace {
+
+// CRIU's last "Error (file:line): ..." log line usually names the cause; the
+// response's cr_errmsg is only the first error, often a harmless one.
+std::string last_error_line(const std::string& log_path) {
+    std::ifstream in(log_path);
+    std::string line, last;
+    while (std::getline(in, line)) {
+        auto pos = line.find("Error (");
+        if (pos != std::string::npos)
+            last = line.substr(pos);
+    }
+    return last;
+}
+
+} // namespace
+
+std::string describe_failure(const CriuResp& r, const std::string& log_path) {
     std::string s = "criu failed";
-    if (r.cr_errmsg && *r.cr_errmsg)
+    const std::string from_log = log_path.empty() ? "" : last_error_line(log_path);
+    if (!from_log.empty())
+        s += ": " + from_log;
+    else if (r.cr_errmsg && *r.cr_errmsg)
         s += fmt::format(": {}", r.cr_errmsg);
     else if (r.has_cr_errno && r.cr_errno)
         s += fmt::format(": {}", std::strerror(r.cr_errno));
-    if (!log_hint.empty())
-        s += fmt::format(" (see {})", log_hint);
+    if (!log_path.empty())
+        s += fmt::format(" (log: {})", log_path);
     return s;
 }
 

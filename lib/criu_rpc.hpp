@@ -45,6 +45,7 @@ class service {
     void ack_notify(bool success);
 
     [[nodiscard]] pid_t pid() const noexcept { return _pid; }
+    [[nodiscard]] int fd() const noexcept { return _sock.get(); }
     // Waits for the swrk process to exit; returns its wait status.
     int wait();
     // SIGKILLs the swrk process (not the tasks it works on) and reaps it.
@@ -62,7 +63,8 @@ version query_version();
 // kernels, and Ferry speaks 4.1's page-server header).
 version require_supported_criu();
 
-// A human-readable reason for a failed response.
-std::string describe_failure(const CriuResp& r, const std::string& log_hint);
+// A human-readable reason for a failed response, preferring the last error
+// line of CRIU's log at `log_path` (may be empty).
+std::string describe_failure(const CriuResp& r, const std::string& log_path);
 
 } // namespace ferry::criu

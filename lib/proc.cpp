@@ -56,4 +56,11 @@ std::map<pid_t, pid_t> map_tree_by_inner_pid(pid_t root) {
     return by_inner;
 }
 
+void kill_descendants(pid_t pid) {
+    for (pid_t c : children(pid)) {
+        kill_descendants(c);
+        ::kill(c, SIGKILL);
+    }
+}
+
 } // namespace ferry::proc

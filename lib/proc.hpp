@@ -22,4 +22,7 @@ std::vector<pid_t> children(pid_t pid);
 // the innermost namespace to its host pid.
 std::map<pid_t, pid_t> map_tree_by_inner_pid(pid_t root);
 
+// SIGKILLs every descendant of `pid` (deepest first), but not `pid` itself.
+void kill_descendants(pid_t pid);
+
 } // namespace ferry::proc

@@ -4,9 +4,9 @@
 
 namespace ferry {
 
-range_map::range_map() = default;
+range_map::range_map(bool merge_adjacent) : _merge_adjacent(merge_adjacent) {}
 
-range_map::range_map(const range_map& other) : _bytes(other._bytes) {
+range_map::range_map(const range_map& other) : _bytes(other._bytes), _merge_adjacent(other._merge_adjacent) {
     for (const auto& [start, t] : other._ranges)
         _ranges.emplace_hint(_ranges.end(), start, t);
 }
@@ -22,7 +22,8 @@ void range_map::insert(uint64_t start, uint64_t end, uint64_t img_start) {
     erase(start, end);
     auto it = _ranges.emplace(start, tail{end, img_start}).first;
     _bytes += end - start;
-    merge_around(it);
+    if (_merge_adjacent)
+        merge_around(it);
 }
 
 // Joins `it` with neighbours that touch it in both address spaces.

@@ -27,7 +27,10 @@ struct address_range {
 
 class range_map {
   public:
-    range_map();
+    // With merge_adjacent false, ranges keep the boundaries they were
+    // inserted with (a process's lazy ranges end at VMA boundaries, which
+    // UFFDIO_COPY cannot cross); erase still splits them.
+    explicit range_map(bool merge_adjacent = true);
     range_map(const range_map& other);
     range_map& operator=(const range_map&) = delete;
 
@@ -69,6 +72,7 @@ class range_map {
     std::pmr::unsynchronized_pool_resource _pool;
     map_type _ranges{&_pool};
     uint64_t _bytes = 0;
+    bool _merge_adjacent;
 };
 
 } // namespace ferry

@@ -9,6 +9,7 @@
 #include "error.hpp"
 #include "fault_inject.hpp"
 #include "log.hpp"
+#include "proc.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -26,7 +27,7 @@ namespace ferry::pagesrv {
 namespace {
 
 constexpr auto control_timeout = std::chrono::seconds(30);
-constexpr auto restore_timeout = std::chrono::minutes(10);
+constexpr auto restore_timeout = std::chrono::minutes(4);
 constexpr auto lazy_ready_timeout = std::chrono::seconds(30);
 
 bool valid_migration_id(const std::string& id) {
@@ -97,6 +98,8 @@ class incoming_session {
     bool start_lazy_pages();
     bool restore();
     void relay_transfer();
+    std::optional<std::string> lazy_report_before_resume();
+    bool cancel_restore(criu::service& criu, const std::string& why);
     void send_restore_failure(const std::string& why);
     void kill_restored(const std::string& why);
 
@@ -269,9 +272,24 @@ bool incoming_session::restore() {
     auto criu = criu::service::start();
     criu.send(req);
     const std::string log_hint = (_dir / "restore.log").string();
+    const auto until = net::after(restore_timeout);
     for (;;) {
-        auto r = criu.receive(net::after(restore_timeout));
+        // Watch lazy-pages too: if it dies during restore, the restored
+        // tasks would block on their first fault and CRIU with them.
+        pollfd fds[2] = {{criu.fd(), POLLIN, 0}, {_lazy.report.get(), POLLIN, 0}};
+        if (::poll(fds, 2, 1000) < 0 && errno != EINTR)
+            throw sys_error("poll restore");
         _lazy.take_uffds();
+        if (std::chrono::steady_clock::now() > until)
+            return cancel_restore(criu, "restore did not finish in time");
+        if (fds[1].revents) {
+            auto e = lazy_report_before_resume();
+            if (e)
+                return cancel_restore(criu, *e);
+        }
+        if (!fds[0].revents)
+            continue;
+        auto r = criu.receive(net::after(restore_timeout));
         if (r->type != CRIU_REQ_TYPE__NOTIFY) {
             if (r->success)
                 return true;
@@ -315,6 +333,34 @@ bool incoming_session::restore() {
         }
         criu.ack_notify(ok);
     }
+}
+
+// A message from lazy-pages while restore runs. Returns a failure reason if
+// lazy-pages failed or died; progress reports are dropped.
+std::optional<std::string> incoming_session::lazy_report_before_resume() {
+    control::envelope_ptr e;
+    try {
+        e = control::receive(_lazy.report.get(), net::after(control_timeout));
+    } catch (const std::exception& ex) {
+        return fmt::format("lazy-pages report channel: {}", ex.what());
+    }
+    if (!e)
+        return std::string("lazy-pages died during restore");
+    if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS)
+        return fmt::format("lazy-pages failed during restore: {}",
+                           e->transfer_stats->error ? e->transfer_stats->error : "unknown error");
+    return std::nullopt;
+}
+
+// Stops a restore that cannot succeed: the tasks it created are killed, so
+// none of them can run without its pages.
+bool incoming_session::cancel_restore(criu::service& criu, const std::string& why) {
+    proc::kill_descendants(criu.pid());
+    criu.kill();
+    if (_root_pid > 0)
+        ::kill(_root_pid, SIGKILL);
+    send_restore_failure(why);
+    return false;
 }
 
 // After the resume: forward lazy-pages' progress to the migrator until it

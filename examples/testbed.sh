@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# A two-host testbed on one machine: hosts `a` and `b` are network namespaces
+# joined by a veth pair, each running its own pagesrv.
+#
+#   testbed.sh up               create the hosts and start their daemons
+#   testbed.sh down             stop everything the testbed started, remove the hosts
+#   testbed.sh exec HOST CMD... run CMD inside HOST, with Ferry's binaries on PATH
+#                               and FERRY_DAEMON set to that host's daemon
+#   testbed.sh addr HOST        print HOST's daemon address, IP:PORT
+#   testbed.sh stop HOST        SIGKILL HOST's daemon (to inject a failure)
+#   testbed.sh start HOST       start HOST's daemon again
+#
+# Environment: FERRY_TESTBED names the testbed (default "ferry"; namespaces are
+# NAME-a and NAME-b), FERRY_TESTBED_NET picks the /24 (default 10.77.0),
+# FERRY_BUILD points at the build dir (default <repo>/build).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+name=${FERRY_TESTBED:-ferry}
+net=${FERRY_TESTBED_NET:-10.77.0}
+build=${FERRY_BUILD:-$repo/build}
+state=${FERRY_TESTBED_DIR:-/tmp/ferry-testbed}/$name
+port=7140
+hosts=(a b)
+
+die() { echo "testbed: $*" >&2; exit 1; }
+
+host_index() {
+  case "$1" in
+    a) echo 1 ;;
+    b) echo 2 ;;
+    *) die "unknown host '$1' (hosts: ${hosts[*]})" ;;
+  esac
+}
+ns() { echo "$name-$1"; }
+addr() { echo "$net.$(host_index "$1"):$port"; }
+# Enter only the host's network namespace. (`ip netns exec` would also make a
+# fresh mount namespace per command, and CRIU would then have to dump it.)
+in_host() {
+  local h=$1; shift
+  nsenter --net="/run/netns/$(ns "$h")" "$@"
+}
+bin_path() { echo "$build/migrator:$build/pagesrv:$build/lazy-pages:$build/examples"; }
+
+daemon_pid() {
+  local f="$state/$1/pagesrv.pid"
+  [ -f "$f" ] && cat "$f"
+}
+
+start_daemon() {
+  local h=$1 dir="$state/$1"
+  mkdir -p "$dir"
+  [ -x "$build/pagesrv/pagesrv" ] || die "no pagesrv in $build (build first: meson setup build && ninja -C build)"
+  in_host "$h" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
+    </dev/null >>"$dir/pagesrv.log" 2>&1 &
+  echo $! >"$dir/pagesrv.pid"
+  # Wait (bounded) until it accepts connections.
+  local ip=${net}.$(host_index "$h") i
+  for i in $(seq 1 200); do
+    if in_host "$h" bash -c "exec 3<>/dev/tcp/$ip/$port" 2>/dev/null; then
+      return 0
+    fi
+    kill -0 "$(daemon_pid "$h")" 2>/dev/null || { tail -n 20 "$dir/pagesrv.log" >&2; die "pagesrv on $h exited"; }
+    sleep 0.05
+  done
+  die "pagesrv on $h did not start listening"
+}
+
+stop_daemon() {
+  local h=$1 sig=${2:-TERM} pid i
+  pid=$(daemon_pid "$h") || return 0
+  [ -n "$pid" ] || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -"$sig" "$pid" 2>/dev/null || true
+    for i in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$state/$h/pagesrv.pid"
+}
+
+up() {
+  [ "$(id -u)" = 0 ] || die "must run as root"
+  for h in "${hosts[@]}"; do
+    ip netns list | grep -qw "$(ns "$h")" && die "$(ns "$h") exists already: run '$0 down' first"
+  done
+  mkdir -p "$state"
+  for h in "${hosts[@]}"; do
+    ip netns add "$(ns "$h")"
+    ip -n "$(ns "$h")" link set lo up
+  done
+  ip link add "$name-va" type veth peer name "$name-vb"
+  ip link set "$name-va" netns "$(ns a)"
+  ip link set "$name-vb" netns "$(ns b)"
+  ip -n "$(ns a)" link set "$name-va" name eth0
+  ip -n "$(ns b)" link set "$name-vb" name eth0
+  for h in "${hosts[@]}"; do
+    ip -n "$(ns "$h")" addr add "$net.$(host_index "$h")/24" dev eth0
+    ip -n "$(ns "$h")" link set eth0 up
+  done
+  for h in "${hosts[@]}"; do
+    start_daemon "$h"
+  done
+  echo "testbed $name up: a=$(addr a) b=$(addr b)"
+}
+
+down() {
+  local h pid
+  for h in "${hosts[@]}"; do
+    stop_daemon "$h"
+  done
+  for h in "${hosts[@]}"; do
+    if ip netns list | grep -qw "$(ns "$h")"; then
+      # Whatever still runs inside the host was started through this testbed.
+      for pid in $(ip netns pids "$(ns "$h")" 2>/dev/null); do
+        kill -KILL "$pid" 2>/dev/null || true
+      done
+      ip netns del "$(ns "$h")"
+    fi
+  done
+  rm -rf "$state"
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  up) up ;;
+  down) down ;;
+  addr) [ $# = 1 ] || die "usage: $0 addr HOST"; addr "$1" ;;
+  exec)
+    [ $# -ge 2 ] || die "usage: $0 exec HOST CMD..."
+    h=$1; shift
+    exec nsenter --net="/run/netns/$(ns "$h")" env PATH="$(bin_path):$PATH" FERRY_DAEMON="$(addr "$h")" "$@"
+    ;;
+  stop) [ $# = 1 ] || die "usage: $0 stop HOST"; stop_daemon "$1" KILL ;;
+  start) [ $# = 1 ] || die "usage: $0 start HOST"; start_daemon "$1" ;;
+  *) die "usage: $0 up|down|exec HOST CMD...|addr HOST|stop HOST|start HOST" ;;
+esac

@@ -1,0 +1,230 @@
+// memload: a memory-heavy, multi-threaded workload with a forked child, used
+// by the demo, the integration tests and the benchmarks.
+//
+// The parent fills --mib MiB with a pattern derived from --seed; the child
+// (forked first, so it shares none of it) fills --child-mib MiB with its own.
+// Worker threads keep reading random pages and checking them. Once a second
+// each process appends "tick" lines to stdout.
+//
+//   SIGUSR1  every process verifies all of its memory and prints
+//            "verify ok <role> pages=N" or "verify FAIL <role> page=P".
+//   --touch-after-freeze
+//            the parent watches its clock; after a gap longer than 50 ms
+//            (it was frozen, then resumed) it reads every page once in random
+//            order, timing each access, and prints
+//            "touch pages=N p50_ns=.. p99_ns=.. p999_ns=.. max_ns=..".
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <atomic>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr size_t page = 4096;
+constexpr size_t words_per_page = page / sizeof(uint64_t);
+
+volatile sig_atomic_t verify_requested = 0;
+
+uint64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+uint64_t pattern(uint64_t seed, uint64_t page_index, uint64_t word) {
+    uint64_t x = seed ^ (page_index * 0x9e3779b97f4a7c15ull) ^ (word * 0xbf58476d1ce4e5b9ull);
+    x ^= x >> 31;
+    return x * 0x94d049bb133111ebull;
+}
+
+struct region {
+    uint64_t* base = nullptr;
+    size_t pages = 0;
+    uint64_t seed = 0;
+
+    void fill() {
+        for (size_t p = 0; p < pages; p++)
+            for (size_t w = 0; w < words_per_page; w++)
+                base[p * words_per_page + w] = pattern(seed, p, w);
+    }
+    // Returns the first bad page, or -1.
+    long verify_page(size_t p) const {
+        for (size_t w = 0; w < words_per_page; w++)
+            if (base[p * words_per_page + w] != pattern(seed, p, w))
+                return long(p);
+        return -1;
+    }
+    long verify_all() const {
+        for (size_t p = 0; p < pages; p++)
+            if (verify_page(p) >= 0)
+                return long(p);
+        return -1;
+    }
+};
+
+region allocate(size_t mib, uint64_t seed) {
+    region r;
+    r.pages = mib * (1 << 20) / page;
+    r.seed = seed;
+    void* m = mmap(nullptr, r.pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        perror("mmap");
+        exit(1);
+    }
+    r.base = static_cast<uint64_t*>(m);
+    r.fill();
+    return r;
+}
+
+void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void say(const char* fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        (void)!write(STDOUT_FILENO, buf, size_t(std::min<int>(n, int(sizeof buf) - 1)));
+}
+
+std::atomic<uint64_t> checks{0};
+std::atomic<uint64_t> failures{0};
+
+void worker(const region* r, unsigned id) {
+    std::minstd_rand rng(id + 1);
+    for (;;) {
+        const size_t p = rng() % r->pages;
+        if (r->verify_page(p) >= 0)
+            failures++;
+        checks++;
+        struct timespec ts = {0, 2'000'000};
+        nanosleep(&ts, nullptr);
+    }
+}
+
+void touch_after_freeze(const region& r) {
+    uint64_t last = now_ns();
+    for (;;) {
+        struct timespec ts = {0, 1'000'000};
+        nanosleep(&ts, nullptr);
+        const uint64_t now = now_ns();
+        const bool frozen = now - last > 50'000'000;
+        last = now;
+        if (frozen)
+            break;
+    }
+    std::vector<uint32_t> order(r.pages);
+    for (size_t i = 0; i < r.pages; i++)
+        order[i] = uint32_t(i);
+    std::shuffle(order.begin(), order.end(), std::minstd_rand(7));
+    std::vector<uint64_t> lat(r.pages);
+    uint64_t bad = 0;
+    const uint64_t start = now_ns();
+    for (size_t i = 0; i < r.pages; i++) {
+        const size_t p = order[i];
+        const uint64_t t0 = now_ns();
+        const uint64_t v = *const_cast<volatile uint64_t*>(&r.base[p * words_per_page]);
+        const uint64_t t1 = now_ns();
+        lat[i] = t1 - t0;
+        bad += v != pattern(r.seed, p, 0);
+    }
+    const uint64_t total = now_ns() - start;
+    std::sort(lat.begin(), lat.end());
+    auto pct = [&](double q) { return lat[std::min(lat.size() - 1, size_t(q * double(lat.size())))]; };
+    say("touch pages=%zu bad=%" PRIu64 " total_ms=%.1f p50_ns=%" PRIu64 " p99_ns=%" PRIu64 " p999_ns=%" PRIu64
+        " max_ns=%" PRIu64 "\n",
+        r.pages, bad, double(total) / 1e6, pct(0.50), pct(0.99), pct(0.999), lat.back());
+}
+
+void run(const char* role, const region& r, unsigned threads, bool touch) {
+    say("ready %s pid=%d pages=%zu\n", role, int(getpid()), r.pages);
+    for (unsigned i = 0; i < threads; i++)
+        std::thread(worker, &r, i).detach();
+    if (touch)
+        std::thread(touch_after_freeze, std::cref(r)).detach();
+    uint64_t tick = 0;
+    uint64_t last_tick = now_ns();
+    for (;;) {
+        struct timespec ts = {0, 20'000'000};
+        nanosleep(&ts, nullptr);
+        if (verify_requested) {
+            verify_requested = 0;
+            const long bad = r.verify_all();
+            if (bad < 0)
+                say("verify ok %s pages=%zu\n", role, r.pages);
+            else
+                say("verify FAIL %s page=%ld\n", role, bad);
+        }
+        if (now_ns() - last_tick >= 1'000'000'000ull) {
+            last_tick = now_ns();
+            say("tick %s %" PRIu64 " checks=%" PRIu64 " failures=%" PRIu64 "\n", role, ++tick, checks.load(),
+                failures.load());
+        }
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    size_t mib = 256, child_mib = 16;
+    unsigned threads = 2;
+    uint64_t seed = 42;
+    bool touch = false;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        auto next = [&] { return i + 1 < argc ? argv[++i] : (fprintf(stderr, "%s needs a value\n", a.c_str()), exit(2), ""); };
+        if (a == "--mib")
+            mib = std::strtoull(next(), nullptr, 10);
+        else if (a == "--child-mib")
+            child_mib = std::strtoull(next(), nullptr, 10);
+        else if (a == "--threads")
+            threads = unsigned(std::strtoul(next(), nullptr, 10));
+        else if (a == "--seed")
+            seed = std::strtoull(next(), nullptr, 10);
+        else if (a == "--touch-after-freeze")
+            touch = true;
+        else {
+            fprintf(stderr, "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] [--touch-after-freeze]\n");
+            return 2;
+        }
+    }
+    setsid(); // its own session, so CRIU needs no --shell-job
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { verify_requested = 1; };
+    sigaction(SIGUSR1, &sa, nullptr);
+
+    pid_t child = child_mib ? fork() : -1;
+    if (child == 0) {
+        region r = allocate(child_mib, seed + 1);
+        run("child", r, 1, false);
+    }
+    region r = allocate(mib, seed);
+    // Forward SIGUSR1 to the child as well.
+    if (child > 0) {
+        static pid_t child_pid;
+        child_pid = child;
+        sa.sa_handler = [](int) {
+            verify_requested = 1;
+            kill(child_pid, SIGUSR1);
+        };
+        sigaction(SIGUSR1, &sa, nullptr);
+    }
+    run("parent", r, threads, touch);
+}

@@ -1,0 +1,70 @@
+// migrator: Ferry's command line.
+#include "error.hpp"
+#include "log.hpp"
+#include "migrate.hpp"
+#include "report.hpp"
+
+#include <CLI/CLI.hpp>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+namespace {
+
+using namespace ferry;
+
+int run_migrate(const std::string& to, const std::string& via, const std::string& advertise, pid_t pid,
+                const std::string& work_root, bool json, bool keep_images) {
+    migrator::migrate_options opt;
+    try {
+        opt.pid = pid;
+        opt.destination = net::parse_endpoint(to);
+        opt.local_daemon = net::parse_endpoint(via);
+        if (!advertise.empty())
+            opt.advertised_source = net::parse_endpoint(advertise);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "migrator: %s\n", e.what());
+        return 2;
+    }
+    opt.work_root = work_root;
+    opt.keep_images = keep_images;
+    opt.show_progress = !json && ::isatty(STDERR_FILENO);
+    auto result = migrator::migrate(opt);
+    if (json)
+        std::cout << migrator::to_json(result).dump() << std::endl;
+    else
+        std::cout << migrator::human_summary(result);
+    return result.ok ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    ::signal(SIGPIPE, SIG_IGN);
+    CLI::App app{"Ferry: post-copy live migration of containers and process trees"};
+    app.require_subcommand(1);
+
+    auto* mig = app.add_subcommand("migrate", "migrate a process tree to another host, post-copy");
+    pid_t pid = 0;
+    std::string to, advertise, work_root = "/dev/shm/ferry";
+    const char* env_daemon = std::getenv("FERRY_DAEMON");
+    std::string via = env_daemon ? env_daemon : "127.0.0.1:7140";
+    bool json = false, keep_images = false;
+    mig->add_option("--pid", pid, "root of the process tree; must be the init of its own PID namespace")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    mig->add_option("--to", to, "the destination host's pagesrv, IP:PORT")->required();
+    mig->add_option("--via", via, "this host's pagesrv, IP:PORT (default $FERRY_DAEMON or 127.0.0.1:7140)");
+    mig->add_option("--advertise", advertise, "the address the destination uses to reach this host's pagesrv");
+    mig->add_option("--work-dir", work_root, "where dump images are written (tmpfs is best)")->capture_default_str();
+    mig->add_flag("--json", json, "print one JSON object instead of a summary");
+    mig->add_flag("--keep-images", keep_images, "keep the dump images after a successful migration");
+
+    CLI11_PARSE(app, argc, argv);
+    if (mig->parsed())
+        return run_migrate(to, via, advertise, pid, work_root, json, keep_images);
+    return 2;
+}

@@ -1,0 +1,481 @@
+#include "migrate.hpp"
+
+#include "checksum.hpp"
+#include "clock.hpp"
+#include "control.hpp"
+#include "criu_image.hpp"
+#include "criu_page_server.hpp"
+#include "criu_rpc.hpp"
+#include "error.hpp"
+#include "fault_inject.hpp"
+#include "log.hpp"
+#include "proc.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <vector>
+
+namespace ferry::migrator {
+
+namespace {
+
+constexpr auto connect_timeout = std::chrono::seconds(5);
+constexpr auto control_timeout = std::chrono::seconds(30);
+constexpr auto restore_timeout = std::chrono::minutes(5);
+// The destination reports progress every 200 ms; this much silence means it is gone.
+constexpr auto transfer_silence_limit = std::chrono::seconds(60);
+
+std::string new_migration_id() {
+    std::random_device rd;
+    std::uniform_int_distribution<uint32_t> d;
+    return fmt::format("{:08x}{:08x}{:08x}{:08x}", d(rd), d(rd), d(rd), d(rd));
+}
+
+// A process counts as running if it exists, is not a zombie, and is not
+// stopped by a tracer (CRIU's freeze).
+bool process_running(pid_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    if (!std::getline(in, line))
+        return false;
+    auto close_paren = line.rfind(')');
+    if (close_paren == std::string::npos || close_paren + 2 >= line.size())
+        return false;
+    const char st = line[close_paren + 2];
+    return st != 'Z' && st != 'X' && st != 't' && st != 'T';
+}
+
+bool process_gone(pid_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    if (!std::getline(in, line))
+        return true;
+    auto close_paren = line.rfind(')');
+    return close_paren != std::string::npos && close_paren + 2 < line.size() &&
+           (line[close_paren + 2] == 'Z' || line[close_paren + 2] == 'X');
+}
+
+class migration {
+  public:
+    explicit migration(const migrate_options& opt) : _opt(opt), _log(make_logger("migrator")) {
+        _r.id = new_migration_id();
+        _r.source_pid = opt.pid;
+    }
+
+    migration_result run();
+
+  private:
+    void check_source();
+    void connect_daemons();
+    void start_dump();
+    void wait_dumped();
+    void ship_images();
+    void wait_registered();
+    void wait_resumed();
+    void handle_resume_request();
+    void wait_transfer();
+    void finish_source();
+    void read_criu_until_status_ready();
+    void abort_source(const std::string& reason);
+    void cleanup();
+
+    migrate_options _opt;
+    std::shared_ptr<spdlog::logger> _log;
+    migration_result _r;
+    unique_fd _dest;
+    unique_fd _src;
+    std::optional<criu::service> _criu;
+    uint16_t _criu_port = 0;
+    std::filesystem::path _dir;
+    unique_fd _dir_fd;
+    bool _dump_started = false;
+    bool _status_ready = false;
+    bool _registered = false;
+    bool _dump_response_seen = false;
+    bool _dump_succeeded = false;
+};
+
+void migration::check_source() {
+    const auto pids = proc::ns_pids(_opt.pid);
+    if (pids.empty())
+        throw error(fmt::format("no process with pid {}", _opt.pid));
+    if (pids.size() < 2 || pids.back() != 1)
+        throw error(fmt::format("pid {} is not the init of its own PID namespace; Ferry migrates a process tree "
+                                "in its own PID namespace (as containers run)",
+                                _opt.pid));
+    if (!process_running(_opt.pid))
+        throw error(fmt::format("pid {} is not running (stopped, traced or a zombie)", _opt.pid));
+}
+
+void migration::connect_daemons() {
+    try {
+        _dest = net::tcp_connect(_opt.destination, connect_timeout);
+    } catch (const std::exception& e) {
+        throw error(fmt::format("cannot reach the destination daemon: {}", e.what()));
+    }
+    const auto advertised = _opt.advertised_source.value_or(_opt.local_daemon).to_string();
+    FerryControl__IncomingPrepare prep = FERRY_CONTROL__INCOMING_PREPARE__INIT;
+    prep.migration_id = const_cast<char*>(_r.id.c_str());
+    prep.source_addr = const_cast<char*>(advertised.c_str());
+    control::send_message(_dest.get(), prep, net::after(control_timeout));
+    auto ok = control::receive(_dest.get(), net::after(control_timeout));
+    control::expect(ok.get(), FERRY_CONTROL__ENVELOPE__BODY_PREPARE_OK, "destination " + _opt.destination.to_string());
+    try {
+        _src = net::tcp_connect(_opt.local_daemon, connect_timeout);
+    } catch (const std::exception& e) {
+        throw error(fmt::format("cannot reach the local daemon (the source pagesrv): {}", e.what()));
+    }
+}
+
+void migration::start_dump() {
+    _dir = _opt.work_root / _r.id;
+    std::filesystem::create_directories(_dir);
+    _dir_fd.reset(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
+    if (!_dir_fd)
+        throw sys_error("open " + _dir.string());
+    _criu_port = net::pick_free_loopback_port();
+
+    CriuPageServerInfo ps = CRIU_PAGE_SERVER_INFO__INIT;
+    ps.address = const_cast<char*>("127.0.0.1");
+    ps.has_port = true;
+    ps.port = _criu_port;
+    CriuOpts opts = CRIU_OPTS__INIT;
+    opts.images_dir_fd = _dir_fd.get();
+    opts.has_pid = true;
+    opts.pid = _opt.pid;
+    opts.log_file = const_cast<char*>("dump.log");
+    opts.has_log_level = true;
+    opts.log_level = 4;
+    opts.has_lazy_pages = true;
+    opts.lazy_pages = true;
+    opts.ps = &ps;
+    opts.has_notify_scripts = true;
+    opts.notify_scripts = true;
+    CriuReq req = CRIU_REQ__INIT;
+    req.type = CRIU_REQ_TYPE__DUMP;
+    req.opts = &opts;
+    _criu.emplace(criu::service::start());
+    _criu->send(req);
+    _dump_started = true;
+}
+
+// Until "post-dump": the tasks are frozen and every image is written.
+void migration::wait_dumped() {
+    for (;;) {
+        auto r = _criu->receive(net::after(restore_timeout));
+        if (r->type != CRIU_REQ_TYPE__NOTIFY) {
+            _dump_response_seen = true;
+            throw error(criu::describe_failure(*r, (_dir / "dump.log").string()));
+        }
+        const std::string script = r->notify && r->notify->script ? r->notify->script : "";
+        if (script == "pre-dump")
+            _r.t_freeze = monotonic_ns(); // CRIU seizes the tasks right after this
+        _criu->ack_notify(true);
+        if (script == "post-dump") {
+            _r.t_dumped = monotonic_ns();
+            return;
+        }
+    }
+}
+
+void migration::ship_images() {
+    // Register first, so the source can serve pages as soon as the
+    // destination asks; its reply is read after the images are on their way.
+    FerryControl__OutgoingRegister reg = FERRY_CONTROL__OUTGOING_REGISTER__INIT;
+    const std::string dir = _dir.string();
+    reg.migration_id = const_cast<char*>(_r.id.c_str());
+    reg.images_dir = const_cast<char*>(dir.c_str());
+    reg.root_pid = _opt.pid;
+    reg.criu_page_server_port = _criu_port;
+    control::send_message(_src.get(), reg, net::after(control_timeout));
+
+    std::vector<std::string> names;
+    std::vector<std::vector<uint8_t>> contents;
+    for (const auto& entry : std::filesystem::directory_iterator(_dir)) {
+        if (!entry.is_regular_file() || entry.path().extension() == ".log")
+            continue;
+        names.push_back(entry.path().filename().string());
+        contents.push_back(criu::read_file(entry.path()));
+    }
+    if (fault_injected(fault::corrupt_images)) {
+        for (size_t i = 0; i < names.size(); i++)
+            if (names[i].rfind("pagemap-", 0) == 0 && contents[i].size() > 16)
+                for (size_t b = 8; b < contents[i].size(); b += 7)
+                    contents[i][b] ^= 0xa5;
+    }
+    std::vector<FerryControl__ImageFile> files(names.size());
+    std::vector<FerryControl__ImageFile*> file_ptrs;
+    for (size_t i = 0; i < names.size(); i++) {
+        files[i] = FERRY_CONTROL__IMAGE_FILE__INIT;
+        files[i].name = const_cast<char*>(names[i].c_str());
+        files[i].data.data = contents[i].data();
+        files[i].data.len = contents[i].size();
+        files[i].xxh64 = buffer_checksum(contents[i].data(), contents[i].size());
+        file_ptrs.push_back(&files[i]);
+        _r.images_bytes += contents[i].size();
+    }
+    _r.image_files = uint32_t(names.size());
+    FerryControl__IncomingImages msg = FERRY_CONTROL__INCOMING_IMAGES__INIT;
+    msg.n_files = file_ptrs.size();
+    msg.files = file_ptrs.data();
+    control::send_message(_dest.get(), msg, net::after(control_timeout));
+    _r.t_images_sent = monotonic_ns();
+}
+
+void migration::wait_registered() {
+    auto e = control::receive(_src.get(), net::after(control_timeout));
+    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTERED, "local daemon");
+    _registered = true;
+    _r.source_pages_total = e->outgoing_registered->pages_total;
+}
+
+void migration::read_criu_until_status_ready() {
+    while (!_status_ready) {
+        auto r = _criu->receive(net::after(control_timeout));
+        if (r->type != CRIU_REQ_TYPE__NOTIFY) {
+            _dump_response_seen = true;
+            throw error("CRIU ended the dump before its page server was ready: " +
+                        criu::describe_failure(*r, (_dir / "dump.log").string()));
+        }
+        _criu->ack_notify(true);
+        if (r->notify && r->notify->script && std::string(r->notify->script) == "status-ready")
+            _status_ready = true;
+    }
+}
+
+// The destination has restored the tasks and waits at pre-resume. Make sure
+// the source can stay frozen (CRIU's page server is up, so CLOSE will work),
+// commit it, then let the destination resume.
+void migration::handle_resume_request() {
+    _r.t_ready_to_resume = monotonic_ns();
+    read_criu_until_status_ready();
+    FerryControl__OutgoingCommit c = FERRY_CONTROL__OUTGOING_COMMIT__INIT;
+    control::send_message(_src.get(), c, net::after(control_timeout));
+    auto e = control::receive(_src.get(), net::after(control_timeout));
+    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_COMMITTED, "local daemon");
+    _r.committed = true;
+    _r.t_committed = monotonic_ns();
+    FerryControl__ResumeDecision d = FERRY_CONTROL__RESUME_DECISION__INIT;
+    d.resume = true;
+    control::send_message(_dest.get(), d, net::after(control_timeout));
+}
+
+void migration::wait_resumed() {
+    const auto until = net::after(restore_timeout);
+    for (;;) {
+        // While waiting for the destination, answer CRIU's notifications
+        // promptly so its page server comes up in parallel.
+        pollfd fds[2] = {{_dest.get(), POLLIN, 0}, {_criu->fd(), POLLIN, 0}};
+        const int nfds = _status_ready ? 1 : 2;
+        if (::poll(fds, nfds_t(nfds), 100) < 0 && errno != EINTR)
+            throw sys_error("poll");
+        if (std::chrono::steady_clock::now() > until)
+            throw error("the destination did not restore in time");
+        if (nfds == 2 && fds[1].revents) {
+            auto r = _criu->receive(net::after(control_timeout));
+            if (r->type != CRIU_REQ_TYPE__NOTIFY) {
+                _dump_response_seen = true;
+                throw error("CRIU ended the dump early: " + criu::describe_failure(*r, (_dir / "dump.log").string()));
+            }
+            _criu->ack_notify(true);
+            if (r->notify && r->notify->script && std::string(r->notify->script) == "status-ready")
+                _status_ready = true;
+        }
+        if (!fds[0].revents)
+            continue;
+        auto e = control::receive(_dest.get(), net::after(control_timeout));
+        if (!e)
+            throw error("the destination daemon closed the connection before resuming");
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_REQUEST) {
+            handle_resume_request();
+            continue;
+        }
+        control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_RESTORE_RESULT, "destination");
+        const auto& res = *e->restore_result;
+        if (!res.ok)
+            throw error(fmt::format("restore failed on the destination: {}", res.error ? res.error : "unknown"));
+        _r.t_resumed = monotonic_ns();
+        _r.destination_pid = res.has_root_pid ? res.root_pid : -1;
+        _r.dest_images_check_ns = res.images_check_ns;
+        _r.dest_lazy_start_ns = res.lazy_start_ns;
+        _r.dest_criu_restore_ns = res.criu_restore_ns;
+        return;
+    }
+}
+
+void migration::wait_transfer() {
+    for (;;) {
+        control::envelope_ptr e;
+        try {
+            e = control::receive(_dest.get(), net::after(transfer_silence_limit));
+        } catch (const std::exception& ex) {
+            throw error(fmt::format("lost the destination after it resumed ({}); the source stays frozen", ex.what()));
+        }
+        if (!e)
+            throw error("the destination closed the connection after it resumed; the source stays frozen");
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_PROGRESS) {
+            if (_opt.show_progress) {
+                const auto& p = *e->transfer_progress;
+                std::fprintf(stderr, "\r  post-copy: %5.1f%%  %llu / %llu pages", p.pages_total ? 100.0 * double(p.pages_done) / double(p.pages_total) : 100.0,
+                             static_cast<unsigned long long>(p.pages_done),
+                             static_cast<unsigned long long>(p.pages_total));
+            }
+            continue;
+        }
+        control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS, "destination");
+        if (_opt.show_progress)
+            std::fprintf(stderr, "\n");
+        const auto& s = *e->transfer_stats;
+        auto& t = _r.transfer;
+        t.present = true;
+        t.ok = s.ok;
+        t.error = s.error ? s.error : "";
+        t.pages_total = s.pages_total;
+        t.pages_faulted = s.pages_faulted;
+        t.pages_prefetched = s.pages_prefetched;
+        t.pages_background = s.pages_background;
+        t.pages_zero = s.pages_zero;
+        t.pages_dropped = s.pages_dropped;
+        t.pages_forked = s.pages_forked;
+        t.pages_refetched = s.pages_refetched;
+        t.bytes_received = s.bytes_received;
+        t.faults = s.faults;
+        t.fault_p50_ns = s.fault_p50_ns;
+        t.fault_p99_ns = s.fault_p99_ns;
+        t.fault_max_ns = s.fault_max_ns;
+        t.transfer_ns = s.transfer_ns;
+        t.processes = s.processes;
+        _r.t_transferred = monotonic_ns();
+        if (!s.ok)
+            throw error(fmt::format("the destination failed during post-copy: {}", t.error));
+        return;
+    }
+}
+
+// Every page is on the destination: end CRIU's dump, which kills the
+// frozen source tasks.
+void migration::finish_source() {
+    FerryControl__OutgoingFinish f = FERRY_CONTROL__OUTGOING_FINISH__INIT;
+    control::send_message(_src.get(), f, net::after(control_timeout));
+    auto e = control::receive(_src.get(), net::after(control_timeout));
+    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISHED, "local daemon");
+    _r.source_pages_served = e->outgoing_finished->pages_served;
+    _r.source_bytes_sent = e->outgoing_finished->bytes_sent;
+    for (;;) {
+        auto r = _criu->receive(net::after(control_timeout));
+        if (r->type == CRIU_REQ_TYPE__NOTIFY) {
+            _criu->ack_notify(true);
+            continue;
+        }
+        _dump_response_seen = true;
+        _dump_succeeded = r->success;
+        if (!r->success)
+            _log->warn("CRIU reported the dump as failed after CLOSE: {}",
+                       criu::describe_failure(*r, (_dir / "dump.log").string()));
+        break;
+    }
+    _criu->wait();
+    _criu.reset();
+    _r.t_finished = monotonic_ns();
+}
+
+// Before the commit: make CRIU resume the frozen source tasks.
+void migration::abort_source(const std::string& reason) {
+    if (!_dump_started || _dump_response_seen) {
+        _criu.reset();
+        return; // CRIU never froze the tasks, or already resumed them after its own failure
+    }
+    bool aborted = false;
+    if (_registered && _src) {
+        try {
+            FerryControl__OutgoingAbort a = FERRY_CONTROL__OUTGOING_ABORT__INIT;
+            a.reason = const_cast<char*>(reason.c_str());
+            control::send_message(_src.get(), a, net::after(control_timeout));
+            auto e = control::receive(_src.get(), net::after(control_timeout));
+            control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORTED, "local daemon");
+            aborted = true;
+        } catch (const std::exception& e) {
+            _log->warn("the local daemon could not abort ({}); aborting CRIU directly", e.what());
+        }
+    }
+    try {
+        if (!aborted) {
+            read_criu_until_status_ready();
+            criu::abort_lazy_dump(_criu_port, std::chrono::seconds(10));
+        }
+        for (;;) {
+            auto r = _criu->receive(net::after(control_timeout));
+            if (r->type == CRIU_REQ_TYPE__NOTIFY) {
+                _criu->ack_notify(true);
+                continue;
+            }
+            break; // the dump's final (failed) response: the tasks were resumed
+        }
+    } catch (const std::exception& e) {
+        _log->error("aborting CRIU's dump: {}; killing CRIU so the kernel detaches the tasks", e.what());
+        _criu->kill();
+    }
+    _criu.reset();
+}
+
+void migration::cleanup() {
+    if (!_opt.keep_images && !_dir.empty() && _r.ok) {
+        std::error_code ec;
+        std::filesystem::remove_all(_dir, ec);
+    }
+}
+
+migration_result migration::run() {
+    _r.t_start = monotonic_ns();
+    try {
+        check_source();
+        (void)criu::require_supported_criu();
+        connect_daemons();
+        start_dump();
+        wait_dumped();
+        ship_images();
+        wait_registered();
+        wait_resumed();
+    } catch (const std::exception& e) {
+        _r.error = e.what();
+        if (!_r.committed) {
+            abort_source(_r.error);
+            _r.source_running = process_running(_opt.pid);
+        }
+        cleanup();
+        return _r;
+    }
+    try {
+        wait_transfer();
+        finish_source();
+        _r.ok = true;
+        if (!process_gone(_opt.pid))
+            _log->warn("source pid {} is still present after the dump ended", _opt.pid);
+    } catch (const std::exception& e) {
+        _r.error = e.what();
+    }
+    cleanup();
+    return _r;
+}
+
+} // namespace
+
+double migration_result::downtime_ms() const noexcept {
+    return t_freeze && t_resumed ? ns_to_ms(t_resumed - t_freeze) : 0;
+}
+
+double migration_result::total_ms() const noexcept {
+    const uint64_t end = t_finished ? t_finished : t_transferred;
+    return t_freeze && end ? ns_to_ms(end - t_freeze) : 0;
+}
+
+migration_result migrate(const migrate_options& opt) { return migration(opt).run(); }
+
+} // namespace ferry::migrator

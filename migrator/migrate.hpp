@@ -1,0 +1,75 @@
+// `migrator migrate`: post-copy migration of a process tree that lives in its
+// own PID namespace, from this host to another host's pagesrv.
+//
+//   freeze (criu dump --lazy-pages, tasks stay frozen)
+//   -> register with the local pagesrv (it serves pages from the frozen tasks)
+//   -> ship images to the destination, which restores with lazy-pages
+//   -> destination reaches pre-resume -> commit the source -> resume
+//   -> wait for every page -> CLOSE CRIU's dump (the source tasks end)
+//
+// Any failure before the commit aborts CRIU's dump, and CRIU resumes the
+// source tasks.
+#pragma once
+
+#include "net.hpp"
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace ferry::migrator {
+
+struct migrate_options {
+    pid_t pid = 0;
+    net::endpoint destination;
+    net::endpoint local_daemon;
+    std::optional<net::endpoint> advertised_source; // what the destination dials; default local_daemon
+    std::filesystem::path work_root = "/dev/shm/ferry";
+    bool keep_images = false;
+    bool show_progress = false;
+};
+
+struct transfer_summary {
+    bool present = false;
+    bool ok = false;
+    std::string error;
+    uint64_t pages_total = 0, pages_faulted = 0, pages_prefetched = 0, pages_background = 0, pages_zero = 0;
+    uint64_t pages_dropped = 0, pages_forked = 0, pages_refetched = 0, bytes_received = 0, faults = 0;
+    uint64_t fault_p50_ns = 0, fault_p99_ns = 0, fault_max_ns = 0, transfer_ns = 0;
+    uint32_t processes = 0;
+};
+
+struct migration_result {
+    std::string id;
+    bool ok = false;
+    std::string error;
+    bool committed = false;
+    bool source_running = false; // after a failure: did the source survive?
+    pid_t source_pid = 0;
+    pid_t destination_pid = -1;
+
+    // Moments on this host's monotonic clock, ns; 0 when not reached.
+    uint64_t t_start = 0, t_freeze = 0, t_dumped = 0, t_images_sent = 0, t_ready_to_resume = 0;
+    uint64_t t_committed = 0, t_resumed = 0, t_transferred = 0, t_finished = 0;
+    // Destination phases, on its clock.
+    uint64_t dest_images_check_ns = 0, dest_lazy_start_ns = 0, dest_criu_restore_ns = 0;
+
+    uint64_t images_bytes = 0;
+    uint32_t image_files = 0;
+    uint64_t source_pages_total = 0;
+    uint64_t source_pages_served = 0;
+    uint64_t source_bytes_sent = 0;
+    transfer_summary transfer;
+
+    [[nodiscard]] double downtime_ms() const noexcept;
+    [[nodiscard]] double total_ms() const noexcept;
+};
+
+// Runs one migration. Never throws for a migration failure: the result says
+// what went wrong and whether the source still runs.
+migration_result migrate(const migrate_options& opt);
+
+} // namespace ferry::migrator

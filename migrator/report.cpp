@@ -1,0 +1,96 @@
+#include "report.hpp"
+
+#include "clock.hpp"
+
+#include <fmt/format.h>
+
+namespace ferry::migrator {
+
+namespace {
+
+double span_ms(uint64_t from, uint64_t to) { return from && to && to >= from ? ns_to_ms(to - from) : 0; }
+
+} // namespace
+
+nlohmann::json to_json(const migration_result& r) {
+    nlohmann::json j;
+    j["migration_id"] = r.id;
+    j["ok"] = r.ok;
+    if (!r.ok) {
+        j["error"] = r.error;
+        j["committed"] = r.committed;
+        j["source_running"] = r.source_running;
+    }
+    j["source_pid"] = r.source_pid;
+    j["destination_pid"] = r.destination_pid;
+    j["downtime_ms"] = r.downtime_ms();
+    j["total_ms"] = r.total_ms();
+    const auto& t = r.transfer;
+    j["pages_total"] = t.present ? t.pages_total : r.source_pages_total;
+    j["pages_faulted"] = t.pages_faulted;
+    j["pages_prefetched"] = t.pages_prefetched;
+    j["pages_background"] = t.pages_background;
+    j["pages_zero"] = t.pages_zero;
+    j["pages_dropped"] = t.pages_dropped;
+    j["pages_forked"] = t.pages_forked;
+    j["pages_refetched"] = t.pages_refetched;
+    j["pages_served_by_source"] = r.source_pages_served;
+    j["bytes_sent"] = r.source_bytes_sent + r.images_bytes;
+    j["image_bytes"] = r.images_bytes;
+    j["image_files"] = r.image_files;
+    j["faults"] = t.faults;
+    j["fault_p50_us"] = ns_to_us(t.fault_p50_ns);
+    j["fault_p99_us"] = ns_to_us(t.fault_p99_ns);
+    j["fault_max_us"] = ns_to_us(t.fault_max_ns);
+    j["transfer_ms"] = ns_to_ms(t.transfer_ns);
+    // Where the downtime went, phase by phase.
+    j["phases_ms"] = {
+        {"dump", span_ms(r.t_freeze, r.t_dumped)},
+        {"ship_images", span_ms(r.t_dumped, r.t_images_sent)},
+        {"restore_until_pre_resume", span_ms(r.t_images_sent, r.t_ready_to_resume)},
+        {"commit", span_ms(r.t_ready_to_resume, r.t_committed)},
+        {"resume", span_ms(r.t_committed, r.t_resumed)},
+        {"post_copy", span_ms(r.t_resumed, r.t_transferred)},
+        {"finish_source", span_ms(r.t_transferred, r.t_finished)},
+    };
+    j["destination_phases_ms"] = {
+        {"images_check", ns_to_ms(r.dest_images_check_ns)},
+        {"lazy_pages_start", ns_to_ms(r.dest_lazy_start_ns)},
+        {"criu_restore", ns_to_ms(r.dest_criu_restore_ns)},
+    };
+    return j;
+}
+
+std::string human_summary(const migration_result& r) {
+    std::string s;
+    if (!r.ok) {
+        s += fmt::format("migration {} FAILED: {}\n", r.id, r.error);
+        if (!r.committed)
+            s += fmt::format("  the source (pid {}) {}\n", r.source_pid,
+                             r.source_running ? "keeps running" : "is NOT running: check it");
+        return s;
+    }
+    const auto& t = r.transfer;
+    s += fmt::format("migrated pid {} -> destination pid {} (migration {})\n", r.source_pid, r.destination_pid, r.id);
+    s += fmt::format("  downtime      {:8.1f} ms  (dump {:.1f} | ship images {:.1f} | restore {:.1f} | commit {:.1f} "
+                     "| resume {:.1f})\n",
+                     r.downtime_ms(), span_ms(r.t_freeze, r.t_dumped), span_ms(r.t_dumped, r.t_images_sent),
+                     span_ms(r.t_images_sent, r.t_ready_to_resume), span_ms(r.t_ready_to_resume, r.t_committed),
+                     span_ms(r.t_committed, r.t_resumed));
+    s += fmt::format("  total         {:8.1f} ms  (post-copy {:.1f} ms)\n", r.total_ms(),
+                     span_ms(r.t_resumed, r.t_transferred));
+    s += fmt::format("  pages         {} lazy: {} faulted, {} prefetched, {} background; {} zero-filled holes\n",
+                     t.pages_total, t.pages_faulted, t.pages_prefetched, t.pages_background, t.pages_zero);
+    if (t.pages_dropped || t.pages_forked || t.pages_refetched)
+        s += fmt::format("                {} dropped (unmapped/exited), {} into forked children, {} refetched "
+                         "after a checksum mismatch\n",
+                         t.pages_dropped, t.pages_forked, t.pages_refetched);
+    s += fmt::format("  sent          {:.1f} MiB ({} image files, {:.1f} KiB)\n",
+                     double(r.source_bytes_sent + r.images_bytes) / (1 << 20), r.image_files,
+                     double(r.images_bytes) / 1024);
+    s += fmt::format("  fault latency p50 {:.0f} us, p99 {:.0f} us, max {:.0f} us over {} faults\n",
+                     ns_to_us(t.fault_p50_ns), ns_to_us(t.fault_p99_ns), ns_to_us(t.fault_max_ns), t.faults);
+    return s;
+}
+
+} // namespace ferry::migrator
