@@ -131,6 +131,9 @@ bool wait_readable(int fd, deadline until) { return wait_for(fd, POLLIN, until);
 bool read_full(int fd, std::span<std::byte> buf, deadline until, const char* what) {
     size_t done = 0;
     while (done < buf.size()) {
+        // With a deadline, never block in read(): the fd may be blocking.
+        if (until != no_deadline && !wait_for(fd, POLLIN, until))
+            throw sys_error(what, ETIMEDOUT);
         ssize_t n = ::read(fd, buf.data() + done, buf.size() - done);
         if (n > 0) {
             done += size_t(n);

@@ -154,11 +154,11 @@ void touch_after_freeze(const region& r) {
 }
 
 void run(const char* role, const region& r, unsigned threads, bool touch) {
-    say("ready %s pid=%d pages=%zu\n", role, int(getpid()), r.pages);
     for (unsigned i = 0; i < threads; i++)
         std::thread(worker, &r, i).detach();
     if (touch)
         std::thread(touch_after_freeze, std::cref(r)).detach();
+    say("ready %s pid=%d pages=%zu threads=%u\n", role, int(getpid()), r.pages, threads + 1 + (touch ? 1 : 0));
     uint64_t tick = 0;
     uint64_t last_tick = now_ns();
     for (;;) {

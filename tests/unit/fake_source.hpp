@@ -1,0 +1,126 @@
+// A page source for tests: serves page channels over TCP on loopback from a
+// buffer, the way pagesrv serves them from a frozen task, with switches to
+// corrupt or withhold replies.
+#pragma once
+
+#include "checksum.hpp"
+#include "control.hpp"
+#include "net.hpp"
+#include "page_wire.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ferry::test {
+
+class fake_source {
+  public:
+    // Serves image addresses [base, base + len) from `memory`.
+    fake_source(const std::byte* memory, uint64_t base, uint64_t len)
+        : _mem(memory), _base(base), _len(len),
+          _listener(net::tcp_listen(any_loopback())) {
+        _thread = std::thread([this] { accept_loop(); });
+    }
+    ~fake_source() {
+        _stop = true;
+        ::shutdown(_listener.get(), SHUT_RDWR);
+        _thread.join();
+        std::lock_guard lock(_mutex);
+        for (auto& c : _conns)
+            ::shutdown(c.fd.get(), SHUT_RDWR);
+        for (auto& c : _conns)
+            c.thread.join();
+    }
+
+    [[nodiscard]] net::endpoint endpoint() const { return net::local_endpoint(_listener.get()); }
+
+    std::atomic<int> corrupt_replies{0}; // corrupt the first page of this many replies
+    std::atomic<bool> corrupt_always{false};
+    std::atomic<bool> silent{false};       // read requests, never answer
+    std::atomic<uint64_t> requests{0};
+    std::atomic<bool> done_received{false};
+
+  private:
+    static net::endpoint any_loopback() {
+        auto ep = net::parse_endpoint("127.0.0.1:1");
+        ep.addr.sin_port = 0;
+        return ep;
+    }
+    struct conn {
+        unique_fd fd;
+        std::thread thread;
+    };
+
+    void accept_loop() {
+        while (!_stop) {
+            unique_fd fd(::accept4(_listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+            if (!fd)
+                return;
+            std::lock_guard lock(_mutex);
+            auto& c = _conns.emplace_back();
+            c.fd = std::move(fd);
+            c.thread = std::thread([this, f = c.fd.get()] { serve(f); });
+        }
+    }
+
+    void serve(int fd) {
+        try {
+            auto open = control::receive(fd, net::after(std::chrono::seconds(5)));
+            FerryControl__PageChannelAccepted ok = FERRY_CONTROL__PAGE_CHANNEL_ACCEPTED__INIT;
+            ok.page_size = uint32_t(page_size);
+            ok.max_pages_per_request = wire::max_pages_per_request;
+            control::send_message(fd, ok, net::after(std::chrono::seconds(5)));
+            std::vector<std::byte> pages(wire::max_pages_per_request * page_size);
+            std::vector<uint64_t> sums(wire::max_pages_per_request);
+            for (;;) {
+                wire::header_bytes h;
+                if (!net::read_full(fd, h, net::no_deadline, "fake source"))
+                    return;
+                wire::page_request r;
+                if (wire::decode(h, r) != wire::decode_error::none)
+                    return;
+                requests++;
+                if (r.operation == wire::op::done) {
+                    done_received = true;
+                    continue;
+                }
+                if (silent)
+                    continue;
+                const uint64_t len = uint64_t(r.nr_pages) * page_size;
+                const bool in_range = r.vaddr >= _base && r.vaddr + len <= _base + _len;
+                wire::page_reply rep{in_range ? wire::status::ok : wire::status::out_of_range, r.pid,
+                                     in_range ? r.nr_pages : 0, r.vaddr, r.request_id};
+                if (in_range) {
+                    std::memcpy(pages.data(), _mem + (r.vaddr - _base), len);
+                    for (uint32_t i = 0; i < r.nr_pages; i++)
+                        sums[i] = page_checksum(pages.data() + i * page_size);
+                    if (corrupt_always || corrupt_replies.fetch_sub(1) > 0)
+                        pages[100] ^= std::byte{0xff};
+                }
+                auto hb = wire::encode(rep);
+                iovec iov[3] = {{hb.data(), hb.size()},
+                                {sums.data(), rep.nr_pages * sizeof(uint64_t)},
+                                {pages.data(), rep.nr_pages * page_size}};
+                net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(5)), "fake source reply");
+            }
+        } catch (const std::exception&) {
+        }
+    }
+
+    const std::byte* _mem;
+    uint64_t _base, _len;
+    unique_fd _listener;
+    std::thread _thread;
+    std::atomic<bool> _stop{false};
+    std::mutex _mutex;
+    std::list<conn> _conns;
+};
+
+} // namespace ferry::test

@@ -1,0 +1,243 @@
+// The fault loop against a real userfaultfd in this process and a fake page
+// source on loopback.
+#include "checksum.hpp"
+#include "fake_source.hpp"
+#include "fault_loop.hpp"
+
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+using namespace ferry;
+using ferry::lazy::fault_loop;
+using ferry::lazy::loop_config;
+
+namespace {
+
+uint64_t word_of(uint64_t page, uint64_t word) { return (page * 0x9e3779b97f4a7c15ull) ^ (word + 1); }
+
+// A registered region, the source copy of its contents, and the lazy ranges.
+struct lazy_region {
+    size_t pages;
+    uint64_t* mem = nullptr;
+    std::vector<uint64_t> source;
+    unique_fd uffd;
+    std::vector<criu::lazy_range> lazy;
+
+    explicit lazy_region(size_t n, std::vector<std::pair<size_t, size_t>> holes = {}) : pages(n), source(n * 512) {
+        void* m = ::mmap(nullptr, n * page_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        REQUIRE(m != MAP_FAILED);
+        mem = static_cast<uint64_t*>(m);
+        for (size_t p = 0; p < n; p++)
+            for (size_t w = 0; w < 512; w++)
+                source[p * 512 + w] = word_of(p, w);
+        uffd.reset(int(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
+        REQUIRE(uffd);
+        uffdio_api api{UFFD_API, UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMAP, 0};
+        REQUIRE(::ioctl(uffd.get(), UFFDIO_API, &api) == 0);
+        uffdio_register reg{{addr(0), n * page_size}, UFFDIO_REGISTER_MODE_MISSING, 0};
+        REQUIRE(::ioctl(uffd.get(), UFFDIO_REGISTER, &reg) == 0);
+        // Lazy everywhere except the holes [first, last).
+        size_t at = 0;
+        std::sort(holes.begin(), holes.end());
+        for (auto [first, last] : holes) {
+            if (first > at)
+                lazy.push_back({addr(at), addr(first)});
+            at = last;
+        }
+        if (at < n)
+            lazy.push_back({addr(at), addr(n)});
+    }
+    ~lazy_region() {
+        if (mem)
+            ::munmap(mem, pages * page_size);
+    }
+    [[nodiscard]] uint64_t addr(size_t page) const { return reinterpret_cast<uint64_t>(mem) + page * page_size; }
+    [[nodiscard]] const std::byte* source_bytes() const { return reinterpret_cast<const std::byte*>(source.data()); }
+    [[nodiscard]] bool page_ok(size_t p) const {
+        return std::equal(mem + p * 512, mem + p * 512 + 512, source.begin() + long(p * 512));
+    }
+    [[nodiscard]] bool page_zero(size_t p) const {
+        return std::all_of(mem + p * 512, mem + p * 512 + 512, [](uint64_t w) { return w == 0; });
+    }
+    [[nodiscard]] std::vector<bool> resident() const {
+        std::vector<unsigned char> v(pages);
+        REQUIRE(::mincore(mem, pages * page_size, v.data()) == 0);
+        std::vector<bool> r(pages);
+        for (size_t i = 0; i < pages; i++)
+            r[i] = v[i] & 1;
+        return r;
+    }
+};
+
+fault_loop make_loop(const test::fake_source& src, loop_config cfg = {}) {
+    auto ep = src.endpoint();
+    auto fault_ch = page_client::connect(ep, "test", FERRY_CONTROL__CHANNEL_KIND__FAULT, 64, std::chrono::seconds(5));
+    auto bg_ch = page_client::connect(ep, "test", FERRY_CONTROL__CHANNEL_KIND__BACKGROUND, 1024, std::chrono::seconds(5));
+    return fault_loop(cfg, std::move(fault_ch), std::move(bg_ch));
+}
+
+// "restore finished" over a socket pair, as CRIU sends it.
+struct fake_restore {
+    unique_fd criu_end, daemon_end;
+    fake_restore() {
+        int sv[2];
+        REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        criu_end.reset(sv[0]);
+        daemon_end.reset(sv[1]);
+    }
+    void finished() {
+        const uint32_t magic = 0x52535446;
+        REQUIRE(::write(criu_end.get(), &magic, 4) == 4);
+    }
+};
+
+} // namespace
+
+TEST_CASE("faults are served, holes zero-filled, the rest pulled in the background", "[fault_loop][uffd]") {
+    lazy_region region(2048, {{100, 110}, {2000, 2048}});
+    test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+    auto loop = make_loop(src);
+    fake_restore restore;
+    loop.watch_restore(std::move(restore.daemon_end));
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    REQUIRE(loop.stats().pages_total == 2048 - 10 - 48);
+
+    std::thread runner([&] { loop.run(); });
+    // Touch pages in random order before "restore finished": only faults
+    // can serve them, as during a real restore.
+    std::vector<size_t> order(region.pages);
+    for (size_t i = 0; i < order.size(); i++)
+        order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::minstd_rand(1));
+    size_t bad = 0;
+    for (size_t i = 0; i < 300; i++) {
+        const size_t p = order[i];
+        const bool hole = (p >= 100 && p < 110) || p >= 2000;
+        bad += hole ? !region.page_zero(p) : !region.page_ok(p);
+    }
+    restore.finished();
+    runner.join();
+
+    REQUIRE(bad == 0);
+    for (size_t p = 0; p < region.pages; p++) {
+        const bool hole = (p >= 100 && p < 110) || p >= 2000;
+        if (!hole)
+            REQUIRE(region.page_ok(p));
+    }
+    const auto& s = loop.stats();
+    REQUIRE(s.pages_faulted > 0);
+    REQUIRE(s.pages_background > 0);
+    REQUIRE(s.pages_faulted + s.pages_prefetched + s.pages_background + s.pages_dropped == s.pages_total);
+    REQUIRE(s.pages_dropped == 0);
+    REQUIRE(src.done_received == false); // announce_done was not called
+    loop.announce_done();
+    REQUIRE(loop.fault_latency().count() == s.pages_faulted);
+}
+
+TEST_CASE("a corrupt page is refetched once and never installed", "[fault_loop][uffd][checksum]") {
+    lazy_region region(512);
+    test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+    src.corrupt_replies = 1; // the refetch arrives intact
+    auto loop = make_loop(src);
+    loop.set_restore_finished();
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    loop.run();
+    for (size_t p = 0; p < region.pages; p++)
+        REQUIRE(region.page_ok(p));
+    REQUIRE(loop.stats().pages_refetched > 0);
+    REQUIRE(loop.stats().pages_background == 512);
+}
+
+TEST_CASE("a page corrupt twice stops the loop and is not installed", "[fault_loop][uffd][checksum]") {
+    std::vector<bool> resident;
+    lazy_region region(256);
+    {
+        test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+        src.corrupt_always = true;
+        auto loop = make_loop(src);
+        loop.set_restore_finished();
+        loop.add_process(1, std::move(region.uffd), region.lazy);
+        REQUIRE_THROWS_WITH(loop.run(), Catch::Contains("checksum mismatch again"));
+        resident = region.resident(); // while the uffd is still registered
+    }
+    // Every page that landed is correct; the corrupt ones never landed.
+    size_t landed = 0;
+    for (size_t p = 0; p < region.pages; p++)
+        if (resident[p]) {
+            landed++;
+            REQUIRE(region.page_ok(p));
+        }
+    REQUIRE(landed < region.pages);
+}
+
+TEST_CASE("a silent source trips the fetch deadline", "[fault_loop][uffd]") {
+    lazy_region region(64);
+    test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+    src.silent = true;
+    loop_config cfg;
+    cfg.fetch_deadline = std::chrono::milliseconds(200);
+    auto loop = make_loop(src, cfg);
+    loop.set_restore_finished();
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    REQUIRE_THROWS_WITH(loop.run(), Catch::Contains("did not answer"));
+}
+
+TEST_CASE("a restore that hangs up before finishing stops the loop", "[fault_loop][uffd]") {
+    lazy_region region(16);
+    test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+    auto loop = make_loop(src);
+    fake_restore restore;
+    loop.watch_restore(std::move(restore.daemon_end));
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    restore.criu_end.reset();
+    REQUIRE_THROWS_WITH(loop.run(), Catch::Contains("restore failed"));
+}
+
+TEST_CASE("unmapped and removed ranges are dropped; remapped ranges follow the move", "[fault_loop][uffd]") {
+    lazy_region region(1024);
+    test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+    auto loop = make_loop(src);
+    fake_restore restore;
+    loop.watch_restore(std::move(restore.daemon_end));
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    std::thread runner([&] { loop.run(); });
+
+    // Before "restore finished" nothing is pulled in the background, so these
+    // ranges are still lazy when the events arrive.
+    REQUIRE(::madvise(region.mem + 100 * 512, 50 * page_size, MADV_DONTNEED) == 0); // REMOVE
+    REQUIRE(region.page_zero(120)); // no longer lazy: the kernel's own zero page
+    REQUIRE(::munmap(region.mem + 900 * 512, 124 * page_size) == 0); // UNMAP
+    // mremap pages [500, 600) elsewhere: REMAP; the moved pages keep their contents.
+    void* moved = ::mremap(region.mem + 500 * 512, 100 * page_size, 100 * page_size, MREMAP_MAYMOVE | MREMAP_FIXED,
+                           region.mem + 900 * 512);
+    REQUIRE(moved == region.mem + 900 * 512);
+    REQUIRE(region.page_ok(0));
+    size_t bad = 0;
+    for (size_t i = 0; i < 100; i++)
+        bad += !std::equal(region.mem + (900 + i) * 512, region.mem + (901 + i) * 512,
+                           region.source.begin() + long((500 + i) * 512));
+    REQUIRE(bad == 0);
+    restore.finished();
+    runner.join();
+
+    const auto& s = loop.stats();
+    REQUIRE(s.pages_dropped == 50 + 124);
+    REQUIRE(s.pages_faulted + s.pages_prefetched + s.pages_background + s.pages_dropped == s.pages_total);
+    for (size_t p = 0; p < 1024; p++) {
+        if (p >= 100 && p < 150)
+            REQUIRE(region.page_zero(p));
+        else if (p < 500 || (p >= 600 && p < 900))
+            REQUIRE(region.page_ok(p));
+    }
+    ::munmap(region.mem + 500 * 512, 100 * page_size);
+}
