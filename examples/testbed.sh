@@ -52,7 +52,8 @@ start_daemon() {
   local h=$1 dir="$state/$1"
   mkdir -p "$dir"
   [ -x "$build/pagesrv/pagesrv" ] || die "no pagesrv in $build (build first: meson setup build && ninja -C build)"
-  in_host "$h" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
+  # nsenter and setsid exec in turn, so $! is pagesrv's own pid.
+  nsenter --net="/run/netns/$(ns "$h")" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
     </dev/null >>"$dir/pagesrv.log" 2>&1 &
   echo $! >"$dir/pagesrv.pid"
   # Wait (bounded) until it accepts connections.

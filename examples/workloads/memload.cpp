@@ -119,7 +119,7 @@ void worker(const region* r, unsigned id) {
     }
 }
 
-void touch_after_freeze(const region& r) {
+void wait_for_freeze() {
     uint64_t last = now_ns();
     for (;;) {
         struct timespec ts = {0, 1'000'000};
@@ -128,8 +128,11 @@ void touch_after_freeze(const region& r) {
         const bool frozen = now - last > 50'000'000;
         last = now;
         if (frozen)
-            break;
+            return;
     }
+}
+
+void touch_all(const region& r) {
     std::vector<uint32_t> order(r.pages);
     for (size_t i = 0; i < r.pages; i++)
         order[i] = uint32_t(i);
@@ -153,12 +156,79 @@ void touch_after_freeze(const region& r) {
         r.pages, bad, double(total) / 1e6, pct(0.50), pct(0.99), pct(0.999), lat.back());
 }
 
-void run(const char* role, const region& r, unsigned threads, bool touch) {
+void fork_and_verify(const region& r) {
+    pid_t c = fork();
+    if (c == 0) {
+        const long bad = r.verify_all();
+        if (bad < 0)
+            say("postfork verify ok pages=%zu\n", r.pages);
+        else
+            say("postfork verify FAIL page=%ld\n", bad);
+        _exit(0);
+    }
+    if (c > 0)
+        waitpid(c, nullptr, 0);
+}
+
+// A region whose layout changes right after the migration, to exercise the
+// lazy-pages daemon's REMOVE, UNMAP and REMAP handling.
+struct churn_region {
+    static constexpr size_t pages = 2048;
+    region r;
+    void* landing = nullptr; // where the tail is moved to
+
+    void setup(uint64_t seed) {
+        r = allocate(pages * page / (1 << 20), seed);
+        landing = mmap(nullptr, (pages - 512) * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
+    void churn() {
+        char* base = reinterpret_cast<char*>(r.base);
+        const char* err = nullptr;
+        if (madvise(base, 256 * page, MADV_DONTNEED))
+            err = "madvise";
+        else if (munmap(base + 256 * page, 256 * page))
+            err = "munmap";
+        void* moved = mremap(base + 512 * page, (pages - 512) * page, (pages - 512) * page,
+                             MREMAP_MAYMOVE | MREMAP_FIXED, landing);
+        if (!err && moved == MAP_FAILED)
+            err = "mremap";
+        for (size_t p = 0; !err && p < 256; p++)
+            for (size_t w = 0; w < words_per_page; w++)
+                if (r.base[p * words_per_page + w] != 0)
+                    err = "a page read non-zero after MADV_DONTNEED";
+        const uint64_t* m = static_cast<const uint64_t*>(moved);
+        for (size_t p = 512; !err && p < pages; p++)
+            for (size_t w = 0; w < words_per_page; w++)
+                if (m[(p - 512) * words_per_page + w] != pattern(r.seed, p, w))
+                    err = "a moved page lost its contents";
+        if (err)
+            say("churn FAIL %s\n", err);
+        else
+            say("churn ok\n");
+    }
+};
+
+struct after_freeze {
+    bool touch = false, fork = false, churn = false;
+    [[nodiscard]] bool any() const { return touch || fork || churn; }
+};
+
+void watch_for_migration(const region& r, churn_region* cr, after_freeze what) {
+    wait_for_freeze();
+    if (what.touch)
+        touch_all(r);
+    if (what.churn && cr)
+        cr->churn(); // first: it is quick, and its ranges are still lazy
+    if (what.fork)
+        fork_and_verify(r);
+}
+
+void run(const char* role, const region& r, unsigned threads, after_freeze what, churn_region* cr) {
     for (unsigned i = 0; i < threads; i++)
         std::thread(worker, &r, i).detach();
-    if (touch)
-        std::thread(touch_after_freeze, std::cref(r)).detach();
-    say("ready %s pid=%d pages=%zu threads=%u\n", role, int(getpid()), r.pages, threads + 1 + (touch ? 1 : 0));
+    if (what.any())
+        std::thread(watch_for_migration, std::cref(r), cr, what).detach();
+    say("ready %s pid=%d pages=%zu threads=%u\n", role, int(getpid()), r.pages, threads + 1 + (what.any() ? 1 : 0));
     uint64_t tick = 0;
     uint64_t last_tick = now_ns();
     for (;;) {
@@ -186,7 +256,7 @@ int main(int argc, char** argv) {
     size_t mib = 256, child_mib = 16;
     unsigned threads = 2;
     uint64_t seed = 42;
-    bool touch = false;
+    after_freeze what;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto next = [&] { return i + 1 < argc ? argv[++i] : (fprintf(stderr, "%s needs a value\n", a.c_str()), exit(2), ""); };
@@ -199,9 +269,14 @@ int main(int argc, char** argv) {
         else if (a == "--seed")
             seed = std::strtoull(next(), nullptr, 10);
         else if (a == "--touch-after-freeze")
-            touch = true;
+            what.touch = true;
+        else if (a == "--fork-after-freeze")
+            what.fork = true;
+        else if (a == "--churn-after-freeze")
+            what.churn = true;
         else {
-            fprintf(stderr, "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] [--touch-after-freeze]\n");
+            fprintf(stderr, "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
+                            "[--touch-after-freeze] [--fork-after-freeze] [--churn-after-freeze]\n");
             return 2;
         }
     }
@@ -213,7 +288,7 @@ int main(int argc, char** argv) {
     pid_t child = child_mib ? fork() : -1;
     if (child == 0) {
         region r = allocate(child_mib, seed + 1);
-        run("child", r, 1, false);
+        run("child", r, 1, after_freeze{}, nullptr);
     }
     region r = allocate(mib, seed);
     // Forward SIGUSR1 to the child as well.
@@ -226,5 +301,8 @@ int main(int argc, char** argv) {
         };
         sigaction(SIGUSR1, &sa, nullptr);
     }
-    run("parent", r, threads, touch);
+    static churn_region cr;
+    if (what.churn)
+        cr.setup(seed + 2);
+    run("parent", r, threads, what, what.churn ? &cr : nullptr);
 }

@@ -1,0 +1,94 @@
+# Shared helpers for the integration tests: a private testbed, workloads in
+# it, and bounded waits on their output. Source this file; it installs an
+# EXIT trap that tears everything down, even on failure.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export FERRY_BUILD=${FERRY_BUILD:-$repo/build}
+# A testbed of our own, so tests never touch a developer's testbed.
+export FERRY_TESTBED=${FERRY_TESTBED:-ft$$}
+export FERRY_TESTBED_NET=${FERRY_TESTBED_NET:-10.$((100 + $$ % 100)).$(($$ % 250)).0}
+export FERRY_TESTBED_NET=${FERRY_TESTBED_NET%.0}
+testbed="$repo/examples/testbed.sh"
+work=$(mktemp -d /tmp/ferry-itest.XXXXXX)
+
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+fail() {
+  log "FAIL: $*"
+  exit 1
+}
+
+cleanup() {
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    log "test failed (rc=$rc); daemon logs follow"
+    for f in /tmp/ferry-testbed/"$FERRY_TESTBED"/*/pagesrv.log; do
+      [ -f "$f" ] && { echo "== $f"; tail -n 40 "$f"; }
+    done
+    for f in /tmp/ferry-testbed/"$FERRY_TESTBED"/*/incoming/*/lazy-pages.log; do
+      [ -f "$f" ] && { echo "== $f"; tail -n 20 "$f"; }
+    done
+    for f in "$work"/*.out; do
+      [ -f "$f" ] && { echo "== $f"; tail -n 20 "$f"; }
+    done
+  fi
+  "$testbed" down >/dev/null 2>&1 || true
+  [ -n "${FERRY_KEEP_WORK:-}" ] || rm -rf "$work"
+  exit $rc
+}
+trap cleanup EXIT
+
+testbed_up() { "$testbed" up >&2; }
+on() { "$testbed" exec "$@"; }
+addr() { "$testbed" addr "$1"; }
+
+# wait_for FILE PATTERN [SECONDS] [FROM_LINE]: waits until a line matching
+# PATTERN appears in FILE after line FROM_LINE.
+wait_for() {
+  local file=$1 pattern=$2 secs=${3:-30} from=${4:-0} i
+  for ((i = 0; i < secs * 20; i++)); do
+    if [ -f "$file" ] && tail -n +"$((from + 1))" "$file" | grep -q -- "$pattern"; then
+      return 0
+    fi
+    sleep 0.05
+  done
+  fail "no line matching '$pattern' in $file within ${secs}s"
+}
+
+lines() { wc -l <"$1"; }
+
+# start_workload HOST NAME ARGS...: starts memload as the init of a new PID
+# namespace inside HOST; prints its host pid once it is ready. Its output
+# goes to $work/NAME.out.
+start_workload() {
+  local host=$1 name=$2 out launcher pid=""
+  shift 2
+  out="$work/$name.out"
+  # testbed.sh execs its way down to unshare, so $! is unshare's pid.
+  # Appending: the restored tree reopens the file at its dump-time offset.
+  "$testbed" exec "$host" setsid unshare --pid --fork memload "$@" </dev/null >>"$out" 2>&1 &
+  launcher=$!
+  wait_for "$out" "ready parent" 60
+  case " $* " in *" --child-mib 0 "*) ;; *) wait_for "$out" "ready child" 60 ;; esac
+  read -r pid _ <"/proc/$launcher/task/$launcher/children" || true
+  [ -n "$pid" ] || fail "cannot find the workload's pid"
+  echo "$pid"
+}
+
+# running PID: exists, not a zombie, not stopped.
+running() {
+  local st
+  st=$(awk '{print $3}' /proc/"$1"/stat 2>/dev/null) || return 1
+  case "$st" in Z | X | T | t) return 1 ;; *) return 0 ;; esac
+}
+
+gone() {
+  local st
+  st=$(awk '{print $3}' /proc/"$1"/stat 2>/dev/null) || return 0
+  [ "$st" = Z ] || [ "$st" = X ]
+}
+
+# json FILE KEY: a top-level value of the migrator's JSON output.
+json() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(str(v).lower() if isinstance(v,bool) else v)' "$1" "$2"; }
+
+netns_of() { readlink "/proc/$1/ns/net"; }

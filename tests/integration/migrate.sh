@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# End to end on the real stack: a multi-threaded memload with a forked child
+# and 256 MiB of known pattern migrates post-copy from host a to host b. Right
+# after it resumes it forks again and churns a region (REMOVE, UNMAP, REMAP),
+# so every kind of uffd event crosses the lazy-pages daemon.
+source "$(dirname "$0")/lib.sh"
+
+testbed_up
+pid=$(start_workload a e2e --mib 256 --child-mib 16 --threads 2 --fork-after-freeze --churn-after-freeze)
+out="$work/e2e.out"
+log "workload pid $pid on host a"
+src_net=$(netns_of "$pid")
+mark=$(lines "$out") # what the workload prints from here on comes after the freeze
+
+on a migrator migrate --pid "$pid" --to "$(addr b)" --json >"$work/result.json" || {
+  cat "$work/result.json"
+  fail "migrator exited non-zero"
+}
+cat "$work/result.json" >&2
+echo >&2
+
+[ "$(json "$work/result.json" ok)" = true ] || fail "migration not ok"
+dest=$(json "$work/result.json" destination_pid)
+total=$(json "$work/result.json" pages_total)
+faulted=$(json "$work/result.json" pages_faulted)
+prefetched=$(json "$work/result.json" pages_prefetched)
+background=$(json "$work/result.json" pages_background)
+dropped=$(json "$work/result.json" pages_dropped)
+forked=$(json "$work/result.json" pages_forked)
+served=$(json "$work/result.json" pages_served_by_source)
+downtime=$(json "$work/result.json" downtime_ms)
+log "downtime ${downtime} ms; pages total=$total faulted=$faulted prefetched=$prefetched background=$background dropped=$dropped forked=$forked served=$served"
+
+# Every lazy page is accounted for, and the source served at least them all.
+[ "$total" -ge $((256 * 256 + 16 * 256)) ] || fail "only $total lazy pages for 272 MiB of pattern"
+[ $((faulted + prefetched + background + dropped)) -eq "$total" ] || fail "pages do not add up"
+[ "$dropped" -gt 0 ] || fail "the churn's MADV_DONTNEED/munmap dropped no lazy pages"
+[ "$forked" -gt 0 ] || fail "no pages went to the child forked after resume"
+[ "$served" -ge $((total - dropped)) ] || fail "the source served $served pages, fewer than installed"
+awk -v d="$downtime" 'BEGIN { exit !(d > 0) }' || fail "no downtime measured"
+
+# The source tree is gone; the destination tree runs on host b.
+for i in $(seq 1 100); do gone "$pid" && break; sleep 0.05; done
+gone "$pid" || fail "source pid $pid still exists"
+running "$dest" || fail "destination pid $dest is not running"
+[ "$(netns_of "$dest")" != "$src_net" ] || fail "the restored tree is still in host a's network namespace"
+[ "$(netns_of "$dest")" = "$(readlink /proc/"$(cat /tmp/ferry-testbed/"$FERRY_TESTBED"/b/pagesrv.pid)"/ns/net)" ] ||
+  fail "the restored tree is not in host b's network namespace"
+
+# What the workload itself saw after the resume.
+wait_for "$out" "postfork verify ok pages=65536" 60 "$mark"
+wait_for "$out" "churn ok" 60 "$mark"
+mark=$(lines "$out")
+kill -USR1 "$dest"
+wait_for "$out" "verify ok parent pages=65536" 60 "$mark"
+wait_for "$out" "verify ok child pages=4096" 60 "$mark"
+# It keeps running: new ticks arrive after the checks.
+mark=$(lines "$out")
+wait_for "$out" "tick parent" 10 "$mark"
+wait_for "$out" "tick child" 10 "$mark"
+if tail -n +"$((mark + 1))" "$out" | grep -q "FAIL\|failures=[1-9]"; then
+  fail "the workload reported corruption"
+fi
+log "PASS"
