@@ -129,15 +129,19 @@ version require_supported_criu() {
 
 namespace {
 
-// CRIU's last "Error (file:line): ..." log line usually names the cause; the
-// response's cr_errmsg is only the first error, often a harmless one.
+// CRIU's last specific "Error (file:line): ..." log line usually names the
+// cause. The response's cr_errmsg is only the first error, often harmless
+// (the RLIMIT_NOFILE warning on this kernel), and the very last line is the
+// generic "Dumping/Restoring FAILED."
 std::string last_error_line(const std::string& log_path) {
     std::ifstream in(log_path);
     std::string line, last;
     while (std::getline(in, line)) {
         auto pos = line.find("Error (");
-        if (pos != std::string::npos)
-            last = line.substr(pos);
+        if (pos == std::string::npos || line.find("FAILED.") != std::string::npos ||
+            line.find("RLIMIT_NOFILE") != std::string::npos)
+            continue;
+        last = line.substr(pos);
     }
     return last;
 }

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Failures before the destination resumes: each gets a clear error and the
+# source workload keeps running unharmed. Then a page corrupted in flight is
+# caught by its checksum, refetched, and the migration completes.
+source "$(dirname "$0")/lib.sh"
+
+testbed_up
+pid=$(start_workload a victim --mib 32 --child-mib 4 --threads 2)
+out="$work/victim.out"
+log "workload pid $pid on host a"
+
+# expect_failure NAME PATTERN MIGRATE-ARGS...: the migration fails with an
+# error matching PATTERN, and the source is verified intact and running.
+expect_failure() {
+  local name=$1 pattern=$2 mark
+  shift 2
+  log "case: $name"
+  if on a migrator migrate --pid "$pid" --json "$@" >"$work/$name.json" 2>"$work/$name.err"; then
+    fail "$name: the migration succeeded"
+  fi
+  cat "$work/$name.json" >&2
+  grep -q -- "$pattern" "$work/$name.json" || fail "$name: error does not mention '$pattern'"
+  [ "$(json "$work/$name.json" source_running)" = true ] || fail "$name: migrator says the source is not running"
+  running "$pid" || fail "$name: source pid $pid is not running"
+  mark=$(lines "$out")
+  kill -USR1 "$pid"
+  wait_for "$out" "verify ok parent pages=8192" 30 "$mark"
+  wait_for "$out" "verify ok child pages=1024" 30 "$mark"
+  wait_for "$out" "tick parent" 10 "$(lines "$out")"
+}
+
+# Bad input rejected before anything is frozen.
+log "case: unknown pid"
+on a migrator migrate --pid 999999 --to "$(addr b)" >"$work/nopid.out" 2>&1 && fail "unknown pid accepted"
+grep -q "no process with pid 999999" "$work/nopid.out" || fail "unclear error for an unknown pid: $(cat "$work/nopid.out")"
+log "case: not a PID namespace root"
+on a migrator migrate --pid $$ --to "$(addr b)" >"$work/notroot.out" 2>&1 && fail "a non-namespace pid accepted"
+grep -q "not the init of its own PID namespace" "$work/notroot.out" || fail "unclear error: $(cat "$work/notroot.out")"
+log "case: malformed destination"
+on a migrator migrate --pid "$pid" --to "nowhere" >"$work/badaddr.out" 2>&1 && fail "a malformed address accepted"
+grep -q "is not an IP:PORT address" "$work/badaddr.out" || fail "unclear error: $(cat "$work/badaddr.out")"
+
+# Nothing listens on port 1 of host b; no host has address .99.
+expect_failure refused "cannot reach the destination daemon" --to "${FERRY_TESTBED_NET}.2:1"
+expect_failure unreachable "cannot reach the destination daemon" --to "${FERRY_TESTBED_NET}.99:7140"
+
+# The destination daemon dies (SIGKILL) as the images arrive, before restore.
+"$testbed" stop b
+FERRY_FAULT=dest-die-before-restore "$testbed" start b
+expect_failure dest-dies "destination" --to "$(addr b)"
+
+# criu restore fails on the destination.
+"$testbed" stop b
+FERRY_FAULT=restore-fail "$testbed" start b
+expect_failure restore-fails "restore failed on the destination" --to "$(addr b)"
+
+# The images are corrupt: the destination's image reader refuses them.
+"$testbed" stop b
+"$testbed" start b
+FERRY_FAULT=corrupt-images expect_failure corrupt-images "images are corrupt" --to "$(addr b)"
+
+# A page corrupted after the source checksummed it: refetched, never installed.
+"$testbed" stop a
+FERRY_FAULT=corrupt-page-once "$testbed" start a
+log "case: a page corrupted in flight"
+mark=$(lines "$out")
+on a migrator migrate --pid "$pid" --to "$(addr b)" --json >"$work/corrupt-page.json" || fail "migration failed"
+cat "$work/corrupt-page.json" >&2
+[ "$(json "$work/corrupt-page.json" pages_refetched)" -ge 1 ] || fail "no page was refetched"
+dest=$(json "$work/corrupt-page.json" destination_pid)
+kill -USR1 "$dest"
+wait_for "$out" "verify ok parent pages=8192" 30 "$mark"
+wait_for "$out" "verify ok child pages=1024" 30 "$mark"
+log "PASS"
