@@ -119,12 +119,20 @@ void worker(const region* r, unsigned id) {
     }
 }
 
+// CLOCK_REALTIME: CRIU restores into a time namespace whose offsets hide
+// most of the freeze from CLOCK_MONOTONIC.
+uint64_t realtime_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
 void wait_for_freeze() {
-    uint64_t last = now_ns();
+    uint64_t last = realtime_ns();
     for (;;) {
         struct timespec ts = {0, 1'000'000};
         nanosleep(&ts, nullptr);
-        const uint64_t now = now_ns();
+        const uint64_t now = realtime_ns();
         const bool frozen = now - last > 50'000'000;
         last = now;
         if (frozen)
