@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Ferry's post-copy benchmark (not a test: it asserts nothing about time).
+
+In one run on this machine it measures, for each memory size:
+  * downtime: Ferry's post-copy migration between the testbed's two hosts,
+    against stop-and-copy (criu dump to tmpfs, copy, criu restore) and against
+    CRIU's own lazy dump (freeze until its page server listens);
+  * per-access latency of a workload that touches every page once, in random
+    order, right after it resumes: Ferry against CRIU's lazy-pages daemon
+    restoring from local images.
+Every figure is reported as p50 and p99 over the repetitions (per-access
+latencies over all accesses), with Ferry's ratio to each baseline.
+
+Run it through examples/bench/run.sh, which installs and builds first.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("FERRY_BUILD", os.path.join(REPO, "build"))
+TESTBED = os.path.join(REPO, "examples", "testbed.sh")
+MEMLOAD = os.path.join(BUILD, "examples", "memload")
+ENV = dict(os.environ, FERRY_TESTBED="fbench", FERRY_TESTBED_NET="10.80.0", FERRY_BUILD=BUILD)
+
+
+def sh(*args, check=True, capture=True, env=ENV, timeout=600):
+    r = subprocess.run(list(args), env=env, check=False, timeout=timeout,
+                       stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
+                       text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    return r
+
+
+def testbed(*args, **kw):
+    return sh(TESTBED, *args, **kw)
+
+
+def pct(values, p):
+    """Nearest-rank percentile."""
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    k = max(1, min(len(v), int(-(-p * len(v) // 100))))
+    return v[k - 1]
+
+
+class Workload:
+    """memload as the init of a new PID namespace on a testbed host (or, with
+    host=None, on the machine itself); output appended to a file."""
+
+    def __init__(self, host, mib, extra=(), tmp="/tmp"):
+        self.out = tempfile.NamedTemporaryFile(prefix="ferry-bench-", suffix=".out", dir=tmp, delete=False).name
+        cmd = ["setsid", "unshare", "--pid", "--fork", MEMLOAD, "--mib", str(mib), "--child-mib", "0",
+               "--threads", "1", *extra]
+        if host:
+            cmd = [TESTBED, "exec", host, *cmd]
+        self.launcher = subprocess.Popen(cmd, env=ENV, stdin=subprocess.DEVNULL,
+                                         stdout=open(self.out, "a"), stderr=subprocess.STDOUT)
+        self.wait_line("ready parent", 120)
+        deadline = time.time() + 10
+        self.pid = None
+        while self.pid is None and time.time() < deadline:
+            try:
+                kids = open(f"/proc/{self.launcher.pid}/task/{self.launcher.pid}/children").read().split()
+                self.pid = int(kids[0]) if kids else None
+            except OSError:
+                pass
+            if self.pid is None:
+                time.sleep(0.01)
+        if self.pid is None:
+            raise RuntimeError("workload pid not found")
+
+    def lines(self):
+        with open(self.out) as f:
+            return f.read().splitlines()
+
+    def wait_line(self, pattern, secs, after=0):
+        deadline = time.time() + secs
+        while time.time() < deadline:
+            for line in self.lines()[after:]:
+                if pattern in line:
+                    return line
+            time.sleep(0.02)
+        raise RuntimeError(f"no '{pattern}' from the workload within {secs}s")
+
+    def stop(self, *pids):
+        for p in (self.pid, *pids):
+            if p:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        try:
+            self.launcher.kill()
+            self.launcher.wait(10)
+        except Exception:
+            pass
+        os.unlink(self.out)
+
+
+def parse_touch(line):
+    kv = dict(x.split("=") for x in line.split()[1:])
+    return {k: float(v) for k, v in kv.items()}
+
+
+# ---- Ferry ------------------------------------------------------------------
+
+def ferry_run(mib, touch):
+    w = Workload("a", mib, ["--touch-after-freeze"] if touch else [])
+    mark = len(w.lines())
+    dest = None
+    try:
+        b = testbed("addr", "b").stdout.strip()
+        r = testbed("exec", "a", "migrator", "migrate", "--pid", str(w.pid), "--to", b, "--json", check=False)
+        res = json.loads(r.stdout)
+        if not res["ok"]:
+            raise RuntimeError("ferry migration failed: " + res["error"])
+        dest = res["destination_pid"]
+        if touch:
+            res["touch"] = parse_touch(w.wait_line("touch pages=", 120, mark))
+        return res
+    finally:
+        w.stop(dest)
+
+
+# ---- stop-and-copy with CRIU ------------------------------------------------
+
+def stop_and_copy_run(mib):
+    """criu dump to tmpfs on host a, copy the images, criu restore on host b."""
+    w = Workload("a", mib)
+    src = tempfile.mkdtemp(prefix="ferry-sc-src-", dir="/dev/shm")
+    dst = tempfile.mkdtemp(prefix="ferry-sc-dst-", dir="/dev/shm")
+    restored = None
+    try:
+        t0 = time.monotonic()
+        testbed("exec", "a", "criu", "dump", "-t", str(w.pid), "-D", src, "-o", "dump.log")
+        t1 = time.monotonic()
+        shutil.rmtree(dst)
+        shutil.copytree(src, dst)
+        t2 = time.monotonic()
+        pidfile = os.path.join(dst, "restored.pid")
+        testbed("exec", "b", "criu", "restore", "-D", dst, "-d", "--pidfile", pidfile, "-o", "restore.log")
+        t3 = time.monotonic()
+        restored = int(open(pidfile).read())
+        return {"downtime_ms": (t3 - t0) * 1e3, "dump_ms": (t1 - t0) * 1e3, "copy_ms": (t2 - t1) * 1e3,
+                "restore_ms": (t3 - t2) * 1e3}
+    finally:
+        w.stop(restored)
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.rmtree(dst, ignore_errors=True)
+
+
+# ---- CRIU's own lazy dump and lazy-pages -------------------------------------
+
+def criu_lazy_dump_run(mib):
+    """Freeze until CRIU's lazy page server listens (what Ferry's dump phase
+    is made of); then CLOSE it, which ends the dump."""
+    w = Workload("a", mib)
+    d = tempfile.mkdtemp(prefix="ferry-lazy-", dir="/dev/shm")
+    try:
+        rfd, wfd = os.pipe()
+        port = 27000 + os.getpid() % 1000
+        t0 = time.monotonic()
+        p = subprocess.Popen([TESTBED, "exec", "a", "criu", "dump", "-t", str(w.pid), "-D", d, "--lazy-pages",
+                              "--address", "127.0.0.1", "--port", str(port), "--status-fd", str(wfd),
+                              "-o", "dump.log"], env=ENV, pass_fds=(wfd,), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        os.close(wfd)
+        os.read(rfd, 1)  # status-ready
+        t1 = time.monotonic()
+        os.close(rfd)
+        # CLOSE: a 24-byte v4.1 header, cmd 0x1023; CRIU answers int32 0.
+        sh(TESTBED, "exec", "a", "python3", "-c",
+           "import socket,struct,sys; s=socket.create_connection(('127.0.0.1',int(sys.argv[1])));"
+           "s.sendall(struct.pack('<IIQQ',0x1023,0,0,0)); s.recv(4); s.close()", str(port))
+        p.wait(60)
+        return {"freeze_to_listening_ms": (t1 - t0) * 1e3}
+    finally:
+        w.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def criu_lazy_local_run(mib):
+    """criu dump to local images, then criu lazy-pages + criu restore
+    --lazy-pages from them; the workload touches every page after resuming."""
+    w = Workload(None, mib, ["--touch-after-freeze"])
+    d = tempfile.mkdtemp(prefix="ferry-lazylocal-", dir="/dev/shm")
+    mark = len(w.lines())
+    restored = None
+    daemon = None
+    try:
+        sh("criu", "dump", "-t", str(w.pid), "-D", d, "-o", "dump.log")
+        daemon = subprocess.Popen(["criu", "lazy-pages", "-D", d, "-o", "lazy.log"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        for _ in range(500):
+            if os.path.exists(os.path.join(d, "lazy-pages.socket")):
+                break
+            time.sleep(0.01)
+        pidfile = os.path.join(d, "restored.pid")
+        sh("criu", "restore", "-D", d, "--lazy-pages", "-d", "--pidfile", pidfile, "-o", "restore.log")
+        restored = int(open(pidfile).read())
+        return {"touch": parse_touch(w.wait_line("touch pages=", 120, mark))}
+    finally:
+        w.stop(restored)
+        if daemon:
+            daemon.wait(60)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="256,1024,2048", help="MiB, comma-separated")
+    ap.add_argument("--runs", type=int, default=5, help="repetitions per measurement")
+    ap.add_argument("--latency-sizes", default="256,1024", help="MiB for the per-access latency runs")
+    ap.add_argument("--json", help="also write the raw results here")
+    a = ap.parse_args()
+    sizes = [int(s) for s in a.sizes.split(",") if s]
+    lsizes = [int(s) for s in a.latency_sizes.split(",") if s]
+
+    testbed("down", check=False)
+    testbed("up")
+    raw = {"downtime": {}, "latency": {}}
+    try:
+        for mib in sizes:
+            ferry = [ferry_run(mib, False) for _ in range(a.runs)]
+            sc = [stop_and_copy_run(mib) for _ in range(a.runs)]
+            lazy = [criu_lazy_dump_run(mib) for _ in range(a.runs)]
+            raw["downtime"][mib] = {"ferry": ferry, "stop_and_copy": sc, "criu_lazy_dump": lazy}
+            report_downtime(mib, ferry, sc, lazy)
+        for mib in lsizes:
+            ferry = [ferry_run(mib, True) for _ in range(a.runs)]
+            criu = [criu_lazy_local_run(mib) for _ in range(a.runs)]
+            raw["latency"][mib] = {"ferry": ferry, "criu_lazy_local": criu}
+            report_latency(mib, ferry, criu)
+    finally:
+        testbed("down", check=False)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(raw, f, indent=1)
+
+
+def report_downtime(mib, ferry, sc, lazy):
+    fd = [r["downtime_ms"] for r in ferry]
+    sd = [r["downtime_ms"] for r in sc]
+    ld = [r["freeze_to_listening_ms"] for r in lazy]
+    print(f"\n== downtime at {mib} MiB ({len(fd)} runs each), ms")
+    print(f"   {'':34} {'p50':>9} {'p99':>9}")
+    print(f"   {'Ferry post-copy':34} {pct(fd, 50):9.1f} {pct(fd, 99):9.1f}")
+    print(f"   {'stop-and-copy (dump+copy+restore)':34} {pct(sd, 50):9.1f} {pct(sd, 99):9.1f}"
+          f"   Ferry is {pct(sd, 50) / pct(fd, 50):.1f}x lower at p50")
+    print(f"   {'CRIU lazy dump, freeze->listening':34} {pct(ld, 50):9.1f} {pct(ld, 99):9.1f}"
+          f"   Ferry / CRIU lazy dump = {pct(fd, 50) / pct(ld, 50):.2f} at p50")
+    phases = {}
+    for r in ferry:
+        for k, v in r["phases_ms"].items():
+            phases.setdefault(k, []).append(v)
+        for k, v in r["destination_phases_ms"].items():
+            phases.setdefault("dest." + k, []).append(v)
+    print("   Ferry's downtime by phase (p50 ms): " + ", ".join(
+        f"{k} {pct(v, 50):.1f}" for k, v in phases.items() if k not in ("post_copy", "finish_source")))
+    print(f"   stop-and-copy (p50 ms): dump {pct([r['dump_ms'] for r in sc], 50):.1f}, "
+          f"copy {pct([r['copy_ms'] for r in sc], 50):.1f}, restore {pct([r['restore_ms'] for r in sc], 50):.1f}")
+
+
+def report_latency(mib, ferry, criu):
+    def agg(runs, key):
+        return [r["touch"][key] / 1e3 for r in runs]
+
+    print(f"\n== per-access latency, every page touched once in random order right after resume, {mib} MiB, us")
+    print(f"   {'':30} {'p50':>8} {'p99':>8} {'p99.9':>8} {'max':>9}   (median over {len(ferry)} runs)")
+    rows = []
+    for name, runs in (("Ferry (TCP between hosts)", ferry), ("CRIU lazy-pages, local images", criu)):
+        row = [statistics.median(agg(runs, k)) for k in ("p50_ns", "p99_ns", "p999_ns", "max_ns")]
+        rows.append(row)
+        print(f"   {name:30} {row[0]:8.1f} {row[1]:8.1f} {row[2]:8.1f} {row[3]:9.1f}")
+    print(f"   ratio Ferry/CRIU: p50 {rows[0][0] / rows[1][0]:.2f}, p99 {rows[0][1] / rows[1][1]:.2f}, "
+          f"p99.9 {rows[0][2] / rows[1][2]:.2f}")
+    fp = [r["fault_p50_us"] for r in ferry]
+    f9 = [r["fault_p99_us"] for r in ferry]
+    print(f"   Ferry's own fault service time (fault read -> UFFDIO_COPY): p50 {statistics.median(fp):.0f} us, "
+          f"p99 {statistics.median(f9):.0f} us")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
