@@ -12,6 +12,16 @@ grep -q '^VERSION_CODENAME=bookworm' /etc/os-release || log "warning: not Debian
 
 CRIU_VERSION=4.1.1
 CRIU_PREFIX=/usr/local
+# CRIU caches its kernel-feature probe (about 25 ms, paid by every criu run,
+# including inside a migration's downtime) only in a tmpfs directory. /run is
+# tmpfs on most systems but not on all (not on Firecracker guests); then
+# /dev/shm is used.
+if [ "$(findmnt -n -o FSTYPE -T /run 2>/dev/null)" = tmpfs ]; then
+  CRIU_RUNDIR=/run
+else
+  CRIU_RUNDIR=/dev/shm
+fi
+CRIU_STAMP=$CRIU_PREFIX/share/ferry/criu-build
 
 # Build tools and the libraries Ferry links against.
 ferry_packages=(
@@ -56,7 +66,8 @@ criu_is_good() {
   [ -n "$v" ] || return 1
   # Needs >= 4.1: Debian 12's 3.17 fails on this kernel.
   dpkg --compare-versions "$v" ge 4.1 || return 1
-  [ -f "$CRIU_PREFIX/include/criu/criu-plugin.h" ] && [ -f "$CRIU_PREFIX/include/criu/rpc.proto" ]
+  [ -f "$CRIU_PREFIX/include/criu/criu-plugin.h" ] && [ -f "$CRIU_PREFIX/include/criu/rpc.proto" ] &&
+    [ "$(cat "$CRIU_STAMP" 2>/dev/null)" = "$CRIU_VERSION rundir=$CRIU_RUNDIR" ]
 }
 
 # The deb-src entry for trixie reuses the URI of the machine's own bookworm
@@ -111,13 +122,17 @@ install_criu() {
   src=$(find "$work" -maxdepth 1 -type d -name 'criu-*' | head -n1)
   [ -n "$src" ] || die "criu tarball has an unexpected layout"
   log "building criu ${CRIU_VERSION} (takes a few minutes)"
-  make -C "$src" -j"$(nproc)" criu >"$work/build.log" 2>&1 || { tail -n 40 "$work/build.log"; die "criu build failed"; }
-  make -C "$src" PREFIX="$CRIU_PREFIX" install-criu >"$work/install.log" 2>&1 || { tail -n 40 "$work/install.log"; die "criu install failed"; }
+  make -C "$src" -j"$(nproc)" RUNDIR="$CRIU_RUNDIR" criu >"$work/build.log" 2>&1 ||
+    { tail -n 40 "$work/build.log"; die "criu build failed"; }
+  make -C "$src" PREFIX="$CRIU_PREFIX" RUNDIR="$CRIU_RUNDIR" install-criu >"$work/install.log" 2>&1 ||
+    { tail -n 40 "$work/install.log"; die "criu install failed"; }
   # The plugin header and the RPC schema, for criu-plugin/ and migrator/.
   install -D -m 644 "$src/criu/include/criu-plugin.h" "$CRIU_PREFIX/include/criu/criu-plugin.h"
   install -D -m 644 "$src/images/rpc.proto" "$CRIU_PREFIX/include/criu/rpc.proto"
   ldconfig
   hash -r
+  mkdir -p "$(dirname "$CRIU_STAMP")"
+  echo "$CRIU_VERSION rundir=$CRIU_RUNDIR" >"$CRIU_STAMP"
 }
 
 apt_install "${ferry_packages[@]}"

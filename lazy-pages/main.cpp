@@ -28,6 +28,7 @@ struct options {
     int keeper_fd = -1;
     lazy::loop_config loop;
     int64_t accept_timeout_ms = 120'000;
+    bool wait_start = false;
 };
 
 // Talks to the parent daemon; every send is best effort once the parent is
@@ -98,8 +99,14 @@ class reporter {
 
 int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> log) {
     std::unique_ptr<lazy::fault_loop> loop;
-    const uint64_t start_ns = monotonic_ns();
+    uint64_t start_ns = monotonic_ns();
     try {
+        if (opt.wait_start) {
+            // Started ahead of the images: wait until the daemon says go.
+            auto go = control::receive(opt.report_fd, net::no_deadline);
+            control::expect(go.get(), FERRY_CONTROL__ENVELOPE__BODY_LAZY_START, "daemon");
+            start_ns = monotonic_ns();
+        }
         const auto images = criu::image_set::load(opt.images_dir);
         const auto source = net::parse_endpoint(opt.source);
         auto fault_ch = page_client::connect(source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64,
@@ -158,6 +165,7 @@ int main(int argc, char** argv) {
     app.add_option("--fetch-deadline-ms", deadline_ms, "fail if the source does not answer within this time")
         ->check(CLI::Range(100, 600'000));
     app.add_option("--accept-timeout-ms", opt.accept_timeout_ms, "how long to wait for restore to connect");
+    app.add_flag("--wait-start", opt.wait_start, "wait for lazy_start on --report-fd before reading the images");
     CLI11_PARSE(app, argc, argv);
     opt.loop.fetch_deadline = std::chrono::milliseconds(deadline_ms);
 

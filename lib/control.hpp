@@ -63,7 +63,8 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__LazyReady, LAZY_READY, lazy_ready)                                             \
     X(FerryControl__ResumeRequest, RESUME_REQUEST, resume_request)                                 \
     X(FerryControl__ResumeDecision, RESUME_DECISION, resume_decision)                              \
-    X(FerryControl__OutgoingCommitted, OUTGOING_COMMITTED, outgoing_committed)
+    X(FerryControl__OutgoingCommitted, OUTGOING_COMMITTED, outgoing_committed)                     \
+    X(FerryControl__LazyStart, LAZY_START, lazy_start)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

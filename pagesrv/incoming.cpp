@@ -97,6 +97,7 @@ class incoming_session {
     bool receive_images();
     bool start_lazy_pages();
     bool restore();
+    void spawn_lazy_pages();
     void relay_transfer();
     std::optional<std::string> lazy_report_before_resume();
     bool cancel_restore(criu::service& criu, const std::string& why);
@@ -110,6 +111,7 @@ class incoming_session {
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;
+    std::optional<criu::service> _criu; // started at prepare, used for the restore
     pid_t _root_pid = -1;
     bool _resumed = false;
     uint64_t _images_check_ns = 0;
@@ -142,6 +144,9 @@ void incoming_session::prepare() {
     _dir = _d.config().state_dir / "incoming" / _id;
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
+    // Both helpers start now, before the source freezes.
+    spawn_lazy_pages();
+    _criu.emplace(criu::service::start());
     FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
     ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
     control::send_message(_fd, ok, net::after(control_timeout));
@@ -191,8 +196,9 @@ bool incoming_session::receive_images() {
     return true;
 }
 
-bool incoming_session::start_lazy_pages() {
-    const uint64_t t0 = monotonic_ns();
+// Started while the source is still running, so that neither exec nor
+// set-up falls inside the downtime; it waits for lazy_start.
+void incoming_session::spawn_lazy_pages() {
     int report[2], keeper[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, report) ||
         ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, keeper))
@@ -210,7 +216,8 @@ bool incoming_session::start_lazy_pages() {
                                            "--report-fd",
                                            std::to_string(report_theirs.get()),
                                            "--uffd-keeper-fd",
-                                           std::to_string(keeper_theirs.get())};
+                                           std::to_string(keeper_theirs.get()),
+                                           "--wait-start"};
     std::vector<char*> argv;
     for (const auto& a : args)
         argv.push_back(const_cast<char*>(a.c_str()));
@@ -236,7 +243,17 @@ bool incoming_session::start_lazy_pages() {
     _lazy.keeper = std::move(keeper_ours);
     report_theirs.reset();
     keeper_theirs.reset();
+}
 
+bool incoming_session::start_lazy_pages() {
+    const uint64_t t0 = monotonic_ns();
+    FerryControl__LazyStart go = FERRY_CONTROL__LAZY_START__INIT;
+    try {
+        control::send_message(_lazy.report.get(), go, net::after(control_timeout));
+    } catch (const std::exception& ex) {
+        send_restore_failure(fmt::format("lazy-pages is gone: {}", ex.what()));
+        return false;
+    }
     auto e = control::receive(_lazy.report.get(), net::after(lazy_ready_timeout));
     if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_READY) {
         _lazy_start_ns = monotonic_ns() - t0;
@@ -269,7 +286,7 @@ bool incoming_session::restore() {
     req.type = CRIU_REQ_TYPE__RESTORE;
     req.opts = &opts;
 
-    auto criu = criu::service::start();
+    criu::service& criu = *_criu;
     criu.send(req);
     const std::string log_hint = (_dir / "restore.log").string();
     const auto until = net::after(restore_timeout);

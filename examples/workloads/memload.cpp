@@ -127,11 +127,28 @@ uint64_t realtime_ns() {
     return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
+// The host's pid of this process, as /proc (mounted by the host) sees it.
+// A restore gives the tree new host pids while its own pids stay the same.
+std::string host_pid() {
+    char buf[32];
+    ssize_t n = readlink("/proc/self", buf, sizeof buf - 1);
+    return n > 0 ? std::string(buf, size_t(n)) : std::string();
+}
+
+// Returns once this process has been checkpointed and restored: its host pid
+// changed, or (if /proc is not the host's) its wall clock jumped by > 50 ms.
 void wait_for_freeze() {
+    const std::string pid_before = host_pid();
+    const bool pid_tells = !pid_before.empty() && pid_before != std::to_string(getpid());
     uint64_t last = realtime_ns();
     for (;;) {
         struct timespec ts = {0, 1'000'000};
         nanosleep(&ts, nullptr);
+        if (pid_tells) {
+            if (host_pid() != pid_before)
+                return;
+            continue;
+        }
         const uint64_t now = realtime_ns();
         const bool frozen = now - last > 50'000'000;
         last = now;
