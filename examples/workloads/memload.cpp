@@ -315,6 +315,12 @@ int main(int argc, char** argv) {
         region r = allocate(child_mib, seed + 1);
         run("child", r, 1, after_freeze{}, nullptr);
     }
+    // The churn region is mapped before the main one, so it lies above it:
+    // the background pull goes upwards and reaches it last, and it is still
+    // lazy when the churn runs right after the migration.
+    static churn_region cr;
+    if (what.churn)
+        cr.setup(seed + 2);
     region r = allocate(mib, seed);
     // Forward SIGUSR1 to the child as well.
     if (child > 0) {
@@ -326,8 +332,5 @@ int main(int argc, char** argv) {
         };
         sigaction(SIGUSR1, &sa, nullptr);
     }
-    static churn_region cr;
-    if (what.churn)
-        cr.setup(seed + 2);
     run("parent", r, threads, what, what.churn ? &cr : nullptr);
 }
