@@ -33,7 +33,10 @@ namespace {
 
 constexpr uint32_t restore_finished_magic = 0x52535446; // CRIU's "ReSTore Finished"
 constexpr size_t events_per_read = 16;
+// Background data handled per loop turn: less while faults are arriving, so
+// a fault never waits behind much background work.
 constexpr size_t background_budget_bytes = 256 * 1024;
+constexpr size_t background_budget_faulting_bytes = 64 * 1024;
 
 uint64_t epoll_tag(uint8_t src, uint32_t index) { return (uint64_t(index) << 8) | src; }
 
@@ -46,7 +49,7 @@ fault_loop::fault_loop(loop_config cfg, page_client fault_channel, page_client b
         throw sys_error("epoll_create1");
     _cfg.fault_window_pages = std::clamp<uint32_t>(_cfg.fault_window_pages, 1, _fault_ch.max_pages());
     _cfg.background_chunk_pages = std::clamp<uint32_t>(_cfg.background_chunk_pages, 1, _bg_ch.max_pages());
-    _cfg.background_depth = std::clamp<uint32_t>(_cfg.background_depth, 1, 16);
+    _cfg.background_depth = std::min<uint32_t>(_cfg.background_depth, 16);
     epoll_add(_fault_ch.fd(), source::fault_channel, 0);
     epoll_add(_bg_ch.fd(), source::background_channel, 0);
 }
@@ -82,11 +85,20 @@ uint64_t fault_loop::bytes_received() const noexcept { return _fault_ch.bytes_re
 
 void fault_loop::run() {
     std::array<epoll_event, 32> events;
+    const uint64_t spin_budget_ns = uint64_t(_cfg.spin.count()) * 1000;
+    uint64_t last_activity_ns = monotonic_ns();
     while (!finished()) {
         pump_background();
-        // Replies and events wake the loop; the timeout only paces deadline
-        // checks and progress reports.
-        const int n = ::epoll_wait(_epoll.get(), events.data(), int(events.size()), 50);
+        // Spin, then block: a cross-CPU wake-up costs tens of microseconds
+        // here, more than a page's whole round trip, so after any activity
+        // the loop polls without sleeping for spin_budget. Blocked, it wakes
+        // on events and replies; the timeout only paces deadline checks and
+        // progress reports.
+        const uint64_t now_ns = monotonic_ns();
+        const bool spin = now_ns - last_activity_ns < spin_budget_ns;
+        const int n = ::epoll_wait(_epoll.get(), events.data(), int(events.size()), spin ? 0 : 50);
+        if (n > 0)
+            last_activity_ns = monotonic_ns();
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -114,7 +126,8 @@ void fault_loop::run() {
             }
         }
         if (background_readable)
-            drain_channel(_bg_ch, request_kind::background, background_budget_bytes);
+            drain_channel(_bg_ch, request_kind::background,
+                          faulting() ? background_budget_faulting_bytes : background_budget_bytes);
         check_deadlines();
         const uint64_t now = monotonic_ns();
         if (_progress && now - _last_progress_ns >= uint64_t(_cfg.progress_interval.count()) * 1'000'000) {
@@ -129,6 +142,22 @@ void fault_loop::run() {
 void fault_loop::announce_done() {
     _bg_ch.send(wire::page_request{wire::op::done, 0, 0, 0, _next_request_id++});
 }
+
+// Faults are counted in windows of fault_window; a window with at least
+// faulting_threshold faults marks the application as actively faulting
+// until the next window ends. A stray fault now and then does not count.
+void fault_loop::note_fault(uint64_t now) noexcept {
+    const uint64_t window = uint64_t(_cfg.fault_window.count()) * 1000;
+    if (now - _window_start_ns >= window) {
+        _busy_until_ns = _window_faults >= _cfg.faulting_threshold ? _window_start_ns + 2 * window : _busy_until_ns;
+        _window_start_ns = now;
+        _window_faults = 0;
+    }
+    if (++_window_faults >= _cfg.faulting_threshold)
+        _busy_until_ns = _window_start_ns + 2 * window;
+}
+
+bool fault_loop::faulting() const noexcept { return monotonic_ns() < _busy_until_ns; }
 
 bool fault_loop::finished() const noexcept {
     if (!_restore_finished || !_fault_reqs.empty() || !_bg_reqs.empty())
@@ -178,6 +207,7 @@ void fault_loop::handle_pagefault(lazy_process& p, const uffd_msg& msg) {
     const uint64_t fault_ns = monotonic_ns();
     const uint64_t addr = page_down(msg.arg.pagefault.address);
     _stats.faults++;
+    note_fault(fault_ns);
     if (p.in_flight.find(addr))
         return; // the pending copy wakes this thread too
 
@@ -317,9 +347,14 @@ void fault_loop::issue(request_kind kind, lazy_process& p, uint64_t addr, uint64
 
 // Keeps background requests in flight once restore has finished.
 void fault_loop::pump_background() {
-    if (!_restore_finished || _procs.empty())
+    if (!_restore_finished || _procs.empty() || _cfg.background_depth == 0)
         return;
-    while (_bg_reqs.size() < _cfg.background_depth) {
+    // While the application faults, the background steps back (one small
+    // request at a time) so fault replies share the channel, the source's
+    // CPU and this loop with as little as possible (CRIU's lazy-pages does
+    // the same with its transfer length).
+    const uint32_t depth = faulting() ? 1 : _cfg.background_depth;
+    while (_bg_reqs.size() < depth) {
         bool issued = false;
         for (size_t tries = 0; tries < _procs.size() && !issued; tries++) {
             lazy_process& p = *_procs[_bg_next_proc];
@@ -356,7 +391,9 @@ bool fault_loop::next_background_run(lazy_process& p, uint64_t& addr, uint64_t& 
             p.bg_cursor = busy->end;
             continue;
         }
-        uint64_t end = std::min(r->end, start + uint64_t(_cfg.background_chunk_pages) * page_size);
+        const uint32_t chunk = faulting() ? std::min(_cfg.background_chunk_pages, _cfg.faulting_chunk_pages)
+                                          : _cfg.background_chunk_pages;
+        uint64_t end = std::min(r->end, start + uint64_t(chunk) * page_size);
         if (auto busy = p.in_flight.first_ending_after(start); busy && busy->start < end)
             end = busy->start;
         addr = start;

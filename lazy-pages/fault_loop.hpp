@@ -25,9 +25,13 @@ struct loop_config {
     uint32_t fault_window_pages = 8;        // the faulting page and its lazy successors
     uint32_t background_chunk_pages = 256;  // 1 MiB per background request
     uint32_t background_depth = 2;          // background requests in flight
+    uint32_t faulting_chunk_pages = 16;     // background request size while faults arrive
+    std::chrono::microseconds fault_window{2000}; // faults are counted per window ...
+    uint32_t faulting_threshold = 4;              // ... and this many mean "the application is faulting"
     uint32_t install_batch_pages = 32;      // install background data as it arrives, in runs this long
     std::chrono::milliseconds fetch_deadline{10'000};
     std::chrono::milliseconds progress_interval{200};
+    std::chrono::microseconds spin{500}; // poll without sleeping this long after any activity
 };
 
 struct loop_stats {
@@ -103,6 +107,8 @@ class fault_loop {
     void process_gone(lazy_process& p);
     void check_deadlines();
     [[nodiscard]] bool finished() const noexcept;
+    [[nodiscard]] bool faulting() const noexcept;
+    void note_fault(uint64_t now) noexcept;
     void epoll_add(int fd, source src, uint32_t index);
 
     loop_config _cfg;
@@ -121,6 +127,9 @@ class fault_loop {
     progress_fn _progress;
     uffd_fn _new_uffd;
     uint64_t _last_progress_ns = 0;
+    uint64_t _window_start_ns = 0;
+    uint32_t _window_faults = 0;
+    uint64_t _busy_until_ns = 0;
 };
 
 } // namespace ferry::lazy

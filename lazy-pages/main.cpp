@@ -161,13 +161,19 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 64));
     app.add_option("--background-chunk", opt.loop.background_chunk_pages, "pages per background request")
         ->check(CLI::Range(1, 1024));
+    app.add_option("--background-depth", opt.loop.background_depth, "background requests in flight (0: none)")
+        ->check(CLI::Range(0, 16));
     int64_t deadline_ms = opt.loop.fetch_deadline.count();
     app.add_option("--fetch-deadline-ms", deadline_ms, "fail if the source does not answer within this time")
         ->check(CLI::Range(100, 600'000));
+    int64_t spin_us = opt.loop.spin.count();
+    app.add_option("--spin-us", spin_us, "poll without sleeping this long after any activity (0: always block)")
+        ->check(CLI::Range(0, 1'000'000));
     app.add_option("--accept-timeout-ms", opt.accept_timeout_ms, "how long to wait for restore to connect");
     app.add_flag("--wait-start", opt.wait_start, "wait for lazy_start on --report-fd before reading the images");
     CLI11_PARSE(app, argc, argv);
     opt.loop.fetch_deadline = std::chrono::milliseconds(deadline_ms);
+    opt.loop.spin = std::chrono::microseconds(spin_us);
 
     // No parent-death signal: if the daemon dies, the restored tasks still
     // need their pages, and this process can still serve them.

@@ -10,11 +10,13 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -188,6 +190,14 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
     ok.max_pages_per_request = wire::max_pages_per_request;
     control::send_message(fd, ok, net::after(first_frame_timeout));
     net::set_nodelay(fd);
+    if (open.kind == FERRY_CONTROL__CHANNEL_KIND__BACKGROUND) {
+        // Background reads yield the CPU at once to any thread serving a
+        // fault (or running the workload); they only soak up idle time.
+        sched_param none{};
+        if (::sched_setscheduler(0, SCHED_IDLE, &none))
+            _log->warn("migration {}: cannot make the background channel SCHED_IDLE: {}", m->id(),
+                       std::strerror(errno));
+    }
 
     const size_t max_bytes = size_t(wire::max_pages_per_request) * page_size;
     void* mem = ::mmap(nullptr, max_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <sstream>
 #include <optional>
 #include <vector>
 
@@ -206,7 +207,7 @@ void incoming_session::spawn_lazy_pages() {
     unique_fd report_ours(report[0]), report_theirs(report[1]);
     unique_fd keeper_ours(keeper[0]), keeper_theirs(keeper[1]);
     const std::string bin = lazy_pages_binary();
-    const std::vector<std::string> args = {bin,
+    std::vector<std::string> args = {bin,
                                            "--images",
                                            _dir.string(),
                                            "--source",
@@ -218,6 +219,12 @@ void incoming_session::spawn_lazy_pages() {
                                            "--uffd-keeper-fd",
                                            std::to_string(keeper_theirs.get()),
                                            "--wait-start"};
+    // Extra options for tuning experiments, e.g. FERRY_LAZY_PAGES_ARGS="--window 16".
+    if (const char* extra = std::getenv("FERRY_LAZY_PAGES_ARGS"); extra && *extra) {
+        std::istringstream words(extra);
+        for (std::string w; words >> w;)
+            args.push_back(w);
+    }
     std::vector<char*> argv;
     for (const auto& a : args)
         argv.push_back(const_cast<char*>(a.c_str()));
