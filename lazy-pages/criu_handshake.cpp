@@ -55,13 +55,15 @@ unique_fd accept_restore(int listen_fd, std::chrono::milliseconds timeout, int a
     return client;
 }
 
-void receive_uffds(int sock, size_t nr_tasks, const std::function<void(pid_t, unique_fd)>& on_task) {
+void receive_uffds(int sock, size_t nr_tasks,
+                   const std::function<void(pid_t, unique_fd)>& on_task) {
     for (size_t i = 0; i < nr_tasks; i++) {
         int32_t pid = 0;
         ssize_t n = ::recv(sock, &pid, sizeof pid, MSG_WAITALL);
         if (n != sizeof pid)
-            throw error(n == 0 ? "restore closed the lazy-pages socket while sending uffds (restore failed)"
-                               : "short read of a task pid on the lazy-pages socket");
+            throw error(
+                n == 0 ? "restore closed the lazy-pages socket while sending uffds (restore failed)"
+                       : "short read of a task pid on the lazy-pages socket");
         if (pid < 0)
             continue; // a zombie: no memory, no uffd
         if (pid == 0)

@@ -38,7 +38,9 @@ constexpr size_t events_per_read = 16;
 constexpr size_t background_budget_bytes = 256 * 1024;
 constexpr size_t background_budget_faulting_bytes = 64 * 1024;
 
-uint64_t epoll_tag(uint8_t src, uint32_t index) { return (uint64_t(index) << 8) | src; }
+uint64_t epoll_tag(uint8_t src, uint32_t index) {
+    return (uint64_t(index) << 8) | src;
+}
 
 } // namespace
 
@@ -47,8 +49,10 @@ fault_loop::fault_loop(loop_config cfg, page_client fault_channel, page_client b
       _epoll(::epoll_create1(EPOLL_CLOEXEC)) {
     if (!_epoll)
         throw sys_error("epoll_create1");
-    _cfg.fault_window_pages = std::clamp<uint32_t>(_cfg.fault_window_pages, 1, _fault_ch.max_pages());
-    _cfg.background_chunk_pages = std::clamp<uint32_t>(_cfg.background_chunk_pages, 1, _bg_ch.max_pages());
+    _cfg.fault_window_pages =
+        std::clamp<uint32_t>(_cfg.fault_window_pages, 1, _fault_ch.max_pages());
+    _cfg.background_chunk_pages =
+        std::clamp<uint32_t>(_cfg.background_chunk_pages, 1, _bg_ch.max_pages());
     _cfg.background_depth = std::min<uint32_t>(_cfg.background_depth, 16);
     epoll_add(_fault_ch.fd(), source::fault_channel, 0);
     epoll_add(_bg_ch.fd(), source::background_channel, 0);
@@ -69,7 +73,8 @@ void fault_loop::watch_restore(unique_fd criu_socket) {
     epoll_add(_criu_sock.get(), source::criu_socket, 0);
 }
 
-void fault_loop::add_process(uint32_t image_pid, unique_fd uffd, const std::vector<criu::lazy_range>& ranges) {
+void fault_loop::add_process(uint32_t image_pid, unique_fd uffd,
+                             const std::vector<criu::lazy_range>& ranges) {
     auto p = std::make_unique<lazy_process>();
     p->image_pid = image_pid;
     p->uffd = std::move(uffd);
@@ -81,7 +86,9 @@ void fault_loop::add_process(uint32_t image_pid, unique_fd uffd, const std::vect
     _procs.push_back(std::move(p));
 }
 
-uint64_t fault_loop::bytes_received() const noexcept { return _fault_ch.bytes_received() + _bg_ch.bytes_received(); }
+uint64_t fault_loop::bytes_received() const noexcept {
+    return _fault_ch.bytes_received() + _bg_ch.bytes_received();
+}
 
 void fault_loop::run() {
     std::array<epoll_event, 32> events;
@@ -130,7 +137,8 @@ void fault_loop::run() {
                           faulting() ? background_budget_faulting_bytes : background_budget_bytes);
         check_deadlines();
         const uint64_t now = monotonic_ns();
-        if (_progress && now - _last_progress_ns >= uint64_t(_cfg.progress_interval.count()) * 1'000'000) {
+        if (_progress &&
+            now - _last_progress_ns >= uint64_t(_cfg.progress_interval.count()) * 1'000'000) {
             _last_progress_ns = now;
             _progress(_stats);
         }
@@ -149,7 +157,8 @@ void fault_loop::announce_done() {
 void fault_loop::note_fault(uint64_t now) noexcept {
     const uint64_t window = uint64_t(_cfg.fault_window.count()) * 1000;
     if (now - _window_start_ns >= window) {
-        _busy_until_ns = _window_faults >= _cfg.faulting_threshold ? _window_start_ns + 2 * window : _busy_until_ns;
+        _busy_until_ns = _window_faults >= _cfg.faulting_threshold ? _window_start_ns + 2 * window
+                                                                   : _busy_until_ns;
         _window_start_ns = now;
         _window_faults = 0;
     }
@@ -157,12 +166,15 @@ void fault_loop::note_fault(uint64_t now) noexcept {
         _busy_until_ns = _window_start_ns + 2 * window;
 }
 
-bool fault_loop::faulting() const noexcept { return monotonic_ns() < _busy_until_ns; }
+bool fault_loop::faulting() const noexcept {
+    return monotonic_ns() < _busy_until_ns;
+}
 
 bool fault_loop::finished() const noexcept {
     if (!_restore_finished || !_fault_reqs.empty() || !_bg_reqs.empty())
         return false;
-    return std::all_of(_procs.begin(), _procs.end(), [](const auto& p) { return p->exited || p->lazy.empty(); });
+    return std::all_of(_procs.begin(), _procs.end(),
+                       [](const auto& p) { return p->exited || p->lazy.empty(); });
 }
 
 // ---- uffd events ---------------------------------------------------------
@@ -197,7 +209,8 @@ void fault_loop::drain_uffd(lazy_process& p) {
                 handle_remove(p, msg);
                 break;
             default:
-                throw error(fmt::format("pid {}: unexpected uffd event {}", p.image_pid, unsigned(msg.event)));
+                throw error(fmt::format("pid {}: unexpected uffd event {}", p.image_pid,
+                                        unsigned(msg.event)));
             }
         }
     }
@@ -237,7 +250,8 @@ void fault_loop::handle_pagefault(lazy_process& p, const uffd_msg& msg) {
     uint64_t end = std::min(range->end, addr + uint64_t(_cfg.fault_window_pages) * page_size);
     if (auto next_busy = p.in_flight.first_ending_after(addr); next_busy && next_busy->start < end)
         end = next_busy->start;
-    issue(request_kind::fault, p, addr, range->img_of(addr), uint32_t(pages_in(end - addr)), addr, fault_ns, 0);
+    issue(request_kind::fault, p, addr, range->img_of(addr), uint32_t(pages_in(end - addr)), addr,
+          fault_ns, 0);
 }
 
 void fault_loop::handle_fork(lazy_process& parent, const uffd_msg& msg) {
@@ -280,7 +294,9 @@ void fault_loop::handle_remove(lazy_process& p, const uffd_msg& msg) {
             return;
         }
         if (r.result != uffd::outcome::done)
-            throw sys_error(fmt::format("UFFDIO_UNREGISTER pid {} [{:#x}, {:#x})", p.image_pid, start, end), r.err);
+            throw sys_error(
+                fmt::format("UFFDIO_UNREGISTER pid {} [{:#x}, {:#x})", p.image_pid, start, end),
+                r.err);
     }
     const uint64_t dropped = p.lazy.erase(start, end);
     if (!p.forked)
@@ -294,7 +310,8 @@ void fault_loop::handle_criu_socket() {
     const ssize_t n = ::recv(_criu_sock.get(), &value, sizeof value, MSG_WAITALL);
     if (n == 0 || (n < 0 && errno == ECONNRESET)) {
         if (!_restore_finished)
-            throw error("restore failed: CRIU closed the lazy-pages socket before \"restore finished\"");
+            throw error(
+                "restore failed: CRIU closed the lazy-pages socket before \"restore finished\"");
         ::epoll_ctl(_epoll.get(), EPOLL_CTL_DEL, _criu_sock.get(), nullptr);
         _criu_sock.reset();
         return;
@@ -320,8 +337,8 @@ void fault_loop::process_gone(lazy_process& p) {
 
 // ---- requests ------------------------------------------------------------
 
-void fault_loop::issue(request_kind kind, lazy_process& p, uint64_t addr, uint64_t img_addr, uint32_t nr_pages,
-                       uint64_t fault_addr, uint64_t fault_ns, uint8_t attempt) {
+void fault_loop::issue(request_kind kind, lazy_process& p, uint64_t addr, uint64_t img_addr,
+                       uint32_t nr_pages, uint64_t fault_addr, uint64_t fault_ns, uint8_t attempt) {
     outstanding_request r;
     r.id = _next_request_id++;
     r.proc = &p;
@@ -391,8 +408,9 @@ bool fault_loop::next_background_run(lazy_process& p, uint64_t& addr, uint64_t& 
             p.bg_cursor = busy->end;
             continue;
         }
-        const uint32_t chunk = faulting() ? std::min(_cfg.background_chunk_pages, _cfg.faulting_chunk_pages)
-                                          : _cfg.background_chunk_pages;
+        const uint32_t chunk =
+            faulting() ? std::min(_cfg.background_chunk_pages, _cfg.faulting_chunk_pages)
+                       : _cfg.background_chunk_pages;
         uint64_t end = std::min(r->end, start + uint64_t(chunk) * page_size);
         if (auto busy = p.in_flight.first_ending_after(start); busy && busy->start < end)
             end = busy->start;
@@ -408,18 +426,22 @@ void fault_loop::check_deadlines() {
     const uint64_t now = monotonic_ns();
     const uint64_t limit = uint64_t(_cfg.fetch_deadline.count()) * 1'000'000;
     if (!_fault_reqs.empty() && now - _fault_reqs.front().issued_ns > limit)
-        throw error(fmt::format("the source did not answer a fault request for pid {} page {:#x} within {} ms",
-                                _fault_reqs.front().proc->image_pid, _fault_reqs.front().img_addr,
-                                _cfg.fetch_deadline.count()));
+        throw error(fmt::format(
+            "the source did not answer a fault request for pid {} page {:#x} within {} ms",
+            _fault_reqs.front().proc->image_pid, _fault_reqs.front().img_addr,
+            _cfg.fetch_deadline.count()));
     if (!_bg_reqs.empty() && now - _bg_reqs.front().issued_ns > limit)
-        throw error(fmt::format("the source did not answer a background request for pid {} within {} ms",
-                                _bg_reqs.front().proc->image_pid, _cfg.fetch_deadline.count()));
+        throw error(
+            fmt::format("the source did not answer a background request for pid {} within {} ms",
+                        _bg_reqs.front().proc->image_pid, _cfg.fetch_deadline.count()));
 }
 
 // ---- replies -------------------------------------------------------------
 
 void fault_loop::drain_channel(page_client& ch, request_kind kind, size_t budget) {
-    auto ring_empty = [&] { return kind == request_kind::fault ? _fault_reqs.empty() : _bg_reqs.empty(); };
+    auto ring_empty = [&] {
+        return kind == request_kind::fault ? _fault_reqs.empty() : _bg_reqs.empty();
+    };
     while (budget > 0) {
         const uint64_t before = ch.bytes_received();
         incoming_reply* reply = ch.pump(budget);
@@ -429,15 +451,18 @@ void fault_loop::drain_channel(page_client& ch, request_kind kind, size_t budget
             return;
         if (ring_empty())
             throw error("the source sent a page reply nobody asked for");
-        outstanding_request& req = kind == request_kind::fault ? _fault_reqs.front() : _bg_reqs.front();
+        outstanding_request& req =
+            kind == request_kind::fault ? _fault_reqs.front() : _bg_reqs.front();
         const auto& h = reply->header;
         if (h.request_id != req.id || h.pid != req.proc->image_pid || h.vaddr != req.img_addr)
-            throw error(fmt::format("page reply {} does not match request {}", h.request_id, req.id));
+            throw error(
+                fmt::format("page reply {} does not match request {}", h.request_id, req.id));
         if (h.result != wire::status::ok)
-            throw error(fmt::format("the source could not serve pid {} pages [{:#x}, +{}): {}", h.pid, h.vaddr,
-                                    req.nr_pages, wire::to_string(h.result)));
+            throw error(fmt::format("the source could not serve pid {} pages [{:#x}, +{}): {}",
+                                    h.pid, h.vaddr, req.nr_pages, wire::to_string(h.result)));
         if (h.nr_pages != req.nr_pages)
-            throw error(fmt::format("the source sent {} pages for a request of {}", h.nr_pages, req.nr_pages));
+            throw error(fmt::format("the source sent {} pages for a request of {}", h.nr_pages,
+                                    req.nr_pages));
 
         // Fault replies are installed whole; background data as it arrives.
         const bool whole = kind == request_kind::fault || reply->complete();
@@ -459,12 +484,14 @@ void fault_loop::drain_channel(page_client& ch, request_kind kind, size_t budget
 // Verifies and installs pages [req.consumed, upto) of a reply. A page whose
 // checksum fails is never installed: it and the rest of the request are
 // fetched again once, by finish_request.
-void fault_loop::consume_pages(outstanding_request& req, const incoming_reply& reply, uint32_t upto) {
+void fault_loop::consume_pages(outstanding_request& req, const incoming_reply& reply,
+                               uint32_t upto) {
     if (req.bad_from != ~0u)
         return;
     uint32_t first = req.consumed;
     uint32_t good = first;
-    while (good < upto && page_checksum(reply.pages + size_t(good) * page_size) == reply.checksums[good])
+    while (good < upto &&
+           page_checksum(reply.pages + size_t(good) * page_size) == reply.checksums[good])
         good++;
     if (good < upto)
         req.bad_from = good;
@@ -476,7 +503,8 @@ void fault_loop::consume_pages(outstanding_request& req, const incoming_reply& r
 // Installs verified pages [first, first + count) of `req` whose data starts
 // at `data`. Each page is checked against the process's current lazy map:
 // pages unmapped, removed or already installed meanwhile are skipped.
-void fault_loop::install_run(outstanding_request& req, const std::byte* data, uint32_t first, uint32_t count) {
+void fault_loop::install_run(outstanding_request& req, const std::byte* data, uint32_t first,
+                             uint32_t count) {
     lazy_process& p = *req.proc;
     uint64_t addr = req.addr + uint64_t(first) * page_size;
     uint64_t img = req.img_addr + uint64_t(first) * page_size;
@@ -498,7 +526,8 @@ void fault_loop::install_run(outstanding_request& req, const std::byte* data, ui
         p.lazy.erase(addr, addr + uint64_t(done) * page_size);
 
         // Account for what landed.
-        const bool has_fault_page = req.fault_addr >= addr && req.fault_addr < addr + uint64_t(done) * page_size;
+        const bool has_fault_page =
+            req.fault_addr >= addr && req.fault_addr < addr + uint64_t(done) * page_size;
         if (has_fault_page)
             _fault_latency.record(monotonic_ns() - req.fault_ns);
         if (p.forked) {
@@ -517,13 +546,15 @@ void fault_loop::install_run(outstanding_request& req, const std::byte* data, ui
         case uffd::outcome::retry:
             // The address space is changing (fork, mremap): leave the rest
             // lazy and let blocked threads fault again once events are read.
-            (void)uffd::wake(p.uffd.get(), addr + uint64_t(done) * page_size, uint64_t(left - done) * page_size);
+            (void)uffd::wake(p.uffd.get(), addr + uint64_t(done) * page_size,
+                             uint64_t(left - done) * page_size);
             return;
         case uffd::outcome::target_gone:
             process_gone(p);
             return;
         case uffd::outcome::fatal:
-            throw sys_error(fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid, addr, run), res.err);
+            throw sys_error(
+                fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid, addr, run), res.err);
         }
         addr += uint64_t(done) * page_size;
         img += uint64_t(done) * page_size;
@@ -542,12 +573,14 @@ void fault_loop::finish_request(const outstanding_request& req) {
         return;
     const uint32_t bad = req.nr_pages - req.bad_from;
     if (req.attempt >= 1)
-        throw error(fmt::format("checksum mismatch again for pid {} page {:#x}: refusing to install a corrupt page",
-                                p.image_pid, req.img_addr + uint64_t(req.bad_from) * page_size));
+        throw error(fmt::format(
+            "checksum mismatch again for pid {} page {:#x}: refusing to install a corrupt page",
+            p.image_pid, req.img_addr + uint64_t(req.bad_from) * page_size));
     _stats.pages_refetched += bad;
     const uint64_t addr = req.addr + uint64_t(req.bad_from) * page_size;
     const uint64_t img = req.img_addr + uint64_t(req.bad_from) * page_size;
-    issue(req.kind, p, addr, img, bad, req.fault_addr >= addr ? req.fault_addr : ~0ull, req.fault_ns, 1);
+    issue(req.kind, p, addr, img, bad, req.fault_addr >= addr ? req.fault_addr : ~0ull,
+          req.fault_ns, 1);
 }
 
 } // namespace ferry::lazy

@@ -22,13 +22,13 @@
 namespace ferry::lazy {
 
 struct loop_config {
-    uint32_t fault_window_pages = 8;        // the faulting page and its lazy successors
-    uint32_t background_chunk_pages = 256;  // 1 MiB per background request
-    uint32_t background_depth = 2;          // background requests in flight
-    uint32_t faulting_chunk_pages = 16;     // background request size while faults arrive
+    uint32_t fault_window_pages = 8;              // the faulting page and its lazy successors
+    uint32_t background_chunk_pages = 256;        // 1 MiB per background request
+    uint32_t background_depth = 2;                // background requests in flight
+    uint32_t faulting_chunk_pages = 16;           // background request size while faults arrive
     std::chrono::microseconds fault_window{2000}; // faults are counted per window ...
-    uint32_t faulting_threshold = 4;              // ... and this many mean "the application is faulting"
-    uint32_t install_batch_pages = 32;      // install background data as it arrives, in runs this long
+    uint32_t faulting_threshold = 4;   // ... and this many mean "the application is faulting"
+    uint32_t install_batch_pages = 32; // install background data as it arrives, in runs this long
     std::chrono::milliseconds fetch_deadline{10'000};
     std::chrono::milliseconds progress_interval{200};
     std::chrono::microseconds spin{500}; // poll without sleeping this long after any activity
@@ -66,7 +66,8 @@ class fault_loop {
     // Assume restore has finished (for tests without CRIU).
     void set_restore_finished() noexcept { _restore_finished = true; }
 
-    void add_process(uint32_t image_pid, unique_fd uffd, const std::vector<criu::lazy_range>& ranges);
+    void add_process(uint32_t image_pid, unique_fd uffd,
+                     const std::vector<criu::lazy_range>& ranges);
     void on_progress(progress_fn fn) { _progress = std::move(fn); }
     // Called with every uffd created by a FORK event.
     void on_new_uffd(uffd_fn fn) { _new_uffd = std::move(fn); }
@@ -95,12 +96,13 @@ class fault_loop {
     // Replies.
     void drain_channel(page_client& ch, request_kind kind, size_t budget);
     void consume_pages(outstanding_request& req, const incoming_reply& reply, uint32_t upto);
-    void install_run(outstanding_request& req, const std::byte* data, uint32_t first, uint32_t count);
+    void install_run(outstanding_request& req, const std::byte* data, uint32_t first,
+                     uint32_t count);
     void finish_request(const outstanding_request& req);
 
     // Requests.
-    void issue(request_kind kind, lazy_process& p, uint64_t addr, uint64_t img_addr, uint32_t nr_pages,
-               uint64_t fault_addr, uint64_t fault_ns, uint8_t attempt);
+    void issue(request_kind kind, lazy_process& p, uint64_t addr, uint64_t img_addr,
+               uint32_t nr_pages, uint64_t fault_addr, uint64_t fault_ns, uint8_t attempt);
     void pump_background();
     bool next_background_run(lazy_process& p, uint64_t& addr, uint64_t& img, uint32_t& n);
 

@@ -109,16 +109,18 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
         }
         const auto images = criu::image_set::load(opt.images_dir);
         const auto source = net::parse_endpoint(opt.source);
-        auto fault_ch = page_client::connect(source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64,
-                                             std::chrono::seconds(10));
-        auto bg_ch = page_client::connect(source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
-                                          wire::max_pages_per_request, std::chrono::seconds(10));
+        auto fault_ch =
+            page_client::connect(source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64,
+                                 std::chrono::seconds(10));
+        auto bg_ch =
+            page_client::connect(source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
+                                 wire::max_pages_per_request, std::chrono::seconds(10));
         loop = std::make_unique<lazy::fault_loop>(opt.loop, std::move(fault_ch), std::move(bg_ch));
 
         unique_fd listener = lazy::listen_lazy_socket(opt.images_dir);
         report.ready();
-        unique_fd restore = lazy::accept_restore(listener.get(), std::chrono::milliseconds(opt.accept_timeout_ms),
-                                                 report.report_fd());
+        unique_fd restore = lazy::accept_restore(
+            listener.get(), std::chrono::milliseconds(opt.accept_timeout_ms), report.report_fd());
         listener.reset();
         lazy::receive_uffds(restore.get(), images.tasks.size(), [&](pid_t pid, unique_fd uffd) {
             const auto* proc = images.find(uint32_t(pid));
@@ -130,14 +132,15 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
         loop->watch_restore(std::move(restore));
         loop->on_progress([&](const lazy::loop_stats& s) { report.progress(s); });
         loop->on_new_uffd([&](int uffd) { report.keep_uffd(uffd); });
-        log->info("serving {} processes, {} lazy pages from {}", loop->stats().processes, loop->stats().pages_total,
-                  opt.source);
+        log->info("serving {} processes, {} lazy pages from {}", loop->stats().processes,
+                  loop->stats().pages_total, opt.source);
         loop->run();
         loop->announce_done();
         const auto& s = loop->stats();
-        log->info("done: {} faulted, {} prefetched, {} background, {} zero, {} dropped, {} forked, {} refetched",
-                  s.pages_faulted, s.pages_prefetched, s.pages_background, s.pages_zero, s.pages_dropped,
-                  s.pages_forked, s.pages_refetched);
+        log->info("done: {} faulted, {} prefetched, {} background, {} zero, {} dropped, {} forked, "
+                  "{} refetched",
+                  s.pages_faulted, s.pages_prefetched, s.pages_background, s.pages_zero,
+                  s.pages_dropped, s.pages_forked, s.pages_refetched);
         report.final_stats(loop.get(), monotonic_ns() - start_ns, "");
         return 0;
     } catch (const std::exception& e) {
@@ -152,25 +155,35 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
 int main(int argc, char** argv) {
     options opt;
     CLI::App app{"Ferry lazy-pages: serves one lazy restore's page faults from the source"};
-    app.add_option("--images", opt.images_dir, "restore's image and work dir")->required()->check(CLI::ExistingDirectory);
+    app.add_option("--images", opt.images_dir, "restore's image and work dir")
+        ->required()
+        ->check(CLI::ExistingDirectory);
     app.add_option("--source", opt.source, "source daemon, IP:PORT")->required();
     app.add_option("--migration", opt.migration_id, "migration id")->required();
     app.add_option("--report-fd", opt.report_fd, "socket to the parent daemon");
-    app.add_option("--uffd-keeper-fd", opt.keeper_fd, "socket to pass uffd duplicates to the parent daemon");
-    app.add_option("--window", opt.loop.fault_window_pages, "pages fetched per fault (the page and its successors)")
+    app.add_option("--uffd-keeper-fd", opt.keeper_fd,
+                   "socket to pass uffd duplicates to the parent daemon");
+    app.add_option("--window", opt.loop.fault_window_pages,
+                   "pages fetched per fault (the page and its successors)")
         ->check(CLI::Range(1, 64));
-    app.add_option("--background-chunk", opt.loop.background_chunk_pages, "pages per background request")
+    app.add_option("--background-chunk", opt.loop.background_chunk_pages,
+                   "pages per background request")
         ->check(CLI::Range(1, 1024));
-    app.add_option("--background-depth", opt.loop.background_depth, "background requests in flight (0: none)")
+    app.add_option("--background-depth", opt.loop.background_depth,
+                   "background requests in flight (0: none)")
         ->check(CLI::Range(0, 16));
     int64_t deadline_ms = opt.loop.fetch_deadline.count();
-    app.add_option("--fetch-deadline-ms", deadline_ms, "fail if the source does not answer within this time")
+    app.add_option("--fetch-deadline-ms", deadline_ms,
+                   "fail if the source does not answer within this time")
         ->check(CLI::Range(100, 600'000));
     int64_t spin_us = opt.loop.spin.count();
-    app.add_option("--spin-us", spin_us, "poll without sleeping this long after any activity (0: always block)")
+    app.add_option("--spin-us", spin_us,
+                   "poll without sleeping this long after any activity (0: always block)")
         ->check(CLI::Range(0, 1'000'000));
-    app.add_option("--accept-timeout-ms", opt.accept_timeout_ms, "how long to wait for restore to connect");
-    app.add_flag("--wait-start", opt.wait_start, "wait for lazy_start on --report-fd before reading the images");
+    app.add_option("--accept-timeout-ms", opt.accept_timeout_ms,
+                   "how long to wait for restore to connect");
+    app.add_flag("--wait-start", opt.wait_start,
+                 "wait for lazy_start on --report-fd before reading the images");
     CLI11_PARSE(app, argc, argv);
     opt.loop.fetch_deadline = std::chrono::milliseconds(deadline_ms);
     opt.loop.spin = std::chrono::microseconds(spin_us);

@@ -14,7 +14,11 @@ namespace ferry {
     return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
-[[nodiscard]] inline double ns_to_ms(uint64_t ns) noexcept { return double(ns) / 1e6; }
-[[nodiscard]] inline double ns_to_us(uint64_t ns) noexcept { return double(ns) / 1e3; }
+[[nodiscard]] inline double ns_to_ms(uint64_t ns) noexcept {
+    return double(ns) / 1e6;
+}
+[[nodiscard]] inline double ns_to_us(uint64_t ns) noexcept {
+    return double(ns) / 1e3;
+}
 
 } // namespace ferry

@@ -59,7 +59,8 @@ std::vector<std::byte> encode_frame(const envelope& e) {
     return out;
 }
 
-frame_error decode_frame_header(std::span<const std::byte, frame_header_size> h, uint32_t& payload_len) noexcept {
+frame_error decode_frame_header(std::span<const std::byte, frame_header_size> h,
+                                uint32_t& payload_len) noexcept {
     if (load_le32(&h[0]) != frame_magic)
         return frame_error::bad_magic;
     if (load_le16(&h[4]) != frame_version)
@@ -74,7 +75,7 @@ frame_error decode_frame_header(std::span<const std::byte, frame_header_size> h,
 
 envelope_ptr decode_payload(std::span<const std::byte> payload) noexcept {
     envelope* e = ferry_control__envelope__unpack(nullptr, payload.size(),
-                                                   reinterpret_cast<const uint8_t*>(payload.data()));
+                                                  reinterpret_cast<const uint8_t*>(payload.data()));
     envelope_ptr p(e);
     if (p && p->body_case == FERRY_CONTROL__ENVELOPE__BODY__NOT_SET)
         return nullptr;
@@ -109,8 +110,8 @@ void send_error(int fd, const std::string& message, net::deadline until) {
 }
 
 const char* body_name(const envelope& e) noexcept {
-    const ProtobufCFieldDescriptor* f =
-        protobuf_c_message_descriptor_get_field(&ferry_control__envelope__descriptor, unsigned(e.body_case));
+    const ProtobufCFieldDescriptor* f = protobuf_c_message_descriptor_get_field(
+        &ferry_control__envelope__descriptor, unsigned(e.body_case));
     return f ? f->name : "nothing";
 }
 
@@ -121,9 +122,10 @@ void expect(const envelope* e, FerryControl__Envelope__BodyCase want, const std:
         return;
     if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_ERROR)
         throw error(fmt::format("{}: {}", peer, e->error->message));
-    const ProtobufCFieldDescriptor* f =
-        protobuf_c_message_descriptor_get_field(&ferry_control__envelope__descriptor, unsigned(want));
-    throw error(fmt::format("{} sent {} where {} was expected", peer, body_name(*e), f ? f->name : "?"));
+    const ProtobufCFieldDescriptor* f = protobuf_c_message_descriptor_get_field(
+        &ferry_control__envelope__descriptor, unsigned(want));
+    throw error(
+        fmt::format("{} sent {} where {} was expected", peer, body_name(*e), f ? f->name : "?"));
 }
 
 } // namespace ferry::control

@@ -24,7 +24,9 @@ inline constexpr uint32_t max_frame_payload = 256u << 20;
 using envelope = FerryControl__Envelope;
 
 struct envelope_deleter {
-    void operator()(envelope* e) const noexcept { ferry_control__envelope__free_unpacked(e, nullptr); }
+    void operator()(envelope* e) const noexcept {
+        ferry_control__envelope__free_unpacked(e, nullptr);
+    }
 };
 using envelope_ptr = std::unique_ptr<envelope, envelope_deleter>;
 

@@ -79,8 +79,8 @@ struct inventory {
 // Splits the raw bytes of an image file into its entries after checking the
 // magics. `type_magic` is inventory_magic for inventory.img (which has no
 // common magic) and the type magic otherwise.
-std::vector<std::span<const uint8_t>> split_entries(std::span<const uint8_t> file, uint32_t type_magic,
-                                                    const std::string& name);
+std::vector<std::span<const uint8_t>> split_entries(std::span<const uint8_t> file,
+                                                    uint32_t type_magic, const std::string& name);
 
 inventory parse_inventory(std::span<const uint8_t> file);
 std::vector<task> parse_pstree(std::span<const uint8_t> file);

@@ -31,13 +31,15 @@ unique_fd connect_with_retry(uint16_t port, std::chrono::milliseconds timeout) {
             if (e.code().value() != ECONNREFUSED || std::chrono::steady_clock::now() >= until)
                 throw;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5)); // CRIU has not started listening yet
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(5)); // CRIU has not started listening yet
     }
 }
 
 void send_command(int fd, uint32_t cmd, std::chrono::milliseconds timeout) {
     ps_iov_v41 h{cmd, 0, 0, 0};
-    net::write_full(fd, std::as_bytes(std::span(&h, 1)), net::after(timeout), "send to CRIU page server");
+    net::write_full(fd, std::as_bytes(std::span(&h, 1)), net::after(timeout),
+                    "send to CRIU page server");
 }
 
 } // namespace

@@ -16,7 +16,9 @@
 
 namespace ferry::criu {
 
-std::string version::to_string() const { return fmt::format("{}.{}.{}", major, minor, sublevel); }
+std::string version::to_string() const {
+    return fmt::format("{}.{}.{}", major, minor, sublevel);
+}
 
 std::string criu_binary() {
     const char* env = std::getenv("FERRY_CRIU");
@@ -42,7 +44,8 @@ service service::start() {
     return service(pid, std::move(ours));
 }
 
-service::service(service&& o) noexcept : _pid(std::exchange(o._pid, -1)), _sock(std::move(o._sock)) {}
+service::service(service&& o) noexcept
+    : _pid(std::exchange(o._pid, -1)), _sock(std::move(o._sock)) {}
 
 service::~service() {
     _sock.reset();
@@ -117,8 +120,8 @@ version require_supported_criu() {
     try {
         v = query_version();
     } catch (const std::exception& e) {
-        throw error(fmt::format("cannot run {} ({}); install CRIU >= 4.1 with examples/setup.sh", criu_binary(),
-                                e.what()));
+        throw error(fmt::format("cannot run {} ({}); install CRIU >= 4.1 with examples/setup.sh",
+                                criu_binary(), e.what()));
     }
     if (!v.at_least(4, 1))
         throw error(fmt::format("{} is CRIU {}, Ferry needs >= 4.1 (3.x fails on this kernel); "

@@ -21,7 +21,9 @@ void latency_recorder::record(uint64_t ns) noexcept {
         _samples[slot] = ns;
 }
 
-uint64_t latency_recorder::percentile(double p) const { return percentile_of(_samples, p); }
+uint64_t latency_recorder::percentile(double p) const {
+    return percentile_of(_samples, p);
+}
 
 uint64_t percentile_of(std::vector<uint64_t> samples, double p) {
     if (samples.empty())

@@ -20,7 +20,8 @@ namespace {
 int poll_timeout_ms(deadline until) {
     if (until == no_deadline)
         return -1;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
     return left.count() < 0 ? 0 : int(std::min<int64_t>(left.count() + 1, 1 << 30));
 }
 
@@ -126,7 +127,9 @@ void set_nonblocking(int fd, bool on) {
         throw sys_error("fcntl O_NONBLOCK");
 }
 
-bool wait_readable(int fd, deadline until) { return wait_for(fd, POLLIN, until); }
+bool wait_readable(int fd, deadline until) {
+    return wait_for(fd, POLLIN, until);
+}
 
 bool read_full(int fd, std::span<std::byte> buf, deadline until, const char* what) {
     size_t done = 0;
@@ -230,7 +233,8 @@ unique_fd recv_fd(int sock) {
     if (n == 0)
         throw error("recvmsg SCM_RIGHTS: peer closed the socket");
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int)))
+    if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+        c->cmsg_len != CMSG_LEN(sizeof(int)))
         throw error("recvmsg SCM_RIGHTS: no file descriptor in the message");
     int fd;
     std::memcpy(&fd, CMSG_DATA(c), sizeof fd);

@@ -31,7 +31,9 @@ void set_nodelay(int fd);
 void set_nonblocking(int fd, bool on);
 
 using deadline = std::chrono::steady_clock::time_point;
-[[nodiscard]] inline deadline after(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
+[[nodiscard]] inline deadline after(std::chrono::milliseconds d) {
+    return std::chrono::steady_clock::now() + d;
+}
 inline constexpr deadline no_deadline = deadline::max();
 
 // Whole-buffer I/O on a blocking or non-blocking fd. Both throw ferry::error

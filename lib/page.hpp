@@ -13,7 +13,11 @@ inline constexpr uint64_t page_mask = page_size - 1;
 // The wire formats are little-endian and Ferry reads them in place.
 static_assert(std::endian::native == std::endian::little, "Ferry assumes a little-endian host");
 
-[[nodiscard]] constexpr uint64_t page_down(uint64_t addr) noexcept { return addr & ~page_mask; }
-[[nodiscard]] constexpr uint64_t pages_in(uint64_t bytes) noexcept { return bytes / page_size; }
+[[nodiscard]] constexpr uint64_t page_down(uint64_t addr) noexcept {
+    return addr & ~page_mask;
+}
+[[nodiscard]] constexpr uint64_t pages_in(uint64_t bytes) noexcept {
+    return bytes / page_size;
+}
 
 } // namespace ferry

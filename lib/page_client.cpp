@@ -29,7 +29,8 @@ page_client page_client::connect(const net::endpoint& source, const std::string&
     return page_client(std::move(fd), max_pages);
 }
 
-page_client::page_client(unique_fd fd, uint32_t max_pages) : _fd(std::move(fd)), _max_pages(max_pages) {
+page_client::page_client(unique_fd fd, uint32_t max_pages)
+    : _fd(std::move(fd)), _max_pages(max_pages) {
     void* p = ::mmap(nullptr, size_t(_max_pages) * page_size, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED)
@@ -40,8 +41,8 @@ page_client::page_client(unique_fd fd, uint32_t max_pages) : _fd(std::move(fd)),
 
 page_client::page_client(page_client&& o) noexcept
     : _fd(std::move(o._fd)), _max_pages(o._max_pages), _staging(std::exchange(o._staging, nullptr)),
-      _checksums(std::exchange(o._checksums, nullptr)), _header_buf(o._header_buf), _stage(o._stage),
-      _have(o._have), _reply(o._reply), _bytes_received(o._bytes_received) {}
+      _checksums(std::exchange(o._checksums, nullptr)), _header_buf(o._header_buf),
+      _stage(o._stage), _have(o._have), _reply(o._reply), _bytes_received(o._bytes_received) {}
 
 page_client::~page_client() {
     if (_staging)
@@ -79,7 +80,8 @@ incoming_reply* page_client::pump(size_t budget) {
             if (_have < _header_buf.size())
                 continue;
             _reply = incoming_reply{};
-            if (auto err = wire::decode(_header_buf, _reply.header); err != wire::decode_error::none)
+            if (auto err = wire::decode(_header_buf, _reply.header);
+                err != wire::decode_error::none)
                 throw error(fmt::format("malformed page reply: {}", wire::to_string(err)));
             if (_reply.header.nr_pages > _max_pages)
                 throw error(fmt::format("page reply of {} pages exceeds the {} requested at most",

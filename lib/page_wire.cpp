@@ -82,7 +82,8 @@ std::string_view to_string(decode_error e) noexcept {
 }
 
 header_bytes encode(const page_request& r) noexcept {
-    return encode_common(request_magic, uint16_t(r.operation), r.pid, r.nr_pages, r.vaddr, r.request_id);
+    return encode_common(request_magic, uint16_t(r.operation), r.pid, r.nr_pages, r.vaddr,
+                         r.request_id);
 }
 
 header_bytes encode(const page_reply& r) noexcept {

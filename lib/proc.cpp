@@ -26,12 +26,15 @@ std::vector<pid_t> ns_pids(pid_t pid) {
     return {};
 }
 
-bool exists(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+bool exists(pid_t pid) {
+    return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
+}
 
 std::vector<pid_t> children(pid_t pid) {
     std::vector<pid_t> out;
     std::error_code ec;
-    for (const auto& task : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    for (const auto& task :
+         std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
         std::ifstream in(task.path() / "children");
         pid_t c;
         while (in >> c)

@@ -6,7 +6,8 @@ namespace ferry {
 
 range_map::range_map(bool merge_adjacent) : _merge_adjacent(merge_adjacent) {}
 
-range_map::range_map(const range_map& other) : _bytes(other._bytes), _merge_adjacent(other._merge_adjacent) {
+range_map::range_map(const range_map& other)
+    : _bytes(other._bytes), _merge_adjacent(other._merge_adjacent) {
     for (const auto& [start, t] : other._ranges)
         _ranges.emplace_hint(_ranges.end(), start, t);
 }
@@ -31,7 +32,8 @@ void range_map::merge_around(map_type::iterator it) {
     if (it != _ranges.begin()) {
         auto prev = std::prev(it);
         uint64_t prev_len = prev->second.end - prev->first;
-        if (prev->second.end == it->first && prev->second.img_start + prev_len == it->second.img_start) {
+        if (prev->second.end == it->first &&
+            prev->second.img_start + prev_len == it->second.img_start) {
             prev->second.end = it->second.end;
             _ranges.erase(it);
             it = prev;

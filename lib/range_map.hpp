@@ -21,7 +21,9 @@ struct address_range {
     uint64_t img_start = 0;
 
     [[nodiscard]] uint64_t length() const noexcept { return end - start; }
-    [[nodiscard]] uint64_t img_of(uint64_t addr) const noexcept { return img_start + (addr - start); }
+    [[nodiscard]] uint64_t img_of(uint64_t addr) const noexcept {
+        return img_start + (addr - start);
+    }
     bool operator==(const address_range&) const = default;
 };
 

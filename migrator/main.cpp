@@ -16,8 +16,8 @@ namespace {
 
 using namespace ferry;
 
-int run_migrate(const std::string& to, const std::string& via, const std::string& advertise, pid_t pid,
-                const std::string& work_root, bool json, bool keep_images) {
+int run_migrate(const std::string& to, const std::string& via, const std::string& advertise,
+                pid_t pid, const std::string& work_root, bool json, bool keep_images) {
     migrator::migrate_options opt;
     try {
         opt.pid = pid;
@@ -53,15 +53,20 @@ int main(int argc, char** argv) {
     const char* env_daemon = std::getenv("FERRY_DAEMON");
     std::string via = env_daemon ? env_daemon : "127.0.0.1:7140";
     bool json = false, keep_images = false;
-    mig->add_option("--pid", pid, "root of the process tree; must be the init of its own PID namespace")
+    mig->add_option("--pid", pid,
+                    "root of the process tree; must be the init of its own PID namespace")
         ->required()
         ->check(CLI::PositiveNumber);
     mig->add_option("--to", to, "the destination host's pagesrv, IP:PORT")->required();
-    mig->add_option("--via", via, "this host's pagesrv, IP:PORT (default $FERRY_DAEMON or 127.0.0.1:7140)");
-    mig->add_option("--advertise", advertise, "the address the destination uses to reach this host's pagesrv");
-    mig->add_option("--work-dir", work_root, "where dump images are written (tmpfs is best)")->capture_default_str();
+    mig->add_option("--via", via,
+                    "this host's pagesrv, IP:PORT (default $FERRY_DAEMON or 127.0.0.1:7140)");
+    mig->add_option("--advertise", advertise,
+                    "the address the destination uses to reach this host's pagesrv");
+    mig->add_option("--work-dir", work_root, "where dump images are written (tmpfs is best)")
+        ->capture_default_str();
     mig->add_flag("--json", json, "print one JSON object instead of a summary");
-    mig->add_flag("--keep-images", keep_images, "keep the dump images after a successful migration");
+    mig->add_flag("--keep-images", keep_images,
+                  "keep the dump images after a successful migration");
 
     CLI11_PARSE(app, argc, argv);
     if (mig->parsed())

@@ -107,9 +107,10 @@ void migration::check_source() {
     if (pids.empty())
         throw error(fmt::format("no process with pid {}", _opt.pid));
     if (pids.size() < 2 || pids.back() != 1)
-        throw error(fmt::format("pid {} is not the init of its own PID namespace; Ferry migrates a process tree "
-                                "in its own PID namespace (as containers run)",
-                                _opt.pid));
+        throw error(fmt::format(
+            "pid {} is not the init of its own PID namespace; Ferry migrates a process tree "
+            "in its own PID namespace (as containers run)",
+            _opt.pid));
     if (!process_running(_opt.pid))
         throw error(fmt::format("pid {} is not running (stopped, traced or a zombie)", _opt.pid));
 }
@@ -126,11 +127,13 @@ void migration::connect_daemons() {
     prep.source_addr = const_cast<char*>(advertised.c_str());
     control::send_message(_dest.get(), prep, net::after(control_timeout));
     auto ok = control::receive(_dest.get(), net::after(control_timeout));
-    control::expect(ok.get(), FERRY_CONTROL__ENVELOPE__BODY_PREPARE_OK, "destination " + _opt.destination.to_string());
+    control::expect(ok.get(), FERRY_CONTROL__ENVELOPE__BODY_PREPARE_OK,
+                    "destination " + _opt.destination.to_string());
     try {
         _src = net::tcp_connect(_opt.local_daemon, connect_timeout);
     } catch (const std::exception& e) {
-        throw error(fmt::format("cannot reach the local daemon (the source pagesrv): {}", e.what()));
+        throw error(
+            fmt::format("cannot reach the local daemon (the source pagesrv): {}", e.what()));
     }
 }
 
@@ -282,7 +285,8 @@ void migration::wait_resumed() {
             auto r = _criu->receive(net::after(control_timeout));
             if (r->type != CRIU_REQ_TYPE__NOTIFY) {
                 _dump_response_seen = true;
-                throw error("CRIU ended the dump early: " + criu::describe_failure(*r, (_dir / "dump.log").string()));
+                throw error("CRIU ended the dump early: " +
+                            criu::describe_failure(*r, (_dir / "dump.log").string()));
             }
             _criu->ack_notify(true);
             if (r->notify && r->notify->script && std::string(r->notify->script) == "status-ready")
@@ -300,7 +304,8 @@ void migration::wait_resumed() {
         control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_RESTORE_RESULT, "destination");
         const auto& res = *e->restore_result;
         if (!res.ok)
-            throw error(fmt::format("restore failed on the destination: {}", res.error ? res.error : "unknown"));
+            throw error(fmt::format("restore failed on the destination: {}",
+                                    res.error ? res.error : "unknown"));
         _r.t_resumed = monotonic_ns();
         _r.destination_pid = res.has_root_pid ? res.root_pid : -1;
         _r.dest_images_check_ns = res.images_check_ns;
@@ -316,14 +321,18 @@ void migration::wait_transfer() {
         try {
             e = control::receive(_dest.get(), net::after(transfer_silence_limit));
         } catch (const std::exception& ex) {
-            throw error(fmt::format("lost the destination after it resumed ({}); the source stays frozen", ex.what()));
+            throw error(fmt::format(
+                "lost the destination after it resumed ({}); the source stays frozen", ex.what()));
         }
         if (!e)
-            throw error("the destination closed the connection after it resumed; the source stays frozen");
+            throw error(
+                "the destination closed the connection after it resumed; the source stays frozen");
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_PROGRESS) {
             if (_opt.show_progress) {
                 const auto& p = *e->transfer_progress;
-                std::fprintf(stderr, "\r  post-copy: %5.1f%%  %llu / %llu pages", p.pages_total ? 100.0 * double(p.pages_done) / double(p.pages_total) : 100.0,
+                std::fprintf(stderr, "\r  post-copy: %5.1f%%  %llu / %llu pages",
+                             p.pages_total ? 100.0 * double(p.pages_done) / double(p.pages_total)
+                                           : 100.0,
                              static_cast<unsigned long long>(p.pages_done),
                              static_cast<unsigned long long>(p.pages_total));
             }
@@ -399,7 +408,8 @@ void migration::abort_source(const std::string& reason) {
             a.reason = const_cast<char*>(reason.c_str());
             control::send_message(_src.get(), a, net::after(control_timeout));
             auto e = control::receive(_src.get(), net::after(control_timeout));
-            control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORTED, "local daemon");
+            control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORTED,
+                            "local daemon");
             aborted = true;
         } catch (const std::exception& e) {
             _log->warn("the local daemon could not abort ({}); aborting CRIU directly", e.what());
@@ -419,7 +429,8 @@ void migration::abort_source(const std::string& reason) {
             break; // the dump's final (failed) response: the tasks were resumed
         }
     } catch (const std::exception& e) {
-        _log->error("aborting CRIU's dump: {}; killing CRIU so the kernel detaches the tasks", e.what());
+        _log->error("aborting CRIU's dump: {}; killing CRIU so the kernel detaches the tasks",
+                    e.what());
         _criu->kill();
     }
     _criu.reset();
@@ -476,6 +487,8 @@ double migration_result::total_ms() const noexcept {
     return t_freeze && end ? ns_to_ms(end - t_freeze) : 0;
 }
 
-migration_result migrate(const migrate_options& opt) { return migration(opt).run(); }
+migration_result migrate(const migrate_options& opt) {
+    return migration(opt).run();
+}
 
 } // namespace ferry::migrator

@@ -26,7 +26,8 @@ struct migrate_options {
     pid_t pid = 0;
     net::endpoint destination;
     net::endpoint local_daemon;
-    std::optional<net::endpoint> advertised_source; // what the destination dials; default local_daemon
+    std::optional<net::endpoint>
+        advertised_source; // what the destination dials; default local_daemon
     std::filesystem::path work_root = "/dev/shm/ferry";
     bool keep_images = false;
     bool show_progress = false;
@@ -36,8 +37,10 @@ struct transfer_summary {
     bool present = false;
     bool ok = false;
     std::string error;
-    uint64_t pages_total = 0, pages_faulted = 0, pages_prefetched = 0, pages_background = 0, pages_zero = 0;
-    uint64_t pages_dropped = 0, pages_forked = 0, pages_refetched = 0, bytes_received = 0, faults = 0;
+    uint64_t pages_total = 0, pages_faulted = 0, pages_prefetched = 0, pages_background = 0,
+             pages_zero = 0;
+    uint64_t pages_dropped = 0, pages_forked = 0, pages_refetched = 0, bytes_received = 0,
+             faults = 0;
     uint64_t fault_p50_ns = 0, fault_p99_ns = 0, fault_max_ns = 0, transfer_ns = 0;
     uint32_t processes = 0;
 };

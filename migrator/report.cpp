@@ -8,7 +8,9 @@ namespace ferry::migrator {
 
 namespace {
 
-double span_ms(uint64_t from, uint64_t to) { return from && to && to >= from ? ns_to_ms(to - from) : 0; }
+double span_ms(uint64_t from, uint64_t to) {
+    return from && to && to >= from ? ns_to_ms(to - from) : 0;
+}
 
 } // namespace
 
@@ -71,25 +73,31 @@ std::string human_summary(const migration_result& r) {
         return s;
     }
     const auto& t = r.transfer;
-    s += fmt::format("migrated pid {} -> destination pid {} (migration {})\n", r.source_pid, r.destination_pid, r.id);
-    s += fmt::format("  downtime      {:8.1f} ms  (dump {:.1f} | ship images {:.1f} | restore {:.1f} | commit {:.1f} "
-                     "| resume {:.1f})\n",
-                     r.downtime_ms(), span_ms(r.t_freeze, r.t_dumped), span_ms(r.t_dumped, r.t_images_sent),
-                     span_ms(r.t_images_sent, r.t_ready_to_resume), span_ms(r.t_ready_to_resume, r.t_committed),
-                     span_ms(r.t_committed, r.t_resumed));
+    s += fmt::format("migrated pid {} -> destination pid {} (migration {})\n", r.source_pid,
+                     r.destination_pid, r.id);
+    s += fmt::format(
+        "  downtime      {:8.1f} ms  (dump {:.1f} | ship images {:.1f} | restore {:.1f} | commit "
+        "{:.1f} "
+        "| resume {:.1f})\n",
+        r.downtime_ms(), span_ms(r.t_freeze, r.t_dumped), span_ms(r.t_dumped, r.t_images_sent),
+        span_ms(r.t_images_sent, r.t_ready_to_resume), span_ms(r.t_ready_to_resume, r.t_committed),
+        span_ms(r.t_committed, r.t_resumed));
     s += fmt::format("  total         {:8.1f} ms  (post-copy {:.1f} ms)\n", r.total_ms(),
                      span_ms(r.t_resumed, r.t_transferred));
-    s += fmt::format("  pages         {} lazy: {} faulted, {} prefetched, {} background; {} zero-filled holes\n",
-                     t.pages_total, t.pages_faulted, t.pages_prefetched, t.pages_background, t.pages_zero);
+    s += fmt::format(
+        "  pages         {} lazy: {} faulted, {} prefetched, {} background; {} zero-filled holes\n",
+        t.pages_total, t.pages_faulted, t.pages_prefetched, t.pages_background, t.pages_zero);
     if (t.pages_dropped || t.pages_forked || t.pages_refetched)
-        s += fmt::format("                {} dropped (unmapped/exited), {} into forked children, {} refetched "
-                         "after a checksum mismatch\n",
-                         t.pages_dropped, t.pages_forked, t.pages_refetched);
+        s += fmt::format(
+            "                {} dropped (unmapped/exited), {} into forked children, {} refetched "
+            "after a checksum mismatch\n",
+            t.pages_dropped, t.pages_forked, t.pages_refetched);
     s += fmt::format("  sent          {:.1f} MiB ({} image files, {:.1f} KiB)\n",
                      double(r.source_bytes_sent + r.images_bytes) / (1 << 20), r.image_files,
                      double(r.images_bytes) / 1024);
     s += fmt::format("  fault latency p50 {:.0f} us, p99 {:.0f} us, max {:.0f} us over {} faults\n",
-                     ns_to_us(t.fault_p50_ns), ns_to_us(t.fault_p99_ns), ns_to_us(t.fault_max_ns), t.faults);
+                     ns_to_us(t.fault_p50_ns), ns_to_us(t.fault_p99_ns), ns_to_us(t.fault_max_ns),
+                     t.faults);
     return s;
 }
 

@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 #include <poll.h>
-#include <signal.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -51,13 +51,15 @@ daemon::daemon(daemon_config cfg) : _cfg(std::move(cfg)), _log(make_logger("page
     _listener = net::tcp_listen(_cfg.listen);
 }
 
-daemon::~daemon() { drain(); }
+daemon::~daemon() {
+    drain();
+}
 
 void daemon::run() {
     unique_fd signals = block_stop_signals();
     ::signal(SIGPIPE, SIG_IGN);
-    _log->info("listening on {}, state in {}, CRIU {}", _cfg.listen.to_string(), _cfg.state_dir.string(),
-               _criu_version);
+    _log->info("listening on {}, state in {}, CRIU {}", _cfg.listen.to_string(),
+               _cfg.state_dir.string(), _criu_version);
     for (;;) {
         pollfd fds[2] = {{_listener.get(), POLLIN, 0}, {signals.get(), POLLIN, 0}};
         int r = ::poll(fds, 2, 1000);
@@ -125,8 +127,10 @@ void daemon::drain() {
                     return true;
             return false;
         };
-        if (!_registry_changed.wait_for(lock, _cfg.drain_timeout, [&] { return !committed_left(); }))
-            _log->warn("stopping with committed migrations unfinished: their destinations lose their source");
+        if (!_registry_changed.wait_for(lock, _cfg.drain_timeout,
+                                        [&] { return !committed_left(); }))
+            _log->warn("stopping with committed migrations unfinished: their destinations lose "
+                       "their source");
         for (auto& c : _connections)
             ::shutdown(c.fd.get(), SHUT_RDWR);
     }
@@ -155,8 +159,9 @@ void daemon::serve_connection(connection& c) {
                 serve_incoming(*this, fd, *first->incoming_prepare);
                 break;
             default:
-                control::send_error(fd, fmt::format("unexpected first message {}", control::body_name(*first)),
-                                    net::after(first_frame_timeout));
+                control::send_error(
+                    fd, fmt::format("unexpected first message {}", control::body_name(*first)),
+                    net::after(first_frame_timeout));
             }
         }
     } catch (const std::exception& e) {
@@ -166,7 +171,8 @@ void daemon::serve_connection(connection& c) {
     c.done = true;
 }
 
-std::shared_ptr<outgoing_migration> daemon::find_outgoing(const std::string& id, std::chrono::milliseconds wait) {
+std::shared_ptr<outgoing_migration> daemon::find_outgoing(const std::string& id,
+                                                          std::chrono::milliseconds wait) {
     std::unique_lock lock(_mutex);
     std::shared_ptr<outgoing_migration> found;
     // A destination may open its channels while the migrator is still
@@ -182,7 +188,8 @@ std::shared_ptr<outgoing_migration> daemon::find_outgoing(const std::string& id,
 void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& open) {
     auto m = find_outgoing(open.migration_id, std::chrono::seconds(10));
     if (!m) {
-        control::send_error(fd, fmt::format("unknown migration {}", open.migration_id), net::after(first_frame_timeout));
+        control::send_error(fd, fmt::format("unknown migration {}", open.migration_id),
+                            net::after(first_frame_timeout));
         return;
     }
     FerryControl__PageChannelAccepted ok = FERRY_CONTROL__PAGE_CHANNEL_ACCEPTED__INIT;
@@ -200,10 +207,12 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
     }
 
     const size_t max_bytes = size_t(wire::max_pages_per_request) * page_size;
-    void* mem = ::mmap(nullptr, max_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* mem =
+        ::mmap(nullptr, max_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED)
         throw sys_error("mmap page buffer");
-    std::unique_ptr<void, std::function<void(void*)>> unmap(mem, [max_bytes](void* p) { ::munmap(p, max_bytes); });
+    std::unique_ptr<void, std::function<void(void*)>> unmap(
+        mem, [max_bytes](void* p) { ::munmap(p, max_bytes); });
     auto* pages = static_cast<std::byte*>(mem);
     std::vector<uint64_t> checksums(wire::max_pages_per_request);
 
@@ -213,7 +222,8 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
             return; // the destination closed the channel
         wire::page_request req;
         if (auto err = wire::decode(h, req); err != wire::decode_error::none) {
-            _log->warn("migration {}: malformed page request ({}); closing the channel", m->id(), wire::to_string(err));
+            _log->warn("migration {}: malformed page request ({}); closing the channel", m->id(),
+                       wire::to_string(err));
             return;
         }
         if (req.operation == wire::op::done) {
@@ -222,7 +232,8 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
             continue;
         }
         const wire::status st = m->read_pages(req, pages, checksums.data());
-        wire::page_reply rep{st, req.pid, st == wire::status::ok ? req.nr_pages : 0, req.vaddr, req.request_id};
+        wire::page_reply rep{st, req.pid, st == wire::status::ok ? req.nr_pages : 0, req.vaddr,
+                             req.request_id};
         auto rh = wire::encode(rep);
         iovec iov[3] = {{rh.data(), rh.size()},
                         {checksums.data(), size_t(rep.nr_pages) * sizeof(uint64_t)},
@@ -230,20 +241,22 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
         net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(30)), "send page reply");
         m->count_sent(rep.nr_pages, rh.size() + iov[1].iov_len + iov[2].iov_len);
         if (st != wire::status::ok)
-            _log->warn("migration {}: refused pid {} [{:#x}, +{} pages): {}", m->id(), req.pid, req.vaddr,
-                       req.nr_pages, wire::to_string(st));
+            _log->warn("migration {}: refused pid {} [{:#x}, +{} pages): {}", m->id(), req.pid,
+                       req.vaddr, req.nr_pages, wire::to_string(st));
     }
 }
 
 void daemon::serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg) {
     std::shared_ptr<outgoing_migration> m;
     try {
-        m = std::make_shared<outgoing_migration>(reg.migration_id, reg.images_dir, pid_t(reg.root_pid),
+        m = std::make_shared<outgoing_migration>(reg.migration_id, reg.images_dir,
+                                                 pid_t(reg.root_pid),
                                                  uint16_t(reg.criu_page_server_port));
     } catch (const std::exception& e) {
         // Until registration succeeds the migrator owns the abort.
-        control::send_error(fd, fmt::format("cannot serve migration {}: {}", reg.migration_id, e.what()),
-                            net::after(first_frame_timeout));
+        control::send_error(
+            fd, fmt::format("cannot serve migration {}: {}", reg.migration_id, e.what()),
+            net::after(first_frame_timeout));
         return;
     }
     {
@@ -251,7 +264,8 @@ void daemon::serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg) {
         _outgoing[m->id()] = m;
     }
     _registry_changed.notify_all();
-    _log->info("migration {}: serving {} lazy pages of {} processes", m->id(), m->pages_total(), m->processes());
+    _log->info("migration {}: serving {} lazy pages of {} processes", m->id(), m->pages_total(),
+               m->processes());
 
     FerryControl__OutgoingRegistered ok = FERRY_CONTROL__OUTGOING_REGISTERED__INIT;
     ok.pages_total = m->pages_total();
@@ -269,12 +283,15 @@ void daemon::serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg) {
             if (m->abort("the migrator disconnected before the destination resumed"))
                 break;
             if (m->current_state() == outgoing_migration::state::committed) {
-                _log->warn("migration {}: the migrator left after commit; finishing when the destination is done",
+                _log->warn("migration {}: the migrator left after commit; finishing when the "
+                           "destination is done",
                            m->id());
                 if (m->wait_destination_done(orphaned_commit_wait))
                     m->finish();
                 else
-                    _log->error("migration {}: the destination never finished; the source stays frozen", m->id());
+                    _log->error(
+                        "migration {}: the destination never finished; the source stays frozen",
+                        m->id());
             }
             break;
         }
@@ -284,7 +301,8 @@ void daemon::serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg) {
                 FerryControl__OutgoingCommitted c = FERRY_CONTROL__OUTGOING_COMMITTED__INIT;
                 control::send_message(fd, c, until);
             } else {
-                control::send_error(fd, "the migration was already aborted: the source is running", until);
+                control::send_error(fd, "the migration was already aborted: the source is running",
+                                    until);
             }
         } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISH) {
             try {

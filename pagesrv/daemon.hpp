@@ -52,7 +52,8 @@ class daemon {
     void serve_page_channel(int fd, const FerryControl__PageChannelOpen& open);
     void serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg);
 
-    std::shared_ptr<outgoing_migration> find_outgoing(const std::string& id, std::chrono::milliseconds wait);
+    std::shared_ptr<outgoing_migration> find_outgoing(const std::string& id,
+                                                      std::chrono::milliseconds wait);
     void reap_finished_connections();
     void drain();
 

@@ -19,8 +19,8 @@
 #include <sys/wait.h>
 
 #include <fstream>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 namespace ferry::pagesrv {
@@ -36,18 +36,21 @@ bool valid_migration_id(const std::string& id) {
 }
 
 bool safe_image_name(const std::string& name) {
-    return !name.empty() && name.size() < 256 && name.find('/') == std::string::npos && name != "." &&
-           name != ".." && name != "lazy-pages.socket";
+    return !name.empty() && name.size() < 256 && name.find('/') == std::string::npos &&
+           name != "." && name != ".." && name != "lazy-pages.socket";
 }
 
-std::filesystem::path self_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path(); }
+std::filesystem::path self_dir() {
+    return std::filesystem::read_symlink("/proc/self/exe").parent_path();
+}
 
 // The lazy-pages binary: $FERRY_LAZY_PAGES, beside pagesrv once installed,
 // or in the build tree.
 std::string lazy_pages_binary() {
     if (const char* env = std::getenv("FERRY_LAZY_PAGES"); env && *env)
         return env;
-    for (auto candidate : {self_dir() / "lazy-pages", self_dir() / ".." / "lazy-pages" / "lazy-pages"})
+    for (auto candidate :
+         {self_dir() / "lazy-pages", self_dir() / ".." / "lazy-pages" / "lazy-pages"})
         if (std::filesystem::exists(candidate))
             return candidate.string();
     throw error("cannot find the lazy-pages binary (set FERRY_LAZY_PAGES)");
@@ -89,9 +92,12 @@ struct lazy_child {
 class incoming_session {
   public:
     incoming_session(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare)
-        : _d(d), _fd(fd), _id(prepare.migration_id), _source(prepare.source_addr), _log(make_logger("pagesrv")) {}
+        : _d(d), _fd(fd), _id(prepare.migration_id), _source(prepare.source_addr),
+          _log(make_logger("pagesrv")) {}
 
     void run();
+    // Once the session is over the images are of no use; the logs stay.
+    void discard_images() noexcept;
 
   private:
     void prepare();
@@ -208,17 +214,17 @@ void incoming_session::spawn_lazy_pages() {
     unique_fd keeper_ours(keeper[0]), keeper_theirs(keeper[1]);
     const std::string bin = lazy_pages_binary();
     std::vector<std::string> args = {bin,
-                                           "--images",
-                                           _dir.string(),
-                                           "--source",
-                                           _source,
-                                           "--migration",
-                                           _id,
-                                           "--report-fd",
-                                           std::to_string(report_theirs.get()),
-                                           "--uffd-keeper-fd",
-                                           std::to_string(keeper_theirs.get()),
-                                           "--wait-start"};
+                                     "--images",
+                                     _dir.string(),
+                                     "--source",
+                                     _source,
+                                     "--migration",
+                                     _id,
+                                     "--report-fd",
+                                     std::to_string(report_theirs.get()),
+                                     "--uffd-keeper-fd",
+                                     std::to_string(keeper_theirs.get()),
+                                     "--wait-start"};
     // Extra options for tuning experiments, e.g. FERRY_LAZY_PAGES_ARGS="--window 16".
     if (const char* extra = std::getenv("FERRY_LAZY_PAGES_ARGS"); extra && *extra) {
         std::istringstream words(extra);
@@ -267,7 +273,8 @@ bool incoming_session::start_lazy_pages() {
         return true;
     }
     std::string why = "lazy-pages exited before it was ready";
-    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS && e->transfer_stats->error)
+    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS &&
+        e->transfer_stats->error)
         why = fmt::format("lazy-pages failed: {}", e->transfer_stats->error);
     send_restore_failure(why);
     return false;
@@ -330,7 +337,8 @@ bool incoming_session::restore() {
             FerryControl__ResumeRequest ask = FERRY_CONTROL__RESUME_REQUEST__INIT;
             control::send_message(_fd, ask, net::after(control_timeout));
             auto d = control::receive(_fd, net::after(control_timeout));
-            ok = d && d->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_DECISION && d->resume_decision->resume;
+            ok = d && d->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_DECISION &&
+                 d->resume_decision->resume;
             if (!ok)
                 _log->warn("migration {}: resume refused ({}); restore is cancelled", _id,
                            d && d->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_DECISION &&
@@ -451,6 +459,15 @@ void incoming_session::relay_transfer() {
     _log->info("migration {}: transfer {}", _id, failure ? "failed: " + *failure : "complete");
 }
 
+void incoming_session::discard_images() noexcept {
+    std::error_code ec;
+    if (_dir.empty())
+        return;
+    for (const auto& entry : std::filesystem::directory_iterator(_dir, ec))
+        if (entry.path().extension() != ".log")
+            std::filesystem::remove(entry.path(), ec);
+}
+
 void incoming_session::run() {
     prepare();
     _log->info("migration {}: incoming from source {}", _id, _source);
@@ -468,7 +485,14 @@ void incoming_session::run() {
 } // namespace
 
 void serve_incoming(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare) {
-    incoming_session(d, fd, prepare).run();
+    incoming_session session(d, fd, prepare);
+    try {
+        session.run();
+    } catch (...) {
+        session.discard_images();
+        throw;
+    }
+    session.discard_images();
 }
 
 } // namespace ferry::pagesrv

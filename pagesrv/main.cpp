@@ -8,10 +8,13 @@ int main(int argc, char** argv) {
     std::string listen;
     std::string state_dir = "/var/lib/ferry";
     int drain_seconds = 30;
-    CLI::App app{"Ferry pagesrv: serves outgoing migrations' pages and accepts incoming migrations"};
+    CLI::App app{
+        "Ferry pagesrv: serves outgoing migrations' pages and accepts incoming migrations"};
     app.add_option("--listen", listen, "address to listen on, IP:PORT")->required();
-    app.add_option("--state-dir", state_dir, "where incoming images and logs are kept")->capture_default_str();
-    app.add_option("--drain-timeout", drain_seconds, "seconds to let committed migrations finish on SIGTERM")
+    app.add_option("--state-dir", state_dir, "where incoming images and logs are kept")
+        ->capture_default_str();
+    app.add_option("--drain-timeout", drain_seconds,
+                   "seconds to let committed migrations finish on SIGTERM")
         ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 

@@ -14,8 +14,8 @@
 
 namespace ferry::pagesrv {
 
-outgoing_migration::outgoing_migration(std::string id, const std::filesystem::path& images_dir, pid_t root_pid,
-                                       uint16_t criu_port)
+outgoing_migration::outgoing_migration(std::string id, const std::filesystem::path& images_dir,
+                                       pid_t root_pid, uint16_t criu_port)
     : _id(std::move(id)), _criu_port(criu_port) {
     const auto images = criu::image_set::load(images_dir);
     // The tree is frozen, so its shape cannot change under us.
@@ -25,22 +25,25 @@ outgoing_migration::outgoing_migration(std::string id, const std::filesystem::pa
             continue;
         auto it = by_inner.find(pid_t(p.t.pid));
         if (it == by_inner.end())
-            throw error(fmt::format("image pid {} has no live process under host pid {}", p.t.pid, root_pid));
+            throw error(fmt::format("image pid {} has no live process under host pid {}", p.t.pid,
+                                    root_pid));
         _procs[p.t.pid] = process{it->second, p.lazy};
         _pages_total += p.lazy_pages();
     }
 }
 
 bool outgoing_migration::is_lazy(const process& p, uint64_t start, uint64_t end) const noexcept {
-    auto it = std::upper_bound(p.lazy.begin(), p.lazy.end(), start,
-                               [](uint64_t addr, const criu::lazy_range& r) { return addr < r.start; });
+    auto it =
+        std::upper_bound(p.lazy.begin(), p.lazy.end(), start,
+                         [](uint64_t addr, const criu::lazy_range& r) { return addr < r.start; });
     if (it == p.lazy.begin())
         return false;
     --it;
     return start >= it->start && end <= it->end;
 }
 
-wire::status outgoing_migration::read_pages(const wire::page_request& r, std::byte* pages, uint64_t* checksums) {
+wire::status outgoing_migration::read_pages(const wire::page_request& r, std::byte* pages,
+                                            uint64_t* checksums) {
     auto it = _procs.find(r.pid);
     const uint64_t len = uint64_t(r.nr_pages) * page_size;
     if (it == _procs.end() || !is_lazy(it->second, r.vaddr, r.vaddr + len))

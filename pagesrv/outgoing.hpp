@@ -39,7 +39,8 @@ class outgoing_migration {
 
     // Reads the pages of one request into `pages` and their checksums into
     // `checksums`. Safe to call from several channel threads at once.
-    [[nodiscard]] wire::status read_pages(const wire::page_request& r, std::byte* pages, uint64_t* checksums);
+    [[nodiscard]] wire::status read_pages(const wire::page_request& r, std::byte* pages,
+                                          uint64_t* checksums);
     void count_sent(uint64_t pages, uint64_t bytes) noexcept;
     // The destination reported every page installed.
     void destination_done();

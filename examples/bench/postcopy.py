@@ -240,15 +240,21 @@ def main():
     testbed("up")
     raw = {"downtime": {}, "latency": {}}
     try:
+        # Repetitions are interleaved, so slow phases of this shared machine
+        # hit every contender alike.
         for mib in sizes:
-            ferry = [ferry_run(mib, False) for _ in range(a.runs)]
-            sc = [stop_and_copy_run(mib) for _ in range(a.runs)]
-            lazy = [criu_lazy_dump_run(mib) for _ in range(a.runs)]
+            ferry, sc, lazy = [], [], []
+            for _ in range(a.runs):
+                ferry.append(ferry_run(mib, False))
+                sc.append(stop_and_copy_run(mib))
+                lazy.append(criu_lazy_dump_run(mib))
             raw["downtime"][mib] = {"ferry": ferry, "stop_and_copy": sc, "criu_lazy_dump": lazy}
             report_downtime(mib, ferry, sc, lazy)
         for mib in lsizes:
-            ferry = [ferry_run(mib, True) for _ in range(a.runs)]
-            criu = [criu_lazy_local_run(mib) for _ in range(a.runs)]
+            ferry, criu = [], []
+            for _ in range(a.runs):
+                ferry.append(ferry_run(mib, True))
+                criu.append(criu_lazy_local_run(mib))
             raw["latency"][mib] = {"ferry": ferry, "criu_lazy_local": criu}
             report_latency(mib, ferry, criu)
     finally:

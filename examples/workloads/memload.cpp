@@ -23,9 +23,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdarg>
 #include <atomic>
 #include <cinttypes>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -83,7 +83,8 @@ region allocate(size_t mib, uint64_t seed) {
     region r;
     r.pages = mib * (1 << 20) / page;
     r.seed = seed;
-    void* m = mmap(nullptr, r.pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* m =
+        mmap(nullptr, r.pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
         perror("mmap");
         exit(1);
@@ -175,9 +176,11 @@ void touch_all(const region& r) {
     }
     const uint64_t total = now_ns() - start;
     std::sort(lat.begin(), lat.end());
-    auto pct = [&](double q) { return lat[std::min(lat.size() - 1, size_t(q * double(lat.size())))]; };
-    say("touch pages=%zu bad=%" PRIu64 " total_ms=%.1f p50_ns=%" PRIu64 " p99_ns=%" PRIu64 " p999_ns=%" PRIu64
-        " max_ns=%" PRIu64 "\n",
+    auto pct = [&](double q) {
+        return lat[std::min(lat.size() - 1, size_t(q * double(lat.size())))];
+    };
+    say("touch pages=%zu bad=%" PRIu64 " total_ms=%.1f p50_ns=%" PRIu64 " p99_ns=%" PRIu64
+        " p999_ns=%" PRIu64 " max_ns=%" PRIu64 "\n",
         r.pages, bad, double(total) / 1e6, pct(0.50), pct(0.99), pct(0.999), lat.back());
 }
 
@@ -204,7 +207,8 @@ struct churn_region {
 
     void setup(uint64_t seed) {
         r = allocate(pages * page / (1 << 20), seed);
-        landing = mmap(nullptr, (pages - 512) * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        landing =
+            mmap(nullptr, (pages - 512) * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     }
     void churn() {
         char* base = reinterpret_cast<char*>(r.base);
@@ -253,7 +257,8 @@ void run(const char* role, const region& r, unsigned threads, after_freeze what,
         std::thread(worker, &r, i).detach();
     if (what.any())
         std::thread(watch_for_migration, std::cref(r), cr, what).detach();
-    say("ready %s pid=%d pages=%zu threads=%u\n", role, int(getpid()), r.pages, threads + 1 + (what.any() ? 1 : 0));
+    say("ready %s pid=%d pages=%zu threads=%u\n", role, int(getpid()), r.pages,
+        threads + 1 + (what.any() ? 1 : 0));
     uint64_t tick = 0;
     uint64_t last_tick = now_ns();
     for (;;) {
@@ -269,8 +274,8 @@ void run(const char* role, const region& r, unsigned threads, after_freeze what,
         }
         if (now_ns() - last_tick >= 1'000'000'000ull) {
             last_tick = now_ns();
-            say("tick %s %" PRIu64 " checks=%" PRIu64 " failures=%" PRIu64 "\n", role, ++tick, checks.load(),
-                failures.load());
+            say("tick %s %" PRIu64 " checks=%" PRIu64 " failures=%" PRIu64 "\n", role, ++tick,
+                checks.load(), failures.load());
         }
     }
 }
@@ -284,7 +289,10 @@ int main(int argc, char** argv) {
     after_freeze what;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
-        auto next = [&] { return i + 1 < argc ? argv[++i] : (fprintf(stderr, "%s needs a value\n", a.c_str()), exit(2), ""); };
+        auto next = [&] {
+            return i + 1 < argc ? argv[++i]
+                                : (fprintf(stderr, "%s needs a value\n", a.c_str()), exit(2), "");
+        };
         if (a == "--mib")
             mib = std::strtoull(next(), nullptr, 10);
         else if (a == "--child-mib")
@@ -300,8 +308,9 @@ int main(int argc, char** argv) {
         else if (a == "--churn-after-freeze")
             what.churn = true;
         else {
-            fprintf(stderr, "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
-                            "[--touch-after-freeze] [--fork-after-freeze] [--churn-after-freeze]\n");
+            fprintf(stderr,
+                    "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
+                    "[--touch-after-freeze] [--fork-after-freeze] [--churn-after-freeze]\n");
             return 2;
         }
     }

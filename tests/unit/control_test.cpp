@@ -43,13 +43,15 @@ TEST_CASE("control frames round-trip over a socket", "[control]") {
     REQUIRE(e->outgoing_register->root_pid == 42);
     REQUIRE(e->outgoing_register->criu_page_server_port == 12345);
     s.a.reset();
-    REQUIRE(control::receive(s.b.get(), net::after(std::chrono::seconds(5))) == nullptr); // clean EOF
+    REQUIRE(control::receive(s.b.get(), net::after(std::chrono::seconds(5))) ==
+            nullptr); // clean EOF
 }
 
 TEST_CASE("control frame headers are checked", "[control]") {
     auto frame = register_frame();
     uint32_t len = 0;
-    std::span<const std::byte, control::frame_header_size> h(frame.data(), control::frame_header_size);
+    std::span<const std::byte, control::frame_header_size> h(frame.data(),
+                                                             control::frame_header_size);
     REQUIRE(control::decode_frame_header(h, len) == control::frame_error::none);
     REQUIRE(len == frame.size() - control::frame_header_size);
 

@@ -68,7 +68,8 @@ constexpr uint32_t anon_private = MAP_ANONYMOUS | MAP_PRIVATE;
 } // namespace
 
 TEST_CASE("pagemap images parse", "[images]") {
-    auto w = pagemap_file({{0x1000, 2, pe_lazy}, {0x3000, 1, pe_present}, {0x8000, 4, pe_lazy | pe_present}});
+    auto w = pagemap_file(
+        {{0x1000, 2, pe_lazy}, {0x3000, 1, pe_present}, {0x8000, 4, pe_lazy | pe_present}});
     auto pm = parse_pagemap(w.bytes, "pagemap-1.img");
     REQUIRE(pm.pages_id == 3);
     REQUIRE(pm.entries.size() == 3);
@@ -82,7 +83,8 @@ TEST_CASE("corrupt pagemap images are rejected with the file named", "[images]")
     SECTION("bad common magic") {
         auto b = good;
         b[0] ^= 1;
-        REQUIRE_THROWS_WITH(parse_pagemap(b, "pagemap-7.img"), Catch::Contains("pagemap-7.img: bad common magic"));
+        REQUIRE_THROWS_WITH(parse_pagemap(b, "pagemap-7.img"),
+                            Catch::Contains("pagemap-7.img: bad common magic"));
     }
     SECTION("wrong image type") {
         auto b = good;
@@ -129,15 +131,18 @@ TEST_CASE("lazy ranges split at VMA boundaries", "[images]") {
                              {0x3000, 0x8000, 3, anon_private, 0},
                              {0x8000, 0xa000, 3, anon_private, 0}};
     auto ranges = compute_lazy_ranges(pm, vmas, "pagemap-1.img");
-    REQUIRE(ranges == std::vector<lazy_range>{{0x1000, 0x3000}, {0x3000, 0x5000}, {0x6000, 0x8000}, {0x8000, 0xa000}});
+    REQUIRE(ranges == std::vector<lazy_range>{
+                          {0x1000, 0x3000}, {0x3000, 0x5000}, {0x6000, 0x8000}, {0x8000, 0xa000}});
 
     SECTION("a lazy page outside every VMA") {
         pm.entries = {{0xa000, 1, pe_lazy}};
-        REQUIRE_THROWS_WITH(compute_lazy_ranges(pm, vmas, "p"), Catch::Contains("outside every VMA"));
+        REQUIRE_THROWS_WITH(compute_lazy_ranges(pm, vmas, "p"),
+                            Catch::Contains("outside every VMA"));
     }
     SECTION("a lazy page in a VMA that cannot be lazy") {
         std::vector<vma> shared = {{0x1000, 0x9000, 3, MAP_SHARED | MAP_ANONYMOUS, 0}};
-        REQUIRE_THROWS_WITH(compute_lazy_ranges(pm, shared, "p"), Catch::Contains("cannot be lazy"));
+        REQUIRE_THROWS_WITH(compute_lazy_ranges(pm, shared, "p"),
+                            Catch::Contains("cannot be lazy"));
         std::vector<vma> vdso = {{0x1000, 0x9000, 3, anon_private, vma_area_vdso}};
         REQUIRE_THROWS(compute_lazy_ranges(pm, vdso, "p"));
     }
@@ -195,14 +200,16 @@ TEST_CASE("images written by CRIU itself", "[images][criu]") {
         ::dup2(null, 0);
         ::dup2(log, 1);
         ::dup2(log, 2);
-        ::execlp("unshare", "unshare", "--pid", "--fork", memload, "--mib", "8", "--child-mib", "2", nullptr);
+        ::execlp("unshare", "unshare", "--pid", "--fork", memload, "--mib", "8", "--child-mib", "2",
+                 nullptr);
         ::_exit(127);
     }
     // Ready once both processes have filled their memory and said so.
     auto both_ready = [&] {
         std::ifstream in(out);
         std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        return text.find("ready parent") != std::string::npos && text.find("ready child") != std::string::npos;
+        return text.find("ready parent") != std::string::npos &&
+               text.find("ready child") != std::string::npos;
     };
     for (int i = 0; i < 1000 && !both_ready(); i++)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -211,7 +218,8 @@ TEST_CASE("images written by CRIU itself", "[images][criu]") {
     std::ifstream(fmt::format("/proc/{}/task/{}/children", launcher, launcher)) >> root;
     REQUIRE(root > 0);
 
-    const std::string cmd = fmt::format("criu dump -t {} -D {} -R -o dump.log >/dev/null 2>&1", root, dir.string());
+    const std::string cmd =
+        fmt::format("criu dump -t {} -D {} -R -o dump.log >/dev/null 2>&1", root, dir.string());
     const int rc = std::system(cmd.c_str());
     ::kill(launcher, SIGKILL);
     ::kill(root, SIGKILL);
@@ -221,7 +229,7 @@ TEST_CASE("images written by CRIU itself", "[images][criu]") {
     auto set = image_set::load(dir);
     REQUIRE(set.inv.img_version == supported_img_version);
     REQUIRE(set.tasks.size() == 2);
-    REQUIRE(set.tasks[0].pid == 1); // the PID namespace's init
+    REQUIRE(set.tasks[0].pid == 1);            // the PID namespace's init
     REQUIRE(set.tasks[0].threads.size() >= 3); // main thread and two workers
     REQUIRE(set.tasks[1].ppid == 1);
     REQUIRE(set.processes.size() == 2);

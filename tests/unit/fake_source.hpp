@@ -24,8 +24,7 @@ class fake_source {
   public:
     // Serves image addresses [base, base + len) from `memory`.
     fake_source(const std::byte* memory, uint64_t base, uint64_t len)
-        : _mem(memory), _base(base), _len(len),
-          _listener(net::tcp_listen(any_loopback())) {
+        : _mem(memory), _base(base), _len(len), _listener(net::tcp_listen(any_loopback())) {
         _thread = std::thread([this] { accept_loop(); });
     }
     ~fake_source() {
@@ -43,7 +42,7 @@ class fake_source {
 
     std::atomic<int> corrupt_replies{0}; // corrupt the first page of this many replies
     std::atomic<bool> corrupt_always{false};
-    std::atomic<bool> silent{false};       // read requests, never answer
+    std::atomic<bool> silent{false}; // read requests, never answer
     std::atomic<uint64_t> requests{0};
     std::atomic<bool> done_received{false};
 
@@ -95,8 +94,8 @@ class fake_source {
                     continue;
                 const uint64_t len = uint64_t(r.nr_pages) * page_size;
                 const bool in_range = r.vaddr >= _base && r.vaddr + len <= _base + _len;
-                wire::page_reply rep{in_range ? wire::status::ok : wire::status::out_of_range, r.pid,
-                                     in_range ? r.nr_pages : 0, r.vaddr, r.request_id};
+                wire::page_reply rep{in_range ? wire::status::ok : wire::status::out_of_range,
+                                     r.pid, in_range ? r.nr_pages : 0, r.vaddr, r.request_id};
                 if (in_range) {
                     std::memcpy(pages.data(), _mem + (r.vaddr - _base), len);
                     for (uint32_t i = 0; i < r.nr_pages; i++)
@@ -108,7 +107,8 @@ class fake_source {
                 iovec iov[3] = {{hb.data(), hb.size()},
                                 {sums.data(), rep.nr_pages * sizeof(uint64_t)},
                                 {pages.data(), rep.nr_pages * page_size}};
-                net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(5)), "fake source reply");
+                net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(5)),
+                                 "fake source reply");
             }
         } catch (const std::exception&) {
         }

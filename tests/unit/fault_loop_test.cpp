@@ -23,7 +23,9 @@ using ferry::lazy::loop_config;
 
 namespace {
 
-uint64_t word_of(uint64_t page, uint64_t word) { return (page * 0x9e3779b97f4a7c15ull) ^ (word + 1); }
+uint64_t word_of(uint64_t page, uint64_t word) {
+    return (page * 0x9e3779b97f4a7c15ull) ^ (word + 1);
+}
 
 // A registered region, the source copy of its contents, and the lazy ranges.
 struct lazy_region {
@@ -33,8 +35,10 @@ struct lazy_region {
     unique_fd uffd;
     std::vector<criu::lazy_range> lazy;
 
-    explicit lazy_region(size_t n, std::vector<std::pair<size_t, size_t>> holes = {}) : pages(n), source(n * 512) {
-        void* m = ::mmap(nullptr, n * page_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    explicit lazy_region(size_t n, std::vector<std::pair<size_t, size_t>> holes = {})
+        : pages(n), source(n * 512) {
+        void* m = ::mmap(nullptr, n * page_size, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         REQUIRE(m != MAP_FAILED);
         mem = static_cast<uint64_t*>(m);
         for (size_t p = 0; p < n; p++)
@@ -42,7 +46,9 @@ struct lazy_region {
                 source[p * 512 + w] = word_of(p, w);
         uffd.reset(int(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
         REQUIRE(uffd);
-        uffdio_api api{UFFD_API, UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMAP, 0};
+        uffdio_api api{
+            UFFD_API,
+            UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMAP, 0};
         REQUIRE(::ioctl(uffd.get(), UFFDIO_API, &api) == 0);
         uffdio_register reg{{addr(0), n * page_size}, UFFDIO_REGISTER_MODE_MISSING, 0};
         REQUIRE(::ioctl(uffd.get(), UFFDIO_REGISTER, &reg) == 0);
@@ -61,8 +67,12 @@ struct lazy_region {
         if (mem)
             ::munmap(mem, pages * page_size);
     }
-    [[nodiscard]] uint64_t addr(size_t page) const { return reinterpret_cast<uint64_t>(mem) + page * page_size; }
-    [[nodiscard]] const std::byte* source_bytes() const { return reinterpret_cast<const std::byte*>(source.data()); }
+    [[nodiscard]] uint64_t addr(size_t page) const {
+        return reinterpret_cast<uint64_t>(mem) + page * page_size;
+    }
+    [[nodiscard]] const std::byte* source_bytes() const {
+        return reinterpret_cast<const std::byte*>(source.data());
+    }
     [[nodiscard]] bool page_ok(size_t p) const {
         return std::equal(mem + p * 512, mem + p * 512 + 512, source.begin() + long(p * 512));
     }
@@ -81,8 +91,10 @@ struct lazy_region {
 
 fault_loop make_loop(const test::fake_source& src, loop_config cfg = {}) {
     auto ep = src.endpoint();
-    auto fault_ch = page_client::connect(ep, "test", FERRY_CONTROL__CHANNEL_KIND__FAULT, 64, std::chrono::seconds(5));
-    auto bg_ch = page_client::connect(ep, "test", FERRY_CONTROL__CHANNEL_KIND__BACKGROUND, 1024, std::chrono::seconds(5));
+    auto fault_ch = page_client::connect(ep, "test", FERRY_CONTROL__CHANNEL_KIND__FAULT, 64,
+                                         std::chrono::seconds(5));
+    auto bg_ch = page_client::connect(ep, "test", FERRY_CONTROL__CHANNEL_KIND__BACKGROUND, 1024,
+                                      std::chrono::seconds(5));
     return fault_loop(cfg, std::move(fault_ch), std::move(bg_ch));
 }
 
@@ -103,7 +115,8 @@ struct fake_restore {
 
 } // namespace
 
-TEST_CASE("faults are served, holes zero-filled, the rest pulled in the background", "[fault_loop][uffd]") {
+TEST_CASE("faults are served, holes zero-filled, the rest pulled in the background",
+          "[fault_loop][uffd]") {
     lazy_region region(2048, {{100, 110}, {2000, 2048}});
     test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
     auto loop = make_loop(src);
@@ -137,7 +150,8 @@ TEST_CASE("faults are served, holes zero-filled, the rest pulled in the backgrou
     const auto& s = loop.stats();
     REQUIRE(s.pages_faulted > 0);
     REQUIRE(s.pages_background > 0);
-    REQUIRE(s.pages_faulted + s.pages_prefetched + s.pages_background + s.pages_dropped == s.pages_total);
+    REQUIRE(s.pages_faulted + s.pages_prefetched + s.pages_background + s.pages_dropped ==
+            s.pages_total);
     REQUIRE(s.pages_dropped == 0);
     REQUIRE(src.done_received == false); // announce_done was not called
     loop.announce_done();
@@ -158,7 +172,8 @@ TEST_CASE("a corrupt page is refetched once and never installed", "[fault_loop][
     REQUIRE(loop.stats().pages_background == 512);
 }
 
-TEST_CASE("a page corrupt twice stops the loop and is not installed", "[fault_loop][uffd][checksum]") {
+TEST_CASE("a page corrupt twice stops the loop and is not installed",
+          "[fault_loop][uffd][checksum]") {
     std::vector<bool> resident;
     lazy_region region(256);
     {
@@ -203,7 +218,8 @@ TEST_CASE("a restore that hangs up before finishing stops the loop", "[fault_loo
     REQUIRE_THROWS_WITH(loop.run(), Catch::Contains("restore failed"));
 }
 
-TEST_CASE("unmapped and removed ranges are dropped; remapped ranges follow the move", "[fault_loop][uffd]") {
+TEST_CASE("unmapped and removed ranges are dropped; remapped ranges follow the move",
+          "[fault_loop][uffd]") {
     lazy_region region(1024);
     test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
     auto loop = make_loop(src);
@@ -218,8 +234,8 @@ TEST_CASE("unmapped and removed ranges are dropped; remapped ranges follow the m
     REQUIRE(region.page_zero(120)); // no longer lazy: the kernel's own zero page
     REQUIRE(::munmap(region.mem + 900 * 512, 124 * page_size) == 0); // UNMAP
     // mremap pages [500, 600) elsewhere: REMAP; the moved pages keep their contents.
-    void* moved = ::mremap(region.mem + 500 * 512, 100 * page_size, 100 * page_size, MREMAP_MAYMOVE | MREMAP_FIXED,
-                           region.mem + 900 * 512);
+    void* moved = ::mremap(region.mem + 500 * 512, 100 * page_size, 100 * page_size,
+                           MREMAP_MAYMOVE | MREMAP_FIXED, region.mem + 900 * 512);
     REQUIRE(moved == region.mem + 900 * 512);
     REQUIRE(region.page_ok(0));
     size_t bad = 0;
@@ -232,7 +248,8 @@ TEST_CASE("unmapped and removed ranges are dropped; remapped ranges follow the m
 
     const auto& s = loop.stats();
     REQUIRE(s.pages_dropped == 50 + 124);
-    REQUIRE(s.pages_faulted + s.pages_prefetched + s.pages_background + s.pages_dropped == s.pages_total);
+    REQUIRE(s.pages_faulted + s.pages_prefetched + s.pages_background + s.pages_dropped ==
+            s.pages_total);
     for (size_t p = 0; p < 1024; p++) {
         if (p >= 100 && p < 150)
             REQUIRE(region.page_zero(p));

@@ -49,7 +49,8 @@ TEST_CASE("malformed page frames are rejected", "[wire]") {
     b[6] = std::byte{9};
     REQUIRE(decode(b, out) == decode_error::bad_op);
 
-    REQUIRE(decode(encode(page_request{op::get, 1, 0, 0x1000, 1}), out) == decode_error::bad_length);
+    REQUIRE(decode(encode(page_request{op::get, 1, 0, 0x1000, 1}), out) ==
+            decode_error::bad_length);
     REQUIRE(decode(encode(page_request{op::get, 1, max_pages_per_request + 1, 0x1000, 1}), out) ==
             decode_error::bad_length);
     REQUIRE(decode(encode(page_request{op::get, 1, 1, 0x1001, 1}), out) == decode_error::unaligned);
@@ -57,7 +58,8 @@ TEST_CASE("malformed page frames are rejected", "[wire]") {
     page_reply rep;
     REQUIRE(decode(encode(good), rep) == decode_error::bad_magic);
     // An error reply must not carry pages.
-    REQUIRE(decode(encode(page_reply{status::read_failed, 1, 3, 0x1000, 1}), rep) == decode_error::bad_length);
+    REQUIRE(decode(encode(page_reply{status::read_failed, 1, 3, 0x1000, 1}), rep) ==
+            decode_error::bad_length);
     auto rb = encode(page_reply{status::ok, 1, 1, 0x1000, 1});
     rb[6] = std::byte{42};
     REQUIRE(decode(rb, rep) == decode_error::bad_status);

@@ -26,14 +26,16 @@ TEST_CASE("range_map without merging keeps VMA boundaries", "[range_map]") {
     REQUIRE(m.count() == 2);
     REQUIRE(m.find(0x1000)->end == 0x2000);
     REQUIRE(m.erase(0x1800, 0x2800) == 0x1000);
-    REQUIRE(m.to_vector() == std::vector<address_range>{{0x1000, 0x1800, 0x1000}, {0x2800, 0x3000, 0x2800}});
+    REQUIRE(m.to_vector() ==
+            std::vector<address_range>{{0x1000, 0x1800, 0x1000}, {0x2800, 0x3000, 0x2800}});
 }
 
 TEST_CASE("range_map erase splits and trims", "[range_map]") {
     range_map m;
     m.insert(0x10000, 0x20000, 0x10000);
     REQUIRE(m.erase(0x14000, 0x15000) == 0x1000);
-    REQUIRE(m.to_vector() == std::vector<address_range>{{0x10000, 0x14000, 0x10000}, {0x15000, 0x20000, 0x15000}});
+    REQUIRE(m.to_vector() ==
+            std::vector<address_range>{{0x10000, 0x14000, 0x10000}, {0x15000, 0x20000, 0x15000}});
     REQUIRE(m.erase(0x0, 0x11000) == 0x1000);
     REQUIRE(m.erase(0x1f000, 0x30000) == 0x1000);
     REQUIRE(m.erase(0x14000, 0x15000) == 0);
