@@ -71,4 +71,12 @@ dest=$(json "$work/corrupt-page.json" destination_pid)
 kill -USR1 "$dest"
 wait_for "$out" "verify ok parent pages=8192" 30 "$mark"
 wait_for "$out" "verify ok child pages=1024" 30 "$mark"
+# The daemon stops cleanly on SIGTERM.
+log "case: SIGTERM"
+daemon=$(cat "/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.pid")
+kill -TERM "$daemon"
+for _ in $(seq 1 200); do gone "$daemon" && break; sleep 0.05; done
+gone "$daemon" || fail "pagesrv did not stop on SIGTERM"
+grep -q "signal 15: stopping" "/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.log" || fail "no stop message"
+grep -q "info: stopped" "/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.log" || fail "pagesrv did not finish its shutdown"
 log "PASS"
