@@ -82,6 +82,7 @@ class migration {
     void handle_resume_request();
     void wait_transfer();
     void finish_source();
+    void handle_criu_notification();
     void read_criu_until_status_ready();
     void abort_source(const std::string& reason);
     void cleanup();
@@ -239,18 +240,24 @@ void migration::wait_registered() {
     _r.source_pages_total = e->outgoing_registered->pages_total;
 }
 
-void migration::read_criu_until_status_ready() {
-    while (!_status_ready) {
-        auto r = _criu->receive(net::after(control_timeout));
-        if (r->type != CRIU_REQ_TYPE__NOTIFY) {
-            _dump_response_seen = true;
-            throw error("CRIU ended the dump before its page server was ready: " +
-                        criu::describe_failure(*r, (_dir / "dump.log").string()));
-        }
-        _criu->ack_notify(true);
-        if (r->notify && r->notify->script && std::string(r->notify->script) == "status-ready")
-            _status_ready = true;
+// One notification from CRIU after post-dump, answered at once; the only one
+// that matters is status-ready (its page server listens). A final response
+// here means the dump ended early, and CRIU has resumed the tasks.
+void migration::handle_criu_notification() {
+    auto r = _criu->receive(net::after(control_timeout));
+    if (r->type != CRIU_REQ_TYPE__NOTIFY) {
+        _dump_response_seen = true;
+        throw error("CRIU ended the dump before its page server was ready: " +
+                    criu::describe_failure(*r, (_dir / "dump.log").string()));
     }
+    _criu->ack_notify(true);
+    if (r->notify && r->notify->script && std::string(r->notify->script) == "status-ready")
+        _status_ready = true;
+}
+
+void migration::read_criu_until_status_ready() {
+    while (!_status_ready)
+        handle_criu_notification();
 }
 
 // The destination has restored the tasks and waits at pre-resume. Make sure
@@ -281,17 +288,8 @@ void migration::wait_resumed() {
             throw sys_error("poll");
         if (std::chrono::steady_clock::now() > until)
             throw error("the destination did not restore in time");
-        if (nfds == 2 && fds[1].revents) {
-            auto r = _criu->receive(net::after(control_timeout));
-            if (r->type != CRIU_REQ_TYPE__NOTIFY) {
-                _dump_response_seen = true;
-                throw error("CRIU ended the dump early: " +
-                            criu::describe_failure(*r, (_dir / "dump.log").string()));
-            }
-            _criu->ack_notify(true);
-            if (r->notify && r->notify->script && std::string(r->notify->script) == "status-ready")
-                _status_ready = true;
-        }
+        if (nfds == 2 && fds[1].revents)
+            handle_criu_notification();
         if (!fds[0].revents)
             continue;
         auto e = control::receive(_dest.get(), net::after(control_timeout));
