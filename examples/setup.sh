@@ -142,5 +142,11 @@ else
   install_criu
   criu_is_good || die "criu ${CRIU_VERSION} did not install correctly"
 fi
+# CRIU's lazy dump moves pages through pipes; bigger pipes halve the freeze
+# (see migrator/migrate.cpp). The migrator raises it too; this keeps it.
+if [ ! -f /etc/sysctl.d/60-ferry.conf ]; then
+  echo "fs.pipe-max-size = 4194304" >/etc/sysctl.d/60-ferry.conf
+fi
+[ "$(cat /proc/sys/fs/pipe-max-size)" -ge 4194304 ] || sysctl -q -w fs.pipe-max-size=4194304
 log "criu check"
 criu check

@@ -138,7 +138,29 @@ void migration::connect_daemons() {
     }
 }
 
+// CRIU's lazy dump parks every page in pipes of at most fs.pipe-max-size,
+// with one round trip to its parasite per pipe. CRIU can use pipes of up to
+// 819 pages; with the default 1 MiB limit (256 pages) freezing 1 GiB took
+// about twice as long on the machines Ferry was measured on.
+void raise_pipe_max_size(spdlog::logger& log) {
+    constexpr uint64_t wanted = 4u << 20;
+    const char* path = "/proc/sys/fs/pipe-max-size";
+    uint64_t current = 0;
+    std::ifstream(path) >> current;
+    if (current >= wanted)
+        return;
+    std::ofstream out(path);
+    out << wanted;
+    out.close();
+    if (out)
+        log.info("raised fs.pipe-max-size from {} to {} for CRIU's lazy dump", current, wanted);
+    else
+        log.warn("cannot raise fs.pipe-max-size to {} (it is {}); the freeze will be longer",
+                 wanted, current);
+}
+
 void migration::start_dump() {
+    raise_pipe_max_size(*_log);
     _dir = _opt.work_root / _r.id;
     std::filesystem::create_directories(_dir);
     _dir_fd.reset(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
