@@ -36,7 +36,10 @@ service service::start() {
     if (pid < 0)
         throw sys_error("fork");
     if (pid == 0) {
-        // Child: keep only the service socket open across exec.
+        // Child: keep only the service socket open across exec, and leave
+        // the terminal's process group: a Ctrl-C meant for Ferry must not
+        // kill CRIU while its parasite sits in the frozen tasks.
+        ::setpgid(0, 0);
         ::fcntl(theirs.get(), F_SETFD, 0);
         ::execlp(bin.c_str(), bin.c_str(), "swrk", fd_arg.c_str(), static_cast<char*>(nullptr));
         ::_exit(127);

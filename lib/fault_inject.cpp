@@ -26,6 +26,10 @@ unsigned parse_faults() {
             mask |= unsigned(fault::corrupt_page_always);
         else if (name == "restore-fail")
             mask |= unsigned(fault::restore_fail);
+        else if (name == "interrupt-before-commit")
+            mask |= unsigned(fault::interrupt_before_commit);
+        else if (name == "dest-fail-after-commit")
+            mask |= unsigned(fault::dest_fail_after_commit);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;

@@ -13,6 +13,8 @@ enum class fault : unsigned {
     corrupt_page_once = 1u << 2,       // source corrupts one page after checksumming it, once
     corrupt_page_always = 1u << 3,     // source corrupts every reply's first page
     restore_fail = 1u << 4,            // destination breaks the images so criu restore fails
+    interrupt_before_commit = 1u << 5, // migrator gets SIGINT as the destination asks to resume
+    dest_fail_after_commit = 1u << 6,  // destination refuses the resume it was granted
 };
 
 [[nodiscard]] bool fault_injected(fault f) noexcept;

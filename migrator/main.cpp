@@ -44,6 +44,10 @@ int run_migrate(const std::string& to, const std::string& via, const std::string
 
 int main(int argc, char** argv) {
     ::signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { ferry::migrator::request_interrupt(); };
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
     CLI::App app{"Ferry: post-copy live migration of containers and process trees"};
     app.require_subcommand(1);
 

@@ -14,8 +14,10 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -31,6 +33,13 @@ constexpr auto control_timeout = std::chrono::seconds(30);
 constexpr auto restore_timeout = std::chrono::minutes(5);
 // The destination reports progress every 200 ms; this much silence means it is gone.
 constexpr auto transfer_silence_limit = std::chrono::seconds(60);
+
+std::atomic<bool> interrupted{false};
+
+void check_interrupt() {
+    if (interrupted.load())
+        throw error("interrupted");
+}
 
 std::string new_migration_id() {
     std::random_device rd;
@@ -101,6 +110,7 @@ class migration {
     bool _registered = false;
     bool _dump_response_seen = false;
     bool _dump_succeeded = false;
+    bool _destination_never_ran = false; // its restore failed before the tasks ran
 };
 
 void migration::check_source() {
@@ -282,11 +292,14 @@ void migration::read_criu_until_status_ready() {
         handle_criu_notification();
 }
 
-// The destination has restored the tasks and waits at pre-resume. Make sure
+// The destination has restored the tasks and waits at post-restore. Make sure
 // the source can stay frozen (CRIU's page server is up, so CLOSE will work),
 // commit it, then let the destination resume.
 void migration::handle_resume_request() {
     _r.t_ready_to_resume = monotonic_ns();
+    if (fault_injected(fault::interrupt_before_commit))
+        ::raise(SIGINT);
+    check_interrupt(); // the last moment at which the source can still resume
     read_criu_until_status_ready();
     FerryControl__OutgoingCommit c = FERRY_CONTROL__OUTGOING_COMMIT__INIT;
     control::send_message(_src.get(), c, net::after(control_timeout));
@@ -310,6 +323,7 @@ void migration::wait_resumed() {
             throw sys_error("poll");
         if (std::chrono::steady_clock::now() > until)
             throw error("the destination did not restore in time");
+        check_interrupt();
         if (nfds == 2 && fds[1].revents)
             handle_criu_notification();
         if (!fds[0].revents)
@@ -323,9 +337,12 @@ void migration::wait_resumed() {
         }
         control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_RESTORE_RESULT, "destination");
         const auto& res = *e->restore_result;
-        if (!res.ok)
+        if (!res.ok) {
+            // Sent only while the restored tasks have not run: CRIU killed them.
+            _destination_never_ran = true;
             throw error(fmt::format("restore failed on the destination: {}",
                                     res.error ? res.error : "unknown"));
+        }
         _r.t_resumed = monotonic_ns();
         _r.destination_pid = res.has_root_pid ? res.root_pid : -1;
         _r.dest_images_check_ns = res.images_check_ns;
@@ -415,17 +432,29 @@ void migration::finish_source() {
     _r.t_finished = monotonic_ns();
 }
 
-// Before the commit: make CRIU resume the frozen source tasks.
+// Before the commit (or after it, when the destination's restore failed
+// before its tasks ran): make CRIU resume the frozen source tasks.
 void migration::abort_source(const std::string& reason) {
     if (!_dump_started || _dump_response_seen) {
         _criu.reset();
         return; // CRIU never froze the tasks, or already resumed them after its own failure
+    }
+    try {
+        // The abort goes through CRIU's page server, which only listens
+        // once this process has answered status-ready.
+        read_criu_until_status_ready();
+    } catch (const std::exception& e) {
+        _log->warn("{}", e.what());
+        _criu.reset();
+        return;
     }
     bool aborted = false;
     if (_registered && _src) {
         try {
             FerryControl__OutgoingAbort a = FERRY_CONTROL__OUTGOING_ABORT__INIT;
             a.reason = const_cast<char*>(reason.c_str());
+            a.has_destination_never_ran = _r.committed;
+            a.destination_never_ran = _r.committed;
             control::send_message(_src.get(), a, net::after(control_timeout));
             auto e = control::receive(_src.get(), net::after(control_timeout));
             control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORTED,
@@ -437,7 +466,6 @@ void migration::abort_source(const std::string& reason) {
     }
     try {
         if (!aborted) {
-            read_criu_until_status_ready();
             criu::abort_lazy_dump(_criu_port, std::chrono::seconds(10));
         }
         for (;;) {
@@ -469,6 +497,7 @@ migration_result migration::run() {
         check_source();
         (void)criu::require_supported_criu();
         connect_daemons();
+        check_interrupt();
         start_dump();
         wait_dumped();
         ship_images();
@@ -476,7 +505,7 @@ migration_result migration::run() {
         wait_resumed();
     } catch (const std::exception& e) {
         _r.error = e.what();
-        if (!_r.committed) {
+        if (!_r.committed || _destination_never_ran) {
             abort_source(_r.error);
             _r.source_running = process_running(_opt.pid);
         }
@@ -505,6 +534,10 @@ double migration_result::downtime_ms() const noexcept {
 double migration_result::total_ms() const noexcept {
     const uint64_t end = t_finished ? t_finished : t_transferred;
     return t_freeze && end ? ns_to_ms(end - t_freeze) : 0;
+}
+
+void request_interrupt() noexcept {
+    interrupted.store(true);
 }
 
 migration_result migrate(const migrate_options& opt) {

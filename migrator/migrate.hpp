@@ -71,6 +71,10 @@ struct migration_result {
     [[nodiscard]] double total_ms() const noexcept;
 };
 
+// Set by the CLI's SIGINT/SIGTERM handler. Before the commit the migration
+// aborts (the source resumes); after it, the migration finishes regardless.
+void request_interrupt() noexcept;
+
 // Runs one migration. Never throws for a migration failure: the result says
 // what went wrong and whether the source still runs.
 migration_result migrate(const migrate_options& opt);

@@ -316,7 +316,8 @@ void daemon::serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg) {
             }
             break;
         } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORT) {
-            if (m->abort(e->outgoing_abort->reason)) {
+            const auto& a = *e->outgoing_abort;
+            if (m->abort(a.reason, a.has_destination_never_ran && a.destination_never_ran)) {
                 FerryControl__OutgoingAborted a = FERRY_CONTROL__OUTGOING_ABORTED__INIT;
                 control::send_message(fd, a, until);
                 break;

@@ -107,6 +107,7 @@ class incoming_session {
     void spawn_lazy_pages();
     void relay_transfer();
     std::optional<std::string> lazy_report_before_resume();
+    bool ask_to_resume();
     bool cancel_restore(criu::service& criu, const std::string& why);
     void send_restore_failure(const std::string& why);
     void kill_restored(const std::string& why);
@@ -329,22 +330,14 @@ bool incoming_session::restore() {
         }
         const std::string script = r->notify && r->notify->script ? r->notify->script : "";
         bool ok = true;
-        if (script == "post-restore" && r->notify->has_pid) {
-            _root_pid = r->notify->pid;
-        } else if (script == "pre-resume") {
-            // The tasks are restored but stopped: ask the migrator whether
-            // the source is ready to stay frozen for good.
-            FerryControl__ResumeRequest ask = FERRY_CONTROL__RESUME_REQUEST__INIT;
-            control::send_message(_fd, ask, net::after(control_timeout));
-            auto d = control::receive(_fd, net::after(control_timeout));
-            ok = d && d->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_DECISION &&
-                 d->resume_decision->resume;
-            if (!ok)
-                _log->warn("migration {}: resume refused ({}); restore is cancelled", _id,
-                           d && d->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_DECISION &&
-                                   d->resume_decision->reason
-                               ? d->resume_decision->reason
-                               : "the migrator went away");
+        if (script == "post-restore") {
+            // The tasks are restored but have not run. This is the last
+            // notification whose failure makes CRIU kill them (a failed
+            // pre-resume is only logged), so it is the commit gate: ask the
+            // migrator whether the source is ready to stay frozen for good.
+            if (r->notify->has_pid)
+                _root_pid = r->notify->pid;
+            ok = ask_to_resume();
         } else if (script == "post-resume") {
             _resumed = true;
             FerryControl__RestoreResult res = FERRY_CONTROL__RESTORE_RESULT__INIT;
@@ -365,6 +358,24 @@ bool incoming_session::restore() {
         }
         criu.ack_notify(ok);
     }
+}
+
+bool incoming_session::ask_to_resume() {
+    std::string refusal = "the migrator went away";
+    try {
+        FerryControl__ResumeRequest ask = FERRY_CONTROL__RESUME_REQUEST__INIT;
+        control::send_message(_fd, ask, net::after(control_timeout));
+        auto d = control::receive(_fd, net::after(control_timeout));
+        if (d && d->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_DECISION) {
+            if (d->resume_decision->resume && !fault_injected(fault::dest_fail_after_commit))
+                return true;
+            refusal = d->resume_decision->reason ? d->resume_decision->reason : "refused";
+        }
+    } catch (const std::exception& ex) {
+        refusal = ex.what();
+    }
+    _log->warn("migration {}: resume refused ({}); CRIU kills the restored tasks", _id, refusal);
+    return false;
 }
 
 // A message from lazy-pages while restore runs. Returns a failure reason if

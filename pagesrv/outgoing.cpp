@@ -104,12 +104,14 @@ void outgoing_migration::finish() {
     criu::finish_lazy_dump(_criu_port, std::chrono::seconds(30));
 }
 
-bool outgoing_migration::abort(const std::string& reason) {
+bool outgoing_migration::abort(const std::string& reason, bool destination_never_ran) {
     {
         std::lock_guard lock(_mutex);
         if (_state == state::aborted)
             return true;
-        if (_state != state::registered)
+        const bool allowed =
+            _state == state::registered || (_state == state::committed && destination_never_ran);
+        if (!allowed)
             return false;
         _state = state::aborted;
     }

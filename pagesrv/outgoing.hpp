@@ -49,8 +49,9 @@ class outgoing_migration {
     bool commit();
     // Ends CRIU's dump with CLOSE (the frozen tasks die). Requires committed.
     void finish();
-    // Makes CRIU resume the frozen tasks. Refused once committed.
-    bool abort(const std::string& reason);
+    // Makes CRIU resume the frozen tasks. Refused once committed, unless the
+    // destination's restore is known to have failed before its tasks ran.
+    bool abort(const std::string& reason, bool destination_never_ran = false);
 
     [[nodiscard]] state current_state() const;
     [[nodiscard]] bool wait_destination_done(std::chrono::milliseconds timeout);

@@ -59,6 +59,28 @@ expect_failure restore-fails "restore failed on the destination" --to "$(addr b)
 "$testbed" start b
 FERRY_FAULT=corrupt-images expect_failure corrupt-images "images are corrupt" --to "$(addr b)"
 
+# The migrator is interrupted (SIGINT) while the destination waits at the
+# commit gate: the source resumes and the restored copy never runs.
+no_copy_on_b() {
+  local p
+  for p in $(ip netns pids "$FERRY_TESTBED-b"); do
+    [ "$p" = "$(cat "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.pid")" ] && continue
+    grep -q memload "/proc/$p/cmdline" 2>/dev/null && ! gone "$p" && fail "a restored copy runs on b (pid $p)"
+  done
+  return 0
+}
+FERRY_FAULT=interrupt-before-commit expect_failure interrupted "interrupted" --to "$(addr b)"
+no_copy_on_b
+
+# The destination fails its restore after the source committed, before its
+# tasks ran: the source is uncommitted and resumes.
+"$testbed" stop b
+FERRY_FAULT=dest-fail-after-commit "$testbed" start b
+expect_failure dest-fails-after-commit "restore failed on the destination" --to "$(addr b)"
+no_copy_on_b
+"$testbed" stop b
+"$testbed" start b
+
 # A page corrupted after the source checksummed it: refetched, never installed.
 "$testbed" stop a
 FERRY_FAULT=corrupt-page-once "$testbed" start a
