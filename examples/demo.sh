@@ -48,7 +48,7 @@ if not r["ok"]:
     print("   migration FAILED:", r["error"]); sys.exit(1)
 p = r["phases_ms"]
 print(f"   downtime        {r['downtime_ms']:8.1f} ms   (dump {p['dump']:.1f}, ship images {p['ship_images']:.1f}, "
-      f"restore {p['restore_until_pre_resume']:.1f}, commit {p['commit']:.2f}, resume {p['resume']:.1f})")
+      f"restore {p['restore_until_gate']:.1f}, commit {p['commit']:.2f}, resume {p['resume']:.1f})")
 print(f"   total           {r['total_ms']:8.1f} ms   (post-copy {p['post_copy']:.1f} ms)")
 print(f"   lazy pages      {r['pages_total']:8d}      faulted {r['pages_faulted']}, prefetched {r['pages_prefetched']}, "
       f"background {r['pages_background']}, zero-filled holes {r['pages_zero']}")
