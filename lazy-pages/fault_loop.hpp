@@ -7,15 +7,17 @@
 #include "criu_image.hpp"
 #include "latency_recorder.hpp"
 #include "lazy_process.hpp"
-#include "page_client.hpp"
+#include "page_channel.hpp"
 #include "request_ring.hpp"
 #include "unique_fd.hpp"
 
 #include <linux/userfaultfd.h>
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,7 +33,8 @@ struct loop_config {
     uint32_t install_batch_pages = 32; // install background data as it arrives, in runs this long
     std::chrono::milliseconds fetch_deadline{10'000};
     std::chrono::milliseconds progress_interval{200};
-    std::chrono::microseconds spin{500}; // poll without sleeping this long after any activity
+    std::chrono::microseconds spin{200}; // a handler polls a tcp channel this long for a reply
+    uint32_t handlers = 0;               // handler threads (0: one per allowed CPU)
 };
 
 struct loop_stats {
@@ -57,14 +60,15 @@ class fault_loop {
     using progress_fn = std::function<void(const loop_stats&)>;
     using uffd_fn = std::function<void(int uffd)>;
 
-    fault_loop(loop_config cfg, page_client fault_channel, page_client background_channel);
+    fault_loop(loop_config cfg, std::unique_ptr<page_channel> fault_channel,
+               std::unique_ptr<page_channel> background_channel);
     ~fault_loop();
 
     // The socket CRIU's restore is connected on: "restore finished" arrives
     // there, and a hang-up before it means restore failed.
     void watch_restore(unique_fd criu_socket);
     // Assume restore has finished (for tests without CRIU).
-    void set_restore_finished() noexcept { _restore_finished = true; }
+    void set_restore_finished() noexcept;
 
     void add_process(uint32_t image_pid, unique_fd uffd,
                      const std::vector<criu::lazy_range>& ranges);
@@ -83,7 +87,11 @@ class fault_loop {
     [[nodiscard]] uint64_t bytes_received() const noexcept;
 
   private:
-    enum class source : uint8_t { uffd, fault_channel, background_channel, criu_socket };
+    enum class source : uint8_t { uffd, fault_channel, criu_socket, wake };
+
+    void handler_main(size_t index);
+    void background_main();
+    void stop_with(std::exception_ptr error) noexcept;
 
     // Event handling: one function per uffd event type.
     void drain_uffd(lazy_process& p);
@@ -94,7 +102,7 @@ class fault_loop {
     void handle_criu_socket();
 
     // Replies.
-    void drain_channel(page_client& ch, request_kind kind, size_t budget);
+    void drain_channel(page_channel& ch, request_kind kind, size_t budget);
     void consume_pages(outstanding_request& req, const incoming_reply& reply, uint32_t upto);
     void install_run(outstanding_request& req, const std::byte* data, uint32_t first,
                      uint32_t count);
@@ -111,14 +119,22 @@ class fault_loop {
     [[nodiscard]] bool finished() const noexcept;
     [[nodiscard]] bool faulting() const noexcept;
     void note_fault(uint64_t now) noexcept;
-    void epoll_add(int fd, source src, uint32_t index);
+    void epoll_add(int epoll, int fd, source src, uint32_t index);
+    void epoll_add_all(int fd, source src, uint32_t index);
+    void epoll_del_all(int fd);
 
     loop_config _cfg;
-    page_client _fault_ch;
-    page_client _bg_ch;
+    std::unique_ptr<page_channel> _fault_ch;
+    std::unique_ptr<page_channel> _bg_ch;
     request_ring<256> _fault_reqs;
     request_ring<16> _bg_reqs;
-    unique_fd _epoll;
+    // Everything below is guarded by _mu, except what is set up before run().
+    std::mutex _mu;
+    std::vector<int> _cpus;         // one handler thread per CPU
+    std::vector<unique_fd> _epolls; // one per handler; each holds every uffd
+    unique_fd _wake;                // eventfd that ends every handler's wait
+    bool _stop = false;
+    std::exception_ptr _error;
     unique_fd _criu_sock;
     bool _restore_finished = false;
     std::vector<std::unique_ptr<lazy_process>> _procs;

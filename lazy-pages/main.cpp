@@ -11,7 +11,7 @@
 #include "fault_loop.hpp"
 #include "log.hpp"
 #include "net.hpp"
-#include "page_client.hpp"
+#include "page_channel.hpp"
 
 #include <CLI/CLI.hpp>
 #include <signal.h>
@@ -29,6 +29,7 @@ struct options {
     lazy::loop_config loop;
     int64_t accept_timeout_ms = 120'000;
     bool wait_start = false;
+    std::string fabric = "tcp";
 };
 
 // Talks to the parent daemon; every send is best effort once the parent is
@@ -109,12 +110,13 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
         }
         const auto images = criu::image_set::load(opt.images_dir);
         const auto source = net::parse_endpoint(opt.source);
+        const auto fabric = fabric_spec::parse(opt.fabric);
         auto fault_ch =
-            page_client::connect(source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64,
-                                 std::chrono::seconds(10));
-        auto bg_ch =
-            page_client::connect(source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
-                                 wire::max_pages_per_request, std::chrono::seconds(10));
+            open_page_channel(fabric, source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__FAULT,
+                              64, std::chrono::seconds(10));
+        auto bg_ch = open_page_channel(fabric, source, opt.migration_id,
+                                       FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
+                                       wire::max_pages_per_request, std::chrono::seconds(10));
         loop = std::make_unique<lazy::fault_loop>(opt.loop, std::move(fault_ch), std::move(bg_ch));
 
         unique_fd listener = lazy::listen_lazy_socket(opt.images_dir);
@@ -160,6 +162,8 @@ int main(int argc, char** argv) {
         ->check(CLI::ExistingDirectory);
     app.add_option("--source", opt.source, "source daemon, IP:PORT")->required();
     app.add_option("--migration", opt.migration_id, "migration id")->required();
+    app.add_option("--fabric", opt.fabric, "tcp, or shm[:lat=2us,bw=100gbit]")
+        ->capture_default_str();
     app.add_option("--report-fd", opt.report_fd, "socket to the parent daemon");
     app.add_option("--uffd-keeper-fd", opt.keeper_fd,
                    "socket to pass uffd duplicates to the parent daemon");
@@ -176,6 +180,8 @@ int main(int argc, char** argv) {
     app.add_option("--fetch-deadline-ms", deadline_ms,
                    "fail if the source does not answer within this time")
         ->check(CLI::Range(100, 600'000));
+    app.add_option("--faulting-threshold", opt.loop.faulting_threshold,
+                   "faults per 2 ms that make the background step back (0: never)");
     int64_t spin_us = opt.loop.spin.count();
     app.add_option("--spin-us", spin_us,
                    "poll without sleeping this long after any activity (0: always block)")

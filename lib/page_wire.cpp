@@ -94,14 +94,15 @@ decode_error decode(const header_bytes& b, page_request& out) noexcept {
     if (auto e = check_common(b, request_magic); e != decode_error::none)
         return e;
     const uint16_t operation = load_le<uint16_t>(&b[6]);
-    if (operation != uint16_t(op::get) && operation != uint16_t(op::done))
+    if (operation != uint16_t(op::get) && operation != uint16_t(op::done) &&
+        operation != uint16_t(op::refetch))
         return decode_error::bad_op;
     out.operation = op(operation);
     out.pid = load_le<uint32_t>(&b[8]);
     out.nr_pages = load_le<uint32_t>(&b[12]);
     out.vaddr = load_le<uint64_t>(&b[16]);
     out.request_id = load_le<uint64_t>(&b[24]);
-    if (out.operation == op::get && (out.nr_pages == 0 || out.nr_pages > max_pages_per_request))
+    if (out.operation != op::done && (out.nr_pages == 0 || out.nr_pages > max_pages_per_request))
         return decode_error::bad_length;
     if (out.vaddr & page_mask)
         return decode_error::unaligned;

@@ -29,8 +29,9 @@ inline constexpr size_t page_header_size = 32;
 inline constexpr uint32_t max_pages_per_request = 1024;
 
 enum class op : uint16_t {
-    get = 1,  // send nr_pages pages starting at vaddr
-    done = 2, // the destination has installed every page
+    get = 1,     // send nr_pages pages starting at vaddr
+    done = 2,    // the destination has installed every page
+    refetch = 3, // like get, after a copy failed its checksum: read the source again
 };
 
 enum class status : uint16_t {

@@ -17,12 +17,14 @@ namespace {
 using namespace ferry;
 
 int run_migrate(const std::string& to, const std::string& via, const std::string& advertise,
-                pid_t pid, const std::string& work_root, bool json, bool keep_images) {
+                pid_t pid, const std::string& work_root, const std::string& fabric, bool json,
+                bool keep_images) {
     migrator::migrate_options opt;
     try {
         opt.pid = pid;
         opt.destination = net::parse_endpoint(to);
         opt.local_daemon = net::parse_endpoint(via);
+        opt.fabric = fabric_spec::parse(fabric);
         if (!advertise.empty())
             opt.advertised_source = net::parse_endpoint(advertise);
     } catch (const std::exception& e) {
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
     const char* env_daemon = std::getenv("FERRY_DAEMON");
     std::string via = env_daemon ? env_daemon : "127.0.0.1:7140";
     bool json = false, keep_images = false;
+    std::string fabric = "tcp";
     mig->add_option("--pid", pid,
                     "root of the process tree; must be the init of its own PID namespace")
         ->required()
@@ -68,12 +71,15 @@ int main(int argc, char** argv) {
                     "the address the destination uses to reach this host's pagesrv");
     mig->add_option("--work-dir", work_root, "where dump images are written (tmpfs is best)")
         ->capture_default_str();
+    mig->add_option("--fabric", fabric,
+                    "tcp, or shm[:lat=2us,bw=100gbit] (an emulated one-sided fabric)")
+        ->capture_default_str();
     mig->add_flag("--json", json, "print one JSON object instead of a summary");
     mig->add_flag("--keep-images", keep_images,
                   "keep the dump images after a successful migration");
 
     CLI11_PARSE(app, argc, argv);
     if (mig->parsed())
-        return run_migrate(to, via, advertise, pid, work_root, json, keep_images);
+        return run_migrate(to, via, advertise, pid, work_root, fabric, json, keep_images);
     return 2;
 }

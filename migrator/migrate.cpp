@@ -76,6 +76,7 @@ class migration {
     explicit migration(const migrate_options& opt) : _opt(opt), _log(make_logger("migrator")) {
         _r.id = new_migration_id();
         _r.source_pid = opt.pid;
+        _r.fabric = opt.fabric.to_string();
     }
 
     migration_result run();
@@ -136,6 +137,8 @@ void migration::connect_daemons() {
     FerryControl__IncomingPrepare prep = FERRY_CONTROL__INCOMING_PREPARE__INIT;
     prep.migration_id = const_cast<char*>(_r.id.c_str());
     prep.source_addr = const_cast<char*>(advertised.c_str());
+    const std::string fabric = _opt.fabric.to_string();
+    prep.fabric = const_cast<char*>(fabric.c_str());
     control::send_message(_dest.get(), prep, net::after(control_timeout));
     auto ok = control::receive(_dest.get(), net::after(control_timeout));
     control::expect(ok.get(), FERRY_CONTROL__ENVELOPE__BODY_PREPARE_OK,
@@ -230,6 +233,8 @@ void migration::ship_images() {
     reg.images_dir = const_cast<char*>(dir.c_str());
     reg.root_pid = _opt.pid;
     reg.criu_page_server_port = _criu_port;
+    const std::string fabric = _opt.fabric.to_string();
+    reg.fabric = const_cast<char*>(fabric.c_str());
     control::send_message(_src.get(), reg, net::after(control_timeout));
 
     std::vector<std::string> names;

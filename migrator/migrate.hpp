@@ -11,6 +11,7 @@
 // source tasks.
 #pragma once
 
+#include "fabric.hpp"
 #include "net.hpp"
 
 #include <sys/types.h>
@@ -29,6 +30,7 @@ struct migrate_options {
     std::optional<net::endpoint>
         advertised_source; // what the destination dials; default local_daemon
     std::filesystem::path work_root = "/dev/shm/ferry";
+    fabric_spec fabric;
     bool keep_images = false;
     bool show_progress = false;
 };
@@ -47,6 +49,7 @@ struct transfer_summary {
 
 struct migration_result {
     std::string id;
+    std::string fabric;
     bool ok = false;
     std::string error;
     bool committed = false;

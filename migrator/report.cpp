@@ -18,6 +18,7 @@ nlohmann::json to_json(const migration_result& r) {
     nlohmann::json j;
     j["migration_id"] = r.id;
     j["ok"] = r.ok;
+    j["fabric"] = r.fabric;
     if (!r.ok) {
         j["error"] = r.error;
         j["committed"] = r.committed;

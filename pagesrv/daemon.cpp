@@ -195,6 +195,35 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
     FerryControl__PageChannelAccepted ok = FERRY_CONTROL__PAGE_CHANNEL_ACCEPTED__INIT;
     ok.page_size = uint32_t(page_size);
     ok.max_pages_per_request = wire::max_pages_per_request;
+    // The shm fabric: hand over the registered region. This connection then
+    // only carries "done", and its end tells us the destination is gone.
+    std::vector<FerryControl__ShmRange> ranges;
+    std::vector<FerryControl__ShmRange*> range_ptrs;
+    std::string region_path;
+    const std::string fabric = open.fabric && *open.fabric ? open.fabric : "tcp";
+    if (fabric == "shm") {
+        auto& region = m->shm_region();
+        region_path = region.file().string();
+        ok.shm_path = region_path.data();
+        ok.has_shm_size = true;
+        ok.shm_size = region.size();
+        ranges.resize(region.ranges().size());
+        for (size_t i = 0; i < ranges.size(); i++) {
+            const auto& r = region.ranges()[i];
+            ranges[i] = FERRY_CONTROL__SHM_RANGE__INIT;
+            ranges[i].pid = r.pid;
+            ranges[i].start = r.start;
+            ranges[i].end = r.end;
+            ranges[i].first_page = r.first_page;
+            range_ptrs.push_back(&ranges[i]);
+        }
+        ok.n_shm_ranges = range_ptrs.size();
+        ok.shm_ranges = range_ptrs.data();
+    } else if (fabric != "tcp") {
+        control::send_error(fd, fmt::format("unknown fabric '{}'", fabric),
+                            net::after(first_frame_timeout));
+        return;
+    }
     control::send_message(fd, ok, net::after(first_frame_timeout));
     net::set_nodelay(fd);
     if (open.kind == FERRY_CONTROL__CHANNEL_KIND__BACKGROUND) {
@@ -264,6 +293,13 @@ void daemon::serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg) {
         _outgoing[m->id()] = m;
     }
     _registry_changed.notify_all();
+    if (reg.fabric && std::string(reg.fabric).rfind("shm", 0) == 0) {
+        try {
+            (void)m->shm_region(); // staging overlaps the destination's restore
+        } catch (const std::exception& e) {
+            _log->error("migration {}: cannot register the shm region: {}", m->id(), e.what());
+        }
+    }
     _log->info("migration {}: serving {} lazy pages of {} processes", m->id(), m->pages_total(),
                m->processes());
 

@@ -7,6 +7,7 @@
 #include "criu_rpc.hpp"
 #include "daemon.hpp"
 #include "error.hpp"
+#include "fabric.hpp"
 #include "fault_inject.hpp"
 #include "log.hpp"
 #include "proc.hpp"
@@ -93,6 +94,7 @@ class incoming_session {
   public:
     incoming_session(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare)
         : _d(d), _fd(fd), _id(prepare.migration_id), _source(prepare.source_addr),
+          _fabric(prepare.fabric && *prepare.fabric ? prepare.fabric : "tcp"),
           _log(make_logger("pagesrv")) {}
 
     void run();
@@ -116,6 +118,7 @@ class incoming_session {
     int _fd;
     std::string _id;
     std::string _source;
+    std::string _fabric;
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;
@@ -149,6 +152,7 @@ void incoming_session::prepare() {
     if (!valid_migration_id(_id))
         throw error(fmt::format("'{}' is not a migration id", _id));
     net::parse_endpoint(_source); // validates
+    (void)fabric_spec::parse(_fabric);
     _dir = _d.config().state_dir / "incoming" / _id;
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
@@ -225,7 +229,9 @@ void incoming_session::spawn_lazy_pages() {
                                      std::to_string(report_theirs.get()),
                                      "--uffd-keeper-fd",
                                      std::to_string(keeper_theirs.get()),
-                                     "--wait-start"};
+                                     "--wait-start",
+                                     "--fabric",
+                                     _fabric};
     // Extra options for tuning experiments, e.g. FERRY_LAZY_PAGES_ARGS="--window 16".
     if (const char* extra = std::getenv("FERRY_LAZY_PAGES_ARGS"); extra && *extra) {
         std::istringstream words(extra);

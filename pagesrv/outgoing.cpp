@@ -63,6 +63,13 @@ wire::status outgoing_migration::read_pages(const wire::page_request& r, std::by
     return wire::status::ok;
 }
 
+shm_stager& outgoing_migration::shm_region() {
+    std::lock_guard lock(_mutex);
+    if (!_stager)
+        _stager = std::make_unique<shm_stager>(*this, "/dev/shm");
+    return *_stager;
+}
+
 void outgoing_migration::count_sent(uint64_t pages, uint64_t bytes) noexcept {
     _pages_served += pages;
     _bytes_sent += bytes;

@@ -5,6 +5,7 @@
 
 #include "criu_image.hpp"
 #include "page_wire.hpp"
+#include "shm_stager.hpp"
 
 #include <sys/types.h>
 
@@ -56,6 +57,16 @@ class outgoing_migration {
     [[nodiscard]] state current_state() const;
     [[nodiscard]] bool wait_destination_done(std::chrono::milliseconds timeout);
     [[nodiscard]] uint64_t pages_served() const noexcept { return _pages_served; }
+
+    // Calls fn(pid, start, end) for every lazy range, by pid then address.
+    template <typename Fn>
+    void for_each_lazy_range(Fn&& fn) const {
+        for (const auto& [pid, p] : _procs)
+            for (const auto& r : p.lazy)
+                fn(pid, r.start, r.end);
+    }
+    // The shm fabric's region for this migration, created on first use.
+    shm_stager& shm_region();
     [[nodiscard]] uint64_t bytes_sent() const noexcept { return _bytes_sent; }
 
   private:
@@ -76,6 +87,7 @@ class outgoing_migration {
     mutable std::mutex _mutex;
     std::condition_variable _changed;
     state _state = state::registered;
+    std::unique_ptr<shm_stager> _stager; // declared last: it reads from this object
     bool _destination_done = false;
 };
 

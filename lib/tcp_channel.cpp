@@ -1,4 +1,4 @@
-#include "page_client.hpp"
+#include "tcp_channel.hpp"
 
 #include "control.hpp"
 #include "error.hpp"
@@ -11,26 +11,10 @@
 
 namespace ferry {
 
-page_client page_client::connect(const net::endpoint& source, const std::string& migration_id,
-                                 FerryControl__ChannelKind kind, uint32_t max_pages,
-                                 std::chrono::milliseconds timeout) {
-    unique_fd fd = net::tcp_connect(source, timeout);
-    FerryControl__PageChannelOpen open = FERRY_CONTROL__PAGE_CHANNEL_OPEN__INIT;
-    open.migration_id = const_cast<char*>(migration_id.c_str());
-    open.kind = kind;
-    control::send_message(fd.get(), open, net::after(timeout));
-    auto reply = control::receive(fd.get(), net::after(timeout));
-    control::expect(reply.get(), FERRY_CONTROL__ENVELOPE__BODY_PAGE_CHANNEL_ACCEPTED,
-                    "source " + source.to_string());
-    if (reply->page_channel_accepted->page_size != page_size)
-        throw error("source uses a different page size");
-    max_pages = std::min(max_pages, reply->page_channel_accepted->max_pages_per_request);
-    net::set_nonblocking(fd.get(), true);
-    return page_client(std::move(fd), max_pages);
-}
-
-page_client::page_client(unique_fd fd, uint32_t max_pages)
+tcp_channel::tcp_channel(unique_fd fd, uint32_t max_pages)
     : _fd(std::move(fd)), _max_pages(max_pages) {
+    net::set_nonblocking(_fd.get(),
+                         true); // the fault loop must never block on a half-arrived reply
     void* p = ::mmap(nullptr, size_t(_max_pages) * page_size, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED)
@@ -39,23 +23,18 @@ page_client::page_client(unique_fd fd, uint32_t max_pages)
     _checksums = new uint64_t[_max_pages];
 }
 
-page_client::page_client(page_client&& o) noexcept
-    : _fd(std::move(o._fd)), _max_pages(o._max_pages), _staging(std::exchange(o._staging, nullptr)),
-      _checksums(std::exchange(o._checksums, nullptr)), _header_buf(o._header_buf),
-      _stage(o._stage), _have(o._have), _reply(o._reply), _bytes_received(o._bytes_received) {}
-
-page_client::~page_client() {
+tcp_channel::~tcp_channel() {
     if (_staging)
         ::munmap(_staging, size_t(_max_pages) * page_size);
     delete[] _checksums;
 }
 
-void page_client::send(const wire::page_request& r) {
+void tcp_channel::send(const wire::page_request& r) {
     auto bytes = wire::encode(r);
     net::write_full(_fd.get(), bytes, net::after(std::chrono::seconds(10)), "send page request");
 }
 
-bool page_client::read_some(std::byte* dst, size_t want, size_t& have, size_t& budget) {
+bool tcp_channel::read_some(std::byte* dst, size_t want, size_t& have, size_t& budget) {
     const size_t n_want = std::min(want - have, std::max<size_t>(budget, 1));
     ssize_t n = ::read(_fd.get(), dst + have, n_want);
     if (n > 0) {
@@ -71,7 +50,7 @@ bool page_client::read_some(std::byte* dst, size_t want, size_t& have, size_t& b
     throw sys_error("read page channel");
 }
 
-incoming_reply* page_client::pump(size_t budget) {
+incoming_reply* tcp_channel::pump(size_t budget) {
     while (budget > 0) {
         switch (_stage) {
         case stage::header: {
@@ -121,7 +100,7 @@ incoming_reply* page_client::pump(size_t budget) {
     return _stage == stage::data || _stage == stage::complete ? &_reply : nullptr;
 }
 
-void page_client::finish_reply() noexcept {
+void tcp_channel::finish_reply() noexcept {
     _stage = stage::header;
     _have = 0;
 }

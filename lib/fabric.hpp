@@ -1,0 +1,36 @@
+// Which fabric a migration's pages cross, and the latency and bandwidth
+// model of the emulated one. Spelled "tcp" or "shm[:lat=2us,bw=100gbit]".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ferry {
+
+// Each operation on an emulated link costs a base latency plus its size over
+// the bandwidth. The cost is paid by spinning on the clock, so that it is
+// exact to the clock's resolution and never yields the CPU.
+struct link_model {
+    uint64_t latency_ns = 0;
+    double ns_per_byte = 0; // 0: unlimited bandwidth
+
+    [[nodiscard]] bool free() const noexcept { return latency_ns == 0 && ns_per_byte == 0; }
+    [[nodiscard]] uint64_t cost_ns(size_t bytes) const noexcept {
+        return latency_ns + uint64_t(double(bytes) * ns_per_byte + 0.5);
+    }
+    // Spins until cost_ns(bytes) have passed since `start_ns`.
+    void charge(uint64_t start_ns, size_t bytes) const noexcept;
+};
+
+struct fabric_spec {
+    enum class kind : uint8_t { tcp, shm };
+    kind fabric = kind::tcp;
+    link_model model;
+
+    // Throws ferry::error on malformed text.
+    static fabric_spec parse(const std::string& text);
+    [[nodiscard]] std::string to_string() const;
+};
+
+} // namespace ferry

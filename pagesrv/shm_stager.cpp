@@ -1,0 +1,153 @@
+#include "shm_stager.hpp"
+
+#include "clock.hpp"
+#include "error.hpp"
+#include "log.hpp"
+#include "outgoing.hpp"
+#include "page.hpp"
+#include "unique_fd.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace ferry::pagesrv {
+
+namespace {
+
+constexpr uint64_t eager_chunk_pages = 16;       // between two looks at the ring
+constexpr uint64_t spin_after_work_ns = 200'000; // then sleep on the doorbell
+constexpr uint64_t sleep_ns = 20'000'000;
+
+} // namespace
+
+shm_stager::shm_stager(outgoing_migration& m, const std::filesystem::path& dir) : _m(m) {
+    uint64_t pages = 0;
+    m.for_each_lazy_range([&](uint32_t pid, uint64_t start, uint64_t end) {
+        _ranges.push_back({pid, start, end, pages});
+        pages += (end - start) / page_size;
+    });
+    const shm::region_geometry geo = shm::layout(pages);
+    _size = geo.total_size;
+    _file = dir / fmt::format("ferry-{}.region", m.id());
+    unique_fd fd(::open(_file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd)
+        throw sys_error("create shm region " + _file.string());
+    if (::ftruncate(fd.get(), off_t(_size))) {
+        ::unlink(_file.c_str());
+        throw sys_error("size shm region " + _file.string());
+    }
+    void* map = ::mmap(nullptr, _size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (map == MAP_FAILED) {
+        ::unlink(_file.c_str());
+        throw sys_error("mmap shm region");
+    }
+    _map = static_cast<std::byte*>(map);
+    _region.base = _map;
+    // The file is new and zero-filled: every page state starts absent.
+    auto& h = _region.header();
+    h.geo = geo;
+    h.stager_bell.init();
+    h.staged_pages.store(0, std::memory_order_relaxed);
+    h.stager_alive.store(1, std::memory_order_relaxed);
+    _region.ring().init();
+    h.version = shm::region_version;
+    std::atomic_thread_fence(std::memory_order_release);
+    h.magic = shm::region_magic; // last: a reader that sees the magic sees the rest
+    _started_ns = monotonic_ns();
+    _thread = std::thread([this] { run(); });
+}
+
+shm_stager::~shm_stager() {
+    _stop = true;
+    _region.header().stager_bell.ring();
+    _thread.join();
+    _region.header().stager_alive.store(0, std::memory_order_release);
+    ::munmap(_map, _size);
+    ::unlink(_file.c_str());
+}
+
+void shm_stager::stage(uint64_t first, uint64_t count, bool restage) {
+    const uint64_t end = std::min(first + count, _region.header().geo.page_count);
+    while (first < end) {
+        // The range holding page `first`.
+        auto it = std::upper_bound(_ranges.begin(), _ranges.end(), first,
+                                   [](uint64_t p, const range& r) { return p < r.first_page; });
+        const range& r = *std::prev(it);
+        const uint64_t range_pages = (r.end - r.start) / page_size;
+        uint64_t run_end = std::min(end, r.first_page + range_pages);
+        // Skip what is staged already, unless asked to write it again.
+        auto* states = _region.states();
+        if (!restage) {
+            while (first < run_end &&
+                   states[first].load(std::memory_order_relaxed) == shm::page_staged)
+                first++;
+            uint64_t stop = first;
+            while (stop < run_end &&
+                   states[stop].load(std::memory_order_relaxed) != shm::page_staged)
+                stop++;
+            run_end = stop;
+        }
+        if (first == run_end)
+            continue;
+        const uint32_t n =
+            uint32_t(std::min<uint64_t>(run_end - first, wire::max_pages_per_request));
+        const wire::page_request req{wire::op::get, r.pid, n,
+                                     r.start + (first - r.first_page) * page_size, 0};
+        const wire::status st =
+            _m.read_pages(req, _region.page(first), _region.checksums() + first);
+        if (st != wire::status::ok) {
+            if (!_read_error_logged)
+                make_logger("pagesrv")->error("migration {}: cannot stage pid {} {:#x}: {}",
+                                              _m.id(), r.pid, req.vaddr, wire::to_string(st));
+            _read_error_logged = true;
+            first += n; // left absent: the reader's fetch deadline reports it
+            continue;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            states[first + i].store(shm::page_staged,
+                                    std::memory_order_release); // pairs with readers' acquire
+        _region.header().staged_pages.fetch_add(n, std::memory_order_relaxed);
+        _m.count_sent(n, uint64_t(n) * (page_size + sizeof(uint64_t)));
+        first += n;
+    }
+}
+
+void shm_stager::run() {
+    auto& ring = _region.ring();
+    auto& bell = _region.header().stager_bell;
+    const uint64_t total = _region.header().geo.page_count;
+    uint64_t cursor = 0;
+    uint64_t last_work = monotonic_ns();
+    while (!_stop.load(std::memory_order_relaxed)) {
+        bool worked = false;
+        shm::stage_request req;
+        while (ring.try_pop(req)) {
+            stage(req.first_page, req.count, req.flags & shm::restage_flag);
+            worked = true;
+        }
+        if (cursor < total) {
+            stage(cursor, eager_chunk_pages, false);
+            cursor += eager_chunk_pages;
+            worked = true;
+            if (cursor >= total)
+                make_logger("pagesrv")->info("migration {}: {} pages staged in {:.1f} ms", _m.id(), total,
+                                             ns_to_ms(monotonic_ns() - _started_ns));
+        }
+        const uint64_t now = monotonic_ns();
+        if (worked) {
+            last_work = now;
+            continue;
+        }
+        if (now - last_work < spin_after_work_ns) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        bell.wait([&] { return !ring.empty() || _stop.load(std::memory_order_relaxed); }, sleep_ns);
+    }
+}
+
+} // namespace ferry::pagesrv
