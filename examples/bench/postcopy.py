@@ -25,103 +25,19 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("FERRY_BUILD", os.path.join(REPO, "build"))
-TESTBED = os.path.join(REPO, "examples", "testbed.sh")
-MEMLOAD = os.path.join(BUILD, "examples", "memload")
-ENV = dict(os.environ, FERRY_TESTBED="fbench", FERRY_TESTBED_NET="10.80.0", FERRY_BUILD=BUILD)
-
-
-def sh(*args, check=True, capture=True, env=ENV, timeout=600):
-    r = subprocess.run(list(args), env=env, check=False, timeout=timeout,
-                       stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
-                       text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
-    return r
-
-
-def testbed(*args, **kw):
-    return sh(TESTBED, *args, **kw)
-
-
-def pct(values, p):
-    """Nearest-rank percentile."""
-    v = sorted(values)
-    if not v:
-        return float("nan")
-    k = max(1, min(len(v), int(-(-p * len(v) // 100))))
-    return v[k - 1]
-
-
-class Workload:
-    """memload as the init of a new PID namespace on a testbed host (or, with
-    host=None, on the machine itself); output appended to a file."""
-
-    def __init__(self, host, mib, extra=(), tmp="/tmp"):
-        self.out = tempfile.NamedTemporaryFile(prefix="ferry-bench-", suffix=".out", dir=tmp, delete=False).name
-        cmd = ["setsid", "unshare", "--pid", "--fork", MEMLOAD, "--mib", str(mib), "--child-mib", "0",
-               "--threads", "1", *extra]
-        if host:
-            cmd = [TESTBED, "exec", host, *cmd]
-        self.launcher = subprocess.Popen(cmd, env=ENV, stdin=subprocess.DEVNULL,
-                                         stdout=open(self.out, "a"), stderr=subprocess.STDOUT)
-        self.wait_line("ready parent", 120)
-        deadline = time.time() + 10
-        self.pid = None
-        while self.pid is None and time.time() < deadline:
-            try:
-                kids = open(f"/proc/{self.launcher.pid}/task/{self.launcher.pid}/children").read().split()
-                self.pid = int(kids[0]) if kids else None
-            except OSError:
-                pass
-            if self.pid is None:
-                time.sleep(0.01)
-        if self.pid is None:
-            raise RuntimeError("workload pid not found")
-
-    def lines(self):
-        with open(self.out) as f:
-            return f.read().splitlines()
-
-    def wait_line(self, pattern, secs, after=0):
-        deadline = time.time() + secs
-        while time.time() < deadline:
-            for line in self.lines()[after:]:
-                if pattern in line:
-                    return line
-            time.sleep(0.02)
-        raise RuntimeError(f"no '{pattern}' from the workload within {secs}s")
-
-    def stop(self, *pids):
-        for p in (self.pid, *pids):
-            if p:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        try:
-            self.launcher.kill()
-            self.launcher.wait(10)
-        except Exception:
-            pass
-        os.unlink(self.out)
-
-
-def parse_touch(line):
-    kv = dict(x.split("=") for x in line.split()[1:])
-    return {k: float(v) for k, v in kv.items()}
-
+from benchlib import (BUILD, ENV, MEMLOAD, REPO, TESTBED, Workload, parse_touch, pct, sh,  # noqa: F401
+                      testbed)
 
 # ---- Ferry ------------------------------------------------------------------
 
-def ferry_run(mib, touch):
-    w = Workload("a", mib, ["--touch-after-freeze"] if touch else [])
+def ferry_run(mib, touch, fabric="tcp", order="random"):
+    w = Workload("a", mib, ["--touch-after-freeze", "--touch-order", order] if touch else [])
     mark = len(w.lines())
     dest = None
     try:
         b = testbed("addr", "b").stdout.strip()
-        r = testbed("exec", "a", "migrator", "migrate", "--pid", str(w.pid), "--to", b, "--json", check=False)
+        r = testbed("exec", "a", "migrator", "migrate", "--pid", str(w.pid), "--to", b, "--fabric", fabric,
+                    "--json", check=False)
         res = json.loads(r.stdout)
         if not res["ok"]:
             raise RuntimeError("ferry migration failed: " + res["error"])
@@ -199,10 +115,10 @@ def criu_lazy_dump_run(mib):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def criu_lazy_local_run(mib):
+def criu_lazy_local_run(mib, order="random"):
     """criu dump to local images, then criu lazy-pages + criu restore
     --lazy-pages from them; the workload touches every page after resuming."""
-    w = Workload(None, mib, ["--touch-after-freeze"])
+    w = Workload(None, mib, ["--touch-after-freeze", "--touch-order", order])
     d = tempfile.mkdtemp(prefix="ferry-lazylocal-", dir="/dev/shm")
     mark = len(w.lines())
     restored = None

@@ -158,11 +158,14 @@ void wait_for_freeze() {
     }
 }
 
+bool touch_sequential = false;
+
 void touch_all(const region& r) {
     std::vector<uint32_t> order(r.pages);
     for (size_t i = 0; i < r.pages; i++)
         order[i] = uint32_t(i);
-    std::shuffle(order.begin(), order.end(), std::minstd_rand(7));
+    if (!touch_sequential)
+        std::shuffle(order.begin(), order.end(), std::minstd_rand(7));
     std::vector<uint64_t> lat(r.pages);
     uint64_t bad = 0;
     const uint64_t start = now_ns();
@@ -303,14 +306,23 @@ int main(int argc, char** argv) {
             seed = std::strtoull(next(), nullptr, 10);
         else if (a == "--touch-after-freeze")
             what.touch = true;
-        else if (a == "--fork-after-freeze")
+        else if (a == "--touch-order") {
+            const std::string o = next();
+            if (o != "random" && o != "sequential") {
+                fprintf(stderr, "--touch-order is random or sequential\n");
+                return 2;
+            }
+            touch_sequential = o == "sequential";
+        } else if (a == "--fork-after-freeze")
             what.fork = true;
         else if (a == "--churn-after-freeze")
             what.churn = true;
         else {
-            fprintf(stderr,
-                    "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
-                    "[--touch-after-freeze] [--fork-after-freeze] [--churn-after-freeze]\n");
+            fprintf(
+                stderr,
+                "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
+                "[--touch-after-freeze [--touch-order random|sequential]] [--fork-after-freeze] "
+                "[--churn-after-freeze]\n");
             return 2;
         }
     }

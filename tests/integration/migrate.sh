@@ -3,16 +3,25 @@
 # and 256 MiB of known pattern migrates post-copy from host a to host b. Right
 # after it resumes it forks again and churns a region (REMOVE, UNMAP, REMAP),
 # so every kind of uffd event crosses the lazy-pages daemon.
+#
+# FERRY_TEST_FABRIC picks the fabric (default tcp). FERRY_TEST_CORRUPT=1 makes
+# the source corrupt one page after checksumming it: the destination must
+# refetch it, and the pattern must still be intact.
 source "$(dirname "$0")/lib.sh"
+fabric=${FERRY_TEST_FABRIC:-tcp}
 
 testbed_up
+if [ "${FERRY_TEST_CORRUPT:-0}" = 1 ]; then
+  "$testbed" stop a
+  FERRY_FAULT=corrupt-page-once "$testbed" start a
+fi
 pid=$(start_workload a e2e --mib 256 --child-mib 16 --threads 2 --fork-after-freeze --churn-after-freeze)
 out="$work/e2e.out"
 log "workload pid $pid on host a"
 src_net=$(netns_of "$pid")
 mark=$(lines "$out") # what the workload prints from here on comes after the freeze
 
-on a migrator migrate --pid "$pid" --to "$(addr b)" --json >"$work/result.json" || {
+on a migrator migrate --pid "$pid" --to "$(addr b)" --fabric "$fabric" --json >"$work/result.json" || {
   cat "$work/result.json"
   fail "migrator exited non-zero"
 }
@@ -20,6 +29,10 @@ cat "$work/result.json" >&2
 echo >&2
 
 [ "$(json "$work/result.json" ok)" = true ] || fail "migration not ok"
+log "fabric $(json "$work/result.json" fabric)"
+if [ "${FERRY_TEST_CORRUPT:-0}" = 1 ]; then
+  [ "$(json "$work/result.json" pages_refetched)" -ge 1 ] || fail "the corrupted page was not refetched"
+fi
 dest=$(json "$work/result.json" destination_pid)
 total=$(json "$work/result.json" pages_total)
 faulted=$(json "$work/result.json" pages_faulted)

@@ -1,0 +1,113 @@
+// Raw throughput of each transport, to set Ferry's background transfer
+// against: what the link itself carries, without Ferry's protocol.
+//   raw-throughput tcp-sink IP:PORT            accept one connection, discard what arrives
+//   raw-throughput tcp-send IP:PORT MIB        send MIB MiB, print GB/s
+//   raw-throughput shm MIB [lat_ns ns_per_byte]
+//        one-sided reads of 1 MiB from a shared-memory region into private
+//        memory (what the shm fabric does per request), with the link model
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+namespace {
+
+double now() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
+}
+
+sockaddr_in parse(const char* text) {
+    std::string s(text);
+    auto colon = s.rfind(':');
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(std::atoi(s.c_str() + colon + 1)));
+    inet_pton(AF_INET, s.substr(0, colon).c_str(), &a.sin_addr);
+    return a;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "tcp-sink" && argc == 3) {
+        int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        sockaddr_in a = parse(argv[2]);
+        if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) || listen(l, 1)) {
+            perror("bind/listen");
+            return 1;
+        }
+        printf("ready\n");
+        fflush(stdout);
+        int c = accept(l, nullptr, nullptr);
+        std::vector<char> buf(1 << 20);
+        while (read(c, buf.data(), buf.size()) > 0) {
+        }
+        return 0;
+    }
+    if (mode == "tcp-send" && argc == 4) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a = parse(argv[2]);
+        if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a)) {
+            perror("connect");
+            return 1;
+        }
+        const size_t total = size_t(std::atol(argv[3])) << 20;
+        std::vector<char> buf(1 << 20, 'x');
+        const double t0 = now();
+        for (size_t sent = 0; sent < total;) {
+            ssize_t n = write(s, buf.data(), buf.size());
+            if (n <= 0) {
+                perror("write");
+                return 1;
+            }
+            sent += size_t(n);
+        }
+        shutdown(s, SHUT_WR);
+        char c;
+        while (read(s, &c, 1) > 0) {
+        }
+        printf("raw tcp_gbytes_per_s=%.3f\n", double(total) / (now() - t0) / 1e9);
+        return 0;
+    }
+    if (mode == "shm" && argc >= 3) {
+        const size_t total = size_t(std::atol(argv[2])) << 20;
+        const double lat_ns = argc > 3 ? std::atof(argv[3]) : 0,
+                     ns_per_byte = argc > 4 ? std::atof(argv[4]) : 0;
+        int fd = open("/dev/shm/ferry-raw-throughput", O_RDWR | O_CREAT | O_TRUNC, 0600);
+        unlink("/dev/shm/ferry-raw-throughput");
+        if (fd < 0 || ftruncate(fd, off_t(total))) {
+            perror("shm");
+            return 1;
+        }
+        char* region = static_cast<char*>(
+            mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0));
+        memset(region, 'x', total);
+        std::vector<char> dst(1 << 20);
+        const double t0 = now();
+        for (size_t off = 0; off < total; off += dst.size()) {
+            const double start = now();
+            memcpy(dst.data(), region + off, dst.size());
+            const double until = start + (lat_ns + double(dst.size()) * ns_per_byte) / 1e9;
+            while (now() < until) {
+            }
+        }
+        printf("raw shm_gbytes_per_s=%.3f\n", double(total) / (now() - t0) / 1e9);
+        return 0;
+    }
+    fprintf(stderr, "usage: raw-throughput tcp-sink IP:PORT | tcp-send IP:PORT MIB | shm MIB "
+                    "[lat_ns ns_per_byte]\n");
+    return 2;
+}
