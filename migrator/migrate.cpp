@@ -251,22 +251,47 @@ void migration::ship_images() {
                 for (size_t b = 8; b < contents[i].size(); b += 7)
                     contents[i][b] ^= 0xa5;
     }
-    std::vector<FerryControl__ImageFile> files(names.size());
-    std::vector<FerryControl__ImageFile*> file_ptrs;
+    // Frames of about 16 MiB at most: a lazy dump's images are small, but
+    // memory CRIU cannot leave lazy (shared mappings, for one) lands in them.
+    constexpr size_t frame_bytes = 16u << 20;
+    std::vector<FerryControl__ImageFile> pieces;
+    pieces.reserve(64);
+    auto flush = [&](bool last) {
+        std::vector<FerryControl__ImageFile*> ptrs;
+        for (auto& p : pieces)
+            ptrs.push_back(&p);
+        FerryControl__IncomingImages msg = FERRY_CONTROL__INCOMING_IMAGES__INIT;
+        msg.n_files = ptrs.size();
+        msg.files = ptrs.data();
+        msg.has_last = true;
+        msg.last = last;
+        control::send_message(_dest.get(), msg, net::after(control_timeout));
+        pieces.clear();
+    };
+    size_t in_frame = 0;
     for (size_t i = 0; i < names.size(); i++) {
-        files[i] = FERRY_CONTROL__IMAGE_FILE__INIT;
-        files[i].name = const_cast<char*>(names[i].c_str());
-        files[i].data.data = contents[i].data();
-        files[i].data.len = contents[i].size();
-        files[i].xxh64 = buffer_checksum(contents[i].data(), contents[i].size());
-        file_ptrs.push_back(&files[i]);
         _r.images_bytes += contents[i].size();
+        size_t offset = 0;
+        do {
+            const size_t len = std::min(contents[i].size() - offset, frame_bytes);
+            FerryControl__ImageFile f = FERRY_CONTROL__IMAGE_FILE__INIT;
+            f.name = const_cast<char*>(names[i].c_str());
+            f.data.data = contents[i].data() + offset;
+            f.data.len = len;
+            f.xxh64 = buffer_checksum(f.data.data, len);
+            f.has_offset = true;
+            f.offset = offset;
+            if (in_frame + len > frame_bytes && !pieces.empty()) {
+                flush(false);
+                in_frame = 0;
+            }
+            pieces.push_back(f);
+            in_frame += len;
+            offset += len;
+        } while (offset < contents[i].size());
     }
+    flush(true);
     _r.image_files = uint32_t(names.size());
-    FerryControl__IncomingImages msg = FERRY_CONTROL__INCOMING_IMAGES__INIT;
-    msg.n_files = file_ptrs.size();
-    msg.files = file_ptrs.data();
-    control::send_message(_dest.get(), msg, net::after(control_timeout));
     _r.t_images_sent = monotonic_ns();
 }
 

@@ -165,32 +165,40 @@ void incoming_session::prepare() {
 }
 
 bool incoming_session::receive_images() {
-    auto e = control::receive(_fd, net::after(restore_timeout));
-    if (!e) {
-        _log->warn("migration {}: the migrator left before sending images", _id);
-        return false;
-    }
-    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_INCOMING_IMAGES, "migrator");
-    if (fault_injected(fault::dest_die_before_restore)) {
-        _log->warn("fault injection: dying before restore");
-        ::raise(SIGKILL);
-    }
-    const uint64_t t0 = monotonic_ns();
-    const auto& images = *e->incoming_images;
-    for (size_t i = 0; i < images.n_files; i++) {
-        const auto& f = *images.files[i];
-        if (!safe_image_name(f.name)) {
-            send_restore_failure(fmt::format("refusing image file name '{}'", f.name));
+    uint64_t t0 = 0;
+    for (bool last = false; !last;) {
+        auto e = control::receive(_fd, net::after(restore_timeout));
+        if (!e) {
+            _log->warn("migration {}: the migrator left before sending every image", _id);
             return false;
         }
-        if (buffer_checksum(f.data.data, f.data.len) != f.xxh64) {
-            send_restore_failure(fmt::format("image {} is corrupt: checksum mismatch", f.name));
-            return false;
+        control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_INCOMING_IMAGES, "migrator");
+        if (fault_injected(fault::dest_die_before_restore)) {
+            _log->warn("fault injection: dying before restore");
+            ::raise(SIGKILL);
         }
-        std::ofstream out(_dir / f.name, std::ios::binary | std::ios::trunc);
-        out.write(reinterpret_cast<const char*>(f.data.data), std::streamsize(f.data.len));
-        if (!out)
-            throw error(fmt::format("cannot write {}", (_dir / f.name).string()));
+        if (!t0)
+            t0 = monotonic_ns();
+        const auto& images = *e->incoming_images;
+        last = images.has_last && images.last;
+        for (size_t i = 0; i < images.n_files; i++) {
+            const auto& f = *images.files[i];
+            if (!safe_image_name(f.name)) {
+                send_restore_failure(fmt::format("refusing image file name '{}'", f.name));
+                return false;
+            }
+            if (buffer_checksum(f.data.data, f.data.len) != f.xxh64) {
+                send_restore_failure(fmt::format("image {} is corrupt: checksum mismatch", f.name));
+                return false;
+            }
+            const uint64_t offset = f.has_offset ? f.offset : 0;
+            std::fstream out(_dir / f.name, std::ios::binary | std::ios::out |
+                                                (offset ? std::ios::in : std::ios::trunc));
+            out.seekp(std::streamoff(offset));
+            out.write(reinterpret_cast<const char*>(f.data.data), std::streamsize(f.data.len));
+            if (!out)
+                throw error(fmt::format("cannot write {}", (_dir / f.name).string()));
+        }
     }
     try {
         (void)criu::image_set::load(_dir);

@@ -1,7 +1,8 @@
 // memload: a memory-heavy, multi-threaded workload with a forked child, used
 // by the demo, the integration tests and the benchmarks.
 //
-// The parent fills --mib MiB with a pattern derived from --seed; the child
+// The parent fills --mib MiB with a pattern derived from --seed (and
+// --shared-mib MiB of MAP_SHARED memory, which CRIU dumps eagerly); the child
 // (forked first, so it shares none of it) fills --child-mib MiB with its own.
 // Worker threads keep reading random pages and checking them. Once a second
 // each process appends "tick" lines to stdout.
@@ -41,6 +42,8 @@ constexpr size_t page = 4096;
 constexpr size_t words_per_page = page / sizeof(uint64_t);
 
 volatile sig_atomic_t verify_requested = 0;
+struct region;
+extern region shared_region; // MAP_SHARED memory, which CRIU cannot leave lazy
 
 uint64_t now_ns() {
     timespec ts;
@@ -79,12 +82,13 @@ struct region {
     }
 };
 
-region allocate(size_t mib, uint64_t seed) {
+region shared_region;
+
+region allocate(size_t mib, uint64_t seed, int sharing = MAP_PRIVATE) {
     region r;
     r.pages = mib * (1 << 20) / page;
     r.seed = seed;
-    void* m =
-        mmap(nullptr, r.pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* m = mmap(nullptr, r.pages * page, PROT_READ | PROT_WRITE, sharing | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
         perror("mmap");
         exit(1);
@@ -274,6 +278,13 @@ void run(const char* role, const region& r, unsigned threads, after_freeze what,
                 say("verify ok %s pages=%zu\n", role, r.pages);
             else
                 say("verify FAIL %s page=%ld\n", role, bad);
+            if (shared_region.pages) {
+                const long sbad = shared_region.verify_all();
+                if (sbad < 0)
+                    say("verify ok shared pages=%zu\n", shared_region.pages);
+                else
+                    say("verify FAIL shared page=%ld\n", sbad);
+            }
         }
         if (now_ns() - last_tick >= 1'000'000'000ull) {
             last_tick = now_ns();
@@ -290,6 +301,7 @@ int main(int argc, char** argv) {
     unsigned threads = 2;
     uint64_t seed = 42;
     after_freeze what;
+    size_t shared_mib = 0;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto next = [&] {
@@ -306,6 +318,8 @@ int main(int argc, char** argv) {
             seed = std::strtoull(next(), nullptr, 10);
         else if (a == "--touch-after-freeze")
             what.touch = true;
+        else if (a == "--shared-mib")
+            shared_mib = std::strtoull(next(), nullptr, 10);
         else if (a == "--touch-order") {
             const std::string o = next();
             if (o != "random" && o != "sequential") {
@@ -318,11 +332,10 @@ int main(int argc, char** argv) {
         else if (a == "--churn-after-freeze")
             what.churn = true;
         else {
-            fprintf(
-                stderr,
-                "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
-                "[--touch-after-freeze [--touch-order random|sequential]] [--fork-after-freeze] "
-                "[--churn-after-freeze]\n");
+            fprintf(stderr, "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
+                            "[--shared-mib N] [--touch-after-freeze [--touch-order "
+                            "random|sequential]] [--fork-after-freeze] "
+                            "[--churn-after-freeze]\n");
             return 2;
         }
     }
@@ -343,6 +356,8 @@ int main(int argc, char** argv) {
     if (what.churn)
         cr.setup(seed + 2);
     region r = allocate(mib, seed);
+    if (shared_mib)
+        shared_region = allocate(shared_mib, seed + 3, MAP_SHARED);
     // Forward SIGUSR1 to the child as well.
     if (child > 0) {
         static pid_t child_pid;

@@ -15,7 +15,9 @@ if [ "${FERRY_TEST_CORRUPT:-0}" = 1 ]; then
   "$testbed" stop a
   FERRY_FAULT=corrupt-page-once "$testbed" start a
 fi
-pid=$(start_workload a e2e --mib 256 --child-mib 16 --threads 2 --fork-after-freeze --churn-after-freeze)
+# 40 MiB of MAP_SHARED memory cannot be lazy: CRIU dumps it into the images,
+# which then travel in several frames.
+pid=$(start_workload a e2e --mib 256 --child-mib 16 --shared-mib 40 --threads 2 --fork-after-freeze --churn-after-freeze)
 out="$work/e2e.out"
 log "workload pid $pid on host a"
 src_net=$(netns_of "$pid")
@@ -44,6 +46,7 @@ served=$(json "$work/result.json" pages_served_by_source)
 downtime=$(json "$work/result.json" downtime_ms)
 log "downtime ${downtime} ms; pages total=$total faulted=$faulted prefetched=$prefetched background=$background dropped=$dropped forked=$forked served=$served"
 
+[ "$(json "$work/result.json" image_bytes)" -gt $((40 << 20)) ] || fail "the shared memory was not in the images"
 # Every lazy page is accounted for, and the source served at least them all.
 [ "$total" -ge $((256 * 256 + 16 * 256)) ] || fail "only $total lazy pages for 272 MiB of pattern"
 [ $((faulted + prefetched + background + dropped)) -eq "$total" ] || fail "pages do not add up"
@@ -67,6 +70,7 @@ mark=$(lines "$out")
 kill -USR1 "$dest"
 wait_for "$out" "verify ok parent pages=65536" 60 "$mark"
 wait_for "$out" "verify ok child pages=4096" 60 "$mark"
+wait_for "$out" "verify ok shared pages=10240" 60 "$mark"
 # It keeps running: new ticks arrive after the checks.
 mark=$(lines "$out")
 wait_for "$out" "tick parent" 10 "$mark"
