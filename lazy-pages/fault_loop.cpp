@@ -82,8 +82,9 @@ fault_loop::fault_loop(loop_config cfg, std::unique_ptr<page_channel> fault_chan
       _wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
     if (!_wake)
         throw sys_error("eventfd");
+    _cfg.max_window_pages = std::clamp<uint32_t>(_cfg.max_window_pages, 1, _fault_ch->max_pages());
     _cfg.fault_window_pages =
-        std::clamp<uint32_t>(_cfg.fault_window_pages, 1, _fault_ch->max_pages());
+        std::clamp<uint32_t>(_cfg.fault_window_pages, 1, _cfg.max_window_pages);
     _cfg.background_chunk_pages =
         std::clamp<uint32_t>(_cfg.background_chunk_pages, 1, _bg_ch->max_pages());
     _cfg.background_depth = std::min<uint32_t>(_cfg.background_depth, 16);
@@ -138,6 +139,7 @@ void fault_loop::add_process(uint32_t image_pid, unique_fd uffd,
     auto p = std::make_unique<lazy_process>();
     p->image_pid = image_pid;
     p->uffd = std::move(uffd);
+    p->pattern = access_pattern(_cfg.fault_window_pages, _cfg.max_window_pages);
     for (const auto& r : ranges)
         p->lazy.insert(r.start, r.end, r.start);
     _stats.pages_total += pages_in(p->lazy.bytes());
@@ -317,7 +319,10 @@ void fault_loop::drain_uffd(lazy_process& p) {
     std::array<uffd_msg, events_per_read> msgs;
     // A bounded number of batches, so one busy process cannot starve others.
     for (int batch = 0; batch < 4 && !p.exited; batch++) {
-        const size_t room = 256 - _fault_reqs.size();
+        // A fault may issue its own request and a few strided ones.
+        const size_t room = _fault_reqs.size() + 1 + access_pattern::strided_prefetch >= 256
+                                ? 0
+                                : 256 - _fault_reqs.size() - access_pattern::strided_prefetch;
         if (room == 0)
             return; // replies will free slots; the events wait in the kernel
         const long n = uffd::read_events(p.uffd.get(), msgs.data(), std::min(room, msgs.size()));
@@ -379,13 +384,31 @@ void fault_loop::handle_pagefault(lazy_process& p, const uffd_msg& msg) {
         }
     }
 
-    // The faulting page and its lazy successors in the same range, stopping
-    // at pages another fault already asked for.
-    uint64_t end = std::min(range->end, addr + uint64_t(_cfg.fault_window_pages) * page_size);
+    // The faulting page and its lazy successors in the same range, as many
+    // as the access pattern suggests, stopping at pages another fault
+    // already asked for.
+    const auto plan = p.pattern.on_fault(addr / page_size);
+    uint64_t end = std::min(range->end, addr + uint64_t(plan.window) * page_size);
     if (auto next_busy = p.in_flight.first_ending_after(addr); next_busy && next_busy->start < end)
         end = next_busy->start;
     issue(request_kind::fault, p, addr, range->img_of(addr), uint32_t(pages_in(end - addr)), addr,
           fault_ns, 0);
+    if (plan.pattern == access_pattern::kind::sequential)
+        p.bg_cursor = end; // read ahead: the background continues where the scan goes
+    else if (plan.pattern == access_pattern::kind::strided)
+        prefetch_strided(p, addr, plan.stride_pages, plan.strided);
+}
+
+// Single pages at the fault's stride, ahead of the access.
+void fault_loop::prefetch_strided(lazy_process& p, uint64_t addr, int64_t stride_pages,
+                                  uint32_t count) {
+    for (uint32_t k = 1; k <= count && !_fault_reqs.full(); k++) {
+        const uint64_t next = addr + uint64_t(int64_t(k) * stride_pages * int64_t(page_size));
+        const auto r = p.lazy.find(next);
+        if (!r || p.in_flight.find(next))
+            continue;
+        issue(request_kind::fault, p, next, r->img_of(next), 1, ~0ull, 0, 0);
+    }
 }
 
 void fault_loop::handle_fork(lazy_process& parent, const uffd_msg& msg) {
@@ -397,6 +420,7 @@ void fault_loop::handle_fork(lazy_process& parent, const uffd_msg& msg) {
         _new_uffd(child_uffd.get());
     auto child = std::make_unique<lazy_process>();
     child->image_pid = parent.image_pid;
+    child->pattern = access_pattern(_cfg.fault_window_pages, _cfg.max_window_pages);
     child->uffd = std::move(child_uffd);
     child->forked = true;
     for (const auto& r : parent.lazy.to_vector())

@@ -24,7 +24,8 @@
 namespace ferry::lazy {
 
 struct loop_config {
-    uint32_t fault_window_pages = 8;              // the faulting page and its lazy successors
+    uint32_t fault_window_pages = 4; // pages per fault (the faulting one and its successors) ...
+    uint32_t max_window_pages = 64;  // ... growing to this while the access is sequential
     uint32_t background_chunk_pages = 256;        // 1 MiB per background request
     uint32_t background_depth = 2;                // background requests in flight
     uint32_t faulting_chunk_pages = 16;           // background request size while faults arrive
@@ -99,6 +100,7 @@ class fault_loop {
     void handle_fork(lazy_process& p, const uffd_msg& msg);
     void handle_remap(lazy_process& p, const uffd_msg& msg);
     void handle_remove(lazy_process& p, const uffd_msg& msg);
+    void prefetch_strided(lazy_process& p, uint64_t addr, int64_t stride_pages, uint32_t count);
     void handle_criu_socket();
 
     // Replies.

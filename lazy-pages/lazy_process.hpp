@@ -2,6 +2,7 @@
 // child it forked after restore.
 #pragma once
 
+#include "access_pattern.hpp"
 #include "range_map.hpp"
 #include "unique_fd.hpp"
 
@@ -20,6 +21,7 @@ struct lazy_process {
     uint32_t bg_outstanding = 0;
     bool exited = false;
     bool forked = false; // created by a FORK event; not part of pages_total
+    access_pattern pattern{4, 64};
 };
 
 } // namespace ferry::lazy

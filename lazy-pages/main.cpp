@@ -167,8 +167,11 @@ int main(int argc, char** argv) {
     app.add_option("--report-fd", opt.report_fd, "socket to the parent daemon");
     app.add_option("--uffd-keeper-fd", opt.keeper_fd,
                    "socket to pass uffd duplicates to the parent daemon");
+    app.add_option("--max-window", opt.loop.max_window_pages,
+                   "largest window for a sequential access")
+        ->check(CLI::Range(1, 64));
     app.add_option("--window", opt.loop.fault_window_pages,
-                   "pages fetched per fault (the page and its successors)")
+                   "pages fetched per fault at least (the page and its successors)")
         ->check(CLI::Range(1, 64));
     app.add_option("--background-chunk", opt.loop.background_chunk_pages,
                    "pages per background request")

@@ -66,7 +66,9 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__ResumeRequest, RESUME_REQUEST, resume_request)                                 \
     X(FerryControl__ResumeDecision, RESUME_DECISION, resume_decision)                              \
     X(FerryControl__OutgoingCommitted, OUTGOING_COMMITTED, outgoing_committed)                     \
-    X(FerryControl__LazyStart, LAZY_START, lazy_start)
+    X(FerryControl__LazyStart, LAZY_START, lazy_start)                                             \
+    X(FerryControl__OutgoingPrepare, OUTGOING_PREPARE, outgoing_prepare)                           \
+    X(FerryControl__OutgoingPrepared, OUTGOING_PREPARED, outgoing_prepared)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

@@ -149,6 +149,18 @@ void migration::connect_daemons() {
         throw error(
             fmt::format("cannot reach the local daemon (the source pagesrv): {}", e.what()));
     }
+    // Let the source daemon register memory for the fabric while the tree
+    // still runs (for shm it allocates the region), not during the downtime.
+    const uint64_t t0 = monotonic_ns();
+    FerryControl__OutgoingPrepare prep_src = FERRY_CONTROL__OUTGOING_PREPARE__INIT;
+    prep_src.migration_id = const_cast<char*>(_r.id.c_str());
+    prep_src.root_pid = _opt.pid;
+    prep_src.fabric = const_cast<char*>(fabric.c_str());
+    control::send_message(_src.get(), prep_src, net::after(control_timeout));
+    auto prepared = control::receive(_src.get(), net::after(std::chrono::minutes(2)));
+    control::expect(prepared.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARED,
+                    "local daemon");
+    _r.prepare_ns = monotonic_ns() - t0;
 }
 
 // CRIU's lazy dump parks every page in pipes of at most fs.pipe-max-size,

@@ -60,6 +60,7 @@ struct migration_result {
     // Moments on this host's monotonic clock, ns; 0 when not reached.
     uint64_t t_start = 0, t_freeze = 0, t_dumped = 0, t_images_sent = 0, t_ready_to_resume = 0;
     uint64_t t_committed = 0, t_resumed = 0, t_transferred = 0, t_finished = 0;
+    uint64_t prepare_ns = 0; // before the freeze: registering memory for the fabric
     // Destination phases, on its clock.
     uint64_t dest_images_check_ns = 0, dest_lazy_start_ns = 0, dest_criu_restore_ns = 0;
 

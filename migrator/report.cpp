@@ -46,6 +46,7 @@ nlohmann::json to_json(const migration_result& r) {
     j["fault_p99_us"] = ns_to_us(t.fault_p99_ns);
     j["fault_max_us"] = ns_to_us(t.fault_max_ns);
     j["transfer_ms"] = ns_to_ms(t.transfer_ns);
+    j["prepare_ms"] = ns_to_ms(r.prepare_ns);
     // Where the downtime went, phase by phase.
     j["phases_ms"] = {
         {"dump", span_ms(r.t_freeze, r.t_dumped)},

@@ -6,6 +6,7 @@
 #include "incoming.hpp"
 #include "log.hpp"
 #include "page.hpp"
+#include "shm_region.hpp"
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -152,8 +153,11 @@ void daemon::serve_connection(connection& c) {
             case FERRY_CONTROL__ENVELOPE__BODY_PAGE_CHANNEL_OPEN:
                 serve_page_channel(fd, *first->page_channel_open);
                 break;
+            case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARE:
+                serve_outgoing(fd, prepare_outgoing(fd, *first->outgoing_prepare));
+                break;
             case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
-                serve_outgoing(fd, *first->outgoing_register);
+                serve_outgoing(fd, {std::move(first), region_file{}});
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_INCOMING_PREPARE:
                 serve_incoming(*this, fd, *first->incoming_prepare);
@@ -275,12 +279,34 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
     }
 }
 
-void daemon::serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg) {
+// Before the freeze: registers memory for the fabric, then waits for the
+// registration proper. Returns that frame and the prepared region.
+std::pair<control::envelope_ptr, region_file>
+daemon::prepare_outgoing(int fd, const FerryControl__OutgoingPrepare& prep) {
+    region_file region;
+    if (std::string(prep.fabric).rfind("shm", 0) == 0) {
+        // The tree's anonymous memory, a little more for the region's header
+        // and per-page state, and some slack for what it allocates meanwhile.
+        const uint64_t anon = anonymous_bytes_of_tree(prep.root_pid);
+        const uint64_t bytes = shm::layout(anon / page_size).total_size + anon / 16;
+        region = region_file::create("/dev/shm", prep.migration_id, bytes);
+    }
+    FerryControl__OutgoingPrepared ok = FERRY_CONTROL__OUTGOING_PREPARED__INIT;
+    ok.region_bytes = region.size();
+    control::send_message(fd, ok, net::after(first_frame_timeout));
+    // The dump runs meanwhile; registration follows once its images exist.
+    auto next = control::receive(fd, net::no_deadline);
+    control::expect(next.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER, "migrator");
+    return {std::move(next), std::move(region)};
+}
+
+void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file> first) {
+    const FerryControl__OutgoingRegister& reg = *first.first->outgoing_register;
     std::shared_ptr<outgoing_migration> m;
     try {
-        m = std::make_shared<outgoing_migration>(reg.migration_id, reg.images_dir,
-                                                 pid_t(reg.root_pid),
-                                                 uint16_t(reg.criu_page_server_port));
+        m = std::make_shared<outgoing_migration>(
+            reg.migration_id, reg.images_dir, pid_t(reg.root_pid),
+            uint16_t(reg.criu_page_server_port), std::move(first.second));
     } catch (const std::exception& e) {
         // Until registration succeeds the migrator owns the abort.
         control::send_error(

@@ -5,7 +5,7 @@
 //   incoming_prepare   -> destination role: receive images, restore, serve
 #pragma once
 
-#include "control.pb-c.h"
+#include "control.hpp"
 #include "net.hpp"
 #include "outgoing.hpp"
 #include "unique_fd.hpp"
@@ -50,7 +50,9 @@ class daemon {
 
     void serve_connection(connection& c);
     void serve_page_channel(int fd, const FerryControl__PageChannelOpen& open);
-    void serve_outgoing(int fd, const FerryControl__OutgoingRegister& reg);
+    std::pair<control::envelope_ptr, region_file>
+    prepare_outgoing(int fd, const FerryControl__OutgoingPrepare& prep);
+    void serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file> first);
 
     std::shared_ptr<outgoing_migration> find_outgoing(const std::string& id,
                                                       std::chrono::milliseconds wait);

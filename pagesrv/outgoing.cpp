@@ -15,8 +15,8 @@
 namespace ferry::pagesrv {
 
 outgoing_migration::outgoing_migration(std::string id, const std::filesystem::path& images_dir,
-                                       pid_t root_pid, uint16_t criu_port)
-    : _id(std::move(id)), _criu_port(criu_port) {
+                                       pid_t root_pid, uint16_t criu_port, region_file prepared)
+    : _id(std::move(id)), _criu_port(criu_port), _prepared_region(std::move(prepared)) {
     const auto images = criu::image_set::load(images_dir);
     // The tree is frozen, so its shape cannot change under us.
     const auto by_inner = proc::map_tree_by_inner_pid(root_pid);
@@ -63,10 +63,16 @@ wire::status outgoing_migration::read_pages(const wire::page_request& r, std::by
     return wire::status::ok;
 }
 
+namespace {
+const std::filesystem::path shm_dir = "/dev/shm"; // tmpfs on every Linux
+} // namespace
+
 shm_stager& outgoing_migration::shm_region() {
     std::lock_guard lock(_mutex);
     if (!_stager)
-        _stager = std::make_unique<shm_stager>(*this, "/dev/shm");
+        _stager = std::make_unique<shm_stager>(*this, _prepared_region
+                                                          ? std::move(_prepared_region)
+                                                          : region_file::create(shm_dir, _id, 0));
     return *_stager;
 }
 

@@ -31,8 +31,9 @@ class outgoing_migration {
     };
 
     // Reads the images and maps image pids to host pids. Throws on failure.
+    // `prepared` is an shm region allocated before the freeze, if any.
     outgoing_migration(std::string id, const std::filesystem::path& images_dir, pid_t root_pid,
-                       uint16_t criu_port);
+                       uint16_t criu_port, region_file prepared = {});
 
     [[nodiscard]] const std::string& id() const noexcept { return _id; }
     [[nodiscard]] uint64_t pages_total() const noexcept { return _pages_total; }
@@ -87,6 +88,7 @@ class outgoing_migration {
     mutable std::mutex _mutex;
     std::condition_variable _changed;
     state _state = state::registered;
+    region_file _prepared_region;
     std::unique_ptr<shm_stager> _stager; // declared last: it reads from this object
     bool _destination_done = false;
 };

@@ -5,6 +5,7 @@
 #include "log.hpp"
 #include "outgoing.hpp"
 #include "page.hpp"
+#include "proc.hpp"
 #include "unique_fd.hpp"
 
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 
 namespace ferry::pagesrv {
 
@@ -24,32 +26,84 @@ constexpr uint64_t sleep_ns = 20'000'000;
 
 } // namespace
 
-shm_stager::shm_stager(outgoing_migration& m, const std::filesystem::path& dir) : _m(m) {
+region_file region_file::create(const std::filesystem::path& dir, const std::string& id,
+                                uint64_t bytes) {
+    region_file f;
+    f._path = dir / fmt::format("ferry-{}.region", id);
+    f._fd = ::open(f._path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (f._fd < 0)
+        throw sys_error("create shm region " + f._path.string());
+    // Allocate (and zero) every page now, so staging later only copies.
+    if (bytes && ::fallocate(f._fd, 0, 0, off_t(bytes)))
+        throw sys_error("allocate shm region " + f._path.string());
+    f._size = bytes;
+    return f;
+}
+
+region_file::region_file(region_file&& o) noexcept
+    : _fd(std::exchange(o._fd, -1)), _path(std::move(o._path)), _size(o._size) {}
+
+region_file& region_file::operator=(region_file&& o) noexcept {
+    if (this != &o) {
+        this->~region_file();
+        _fd = std::exchange(o._fd, -1);
+        _path = std::move(o._path);
+        _size = o._size;
+    }
+    return *this;
+}
+
+region_file::~region_file() {
+    if (_fd >= 0) {
+        ::unlink(_path.c_str());
+        ::close(_fd);
+    }
+}
+
+void region_file::ensure_size(uint64_t bytes) {
+    if (bytes <= _size)
+        return;
+    if (::ftruncate(_fd, off_t(bytes)))
+        throw sys_error("grow shm region " + _path.string());
+    _size = bytes;
+}
+
+uint64_t anonymous_bytes_of_tree(pid_t root) {
+    uint64_t total = 0;
+    for (const auto& [inner, host] : proc::map_tree_by_inner_pid(root)) {
+        std::ifstream in(fmt::format("/proc/{}/smaps_rollup", host));
+        std::string key;
+        uint64_t kb;
+        while (in >> key) {
+            if (key == "Anonymous:" && in >> kb) {
+                total += kb * 1024;
+                break;
+            }
+            in.ignore(1 << 12, '\n');
+        }
+    }
+    return total;
+}
+
+shm_stager::shm_stager(outgoing_migration& m, region_file file) : _m(m), _file(std::move(file)) {
     uint64_t pages = 0;
     m.for_each_lazy_range([&](uint32_t pid, uint64_t start, uint64_t end) {
         _ranges.push_back({pid, start, end, pages});
         pages += (end - start) / page_size;
     });
     const shm::region_geometry geo = shm::layout(pages);
-    _size = geo.total_size;
-    _file = dir / fmt::format("ferry-{}.region", m.id());
-    unique_fd fd(::open(_file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    if (!fd)
-        throw sys_error("create shm region " + _file.string());
-    if (::ftruncate(fd.get(), off_t(_size))) {
-        ::unlink(_file.c_str());
-        throw sys_error("size shm region " + _file.string());
-    }
-    void* map = ::mmap(nullptr, _size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (map == MAP_FAILED) {
-        ::unlink(_file.c_str());
+    // A region prepared before the freeze may be larger than needed; the
+    // reader maps what the handshake says.
+    _file.ensure_size(geo.total_size);
+    void* map = ::mmap(nullptr, _file.size(), PROT_READ | PROT_WRITE, MAP_SHARED, _file.fd(), 0);
+    if (map == MAP_FAILED)
         throw sys_error("mmap shm region");
-    }
     _map = static_cast<std::byte*>(map);
     _region.base = _map;
-    // The file is new and zero-filled: every page state starts absent.
+    // Zero-filled, so every page state starts absent.
     auto& h = _region.header();
     h.geo = geo;
+    h.geo.total_size = _file.size();
     h.stager_bell.init();
     h.staged_pages.store(0, std::memory_order_relaxed);
     h.stager_alive.store(1, std::memory_order_relaxed);
@@ -66,8 +120,7 @@ shm_stager::~shm_stager() {
     _region.header().stager_bell.ring();
     _thread.join();
     _region.header().stager_alive.store(0, std::memory_order_release);
-    ::munmap(_map, _size);
-    ::unlink(_file.c_str());
+    ::munmap(_map, _file.size());
 }
 
 void shm_stager::stage(uint64_t first, uint64_t count, bool restage) {
@@ -134,8 +187,8 @@ void shm_stager::run() {
             cursor += eager_chunk_pages;
             worked = true;
             if (cursor >= total)
-                make_logger("pagesrv")->info("migration {}: {} pages staged in {:.1f} ms", _m.id(), total,
-                                             ns_to_ms(monotonic_ns() - _started_ns));
+                make_logger("pagesrv")->info("migration {}: {} pages staged in {:.1f} ms", _m.id(),
+                                             total, ns_to_ms(monotonic_ns() - _started_ns));
         }
         const uint64_t now = monotonic_ns();
         if (worked) {

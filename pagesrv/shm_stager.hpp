@@ -12,12 +12,43 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <sys/types.h>
 #include <thread>
 #include <vector>
 
 namespace ferry::pagesrv {
 
 class outgoing_migration;
+
+// The shared-memory file behind a region: created (and its pages allocated)
+// ahead of time if the migrator prepared the migration before the freeze,
+// otherwise on first use. Unlinked when dropped.
+class region_file {
+  public:
+    region_file() = default;
+    // Creates `dir`/ferry-<id>.region of `bytes`, with its pages allocated.
+    static region_file create(const std::filesystem::path& dir, const std::string& id,
+                              uint64_t bytes);
+    region_file(region_file&& o) noexcept;
+    region_file& operator=(region_file&& o) noexcept;
+    ~region_file();
+
+    // Grows the file (new pages are allocated when first written).
+    void ensure_size(uint64_t bytes);
+    [[nodiscard]] int fd() const noexcept { return _fd; }
+    [[nodiscard]] const std::filesystem::path& path() const noexcept { return _path; }
+    [[nodiscard]] uint64_t size() const noexcept { return _size; }
+    [[nodiscard]] explicit operator bool() const noexcept { return _fd >= 0; }
+
+  private:
+    int _fd = -1;
+    std::filesystem::path _path;
+    uint64_t _size = 0;
+};
+
+// Estimates a tree's lazy memory: the anonymous memory of each of its
+// processes (smaps_rollup), in bytes.
+uint64_t anonymous_bytes_of_tree(pid_t root);
 
 class shm_stager {
   public:
@@ -26,16 +57,17 @@ class shm_stager {
         uint64_t start, end, first_page;
     };
 
-    // Creates the region file in `dir` (tmpfs) and starts staging.
-    shm_stager(outgoing_migration& m, const std::filesystem::path& dir);
+    // Lays the migration's lazy pages out in `file` (growing it if needed)
+    // and starts staging.
+    shm_stager(outgoing_migration& m, region_file file);
     shm_stager(const shm_stager&) = delete;
     shm_stager& operator=(const shm_stager&) = delete;
     // Stops staging, then unmaps and unlinks the region; readers that mapped
     // it keep their mapping.
     ~shm_stager();
 
-    [[nodiscard]] const std::filesystem::path& file() const noexcept { return _file; }
-    [[nodiscard]] uint64_t size() const noexcept { return _size; }
+    [[nodiscard]] const std::filesystem::path& file() const noexcept { return _file.path(); }
+    [[nodiscard]] uint64_t size() const noexcept { return _file.size(); }
     [[nodiscard]] const std::vector<range>& ranges() const noexcept { return _ranges; }
 
   private:
@@ -44,9 +76,8 @@ class shm_stager {
     void stage(uint64_t first, uint64_t count, bool restage);
 
     outgoing_migration& _m;
-    std::filesystem::path _file;
+    region_file _file;
     std::vector<range> _ranges; // in layout order, first_page ascending
-    uint64_t _size = 0;
     std::byte* _map = nullptr;
     shm::region_view _region;
     std::atomic<bool> _stop{false};
