@@ -1,5 +1,7 @@
 // Raw throughput of each transport, to set Ferry's background transfer
-// against: what the link itself carries, without Ferry's protocol.
+// against: what the link itself carries, without Ferry's protocol, landing
+// in fresh memory on the receiving side as a migration's pages must (on a
+// VM, first touches of guest memory are a large part of the cost).
 //   raw-throughput tcp-sink IP:PORT            accept one connection, discard what arrives
 //   raw-throughput tcp-send IP:PORT MIB        send MIB MiB, print GB/s
 //   raw-throughput shm MIB [lat_ns ns_per_byte]
@@ -52,8 +54,17 @@ int main(int argc, char** argv) {
         printf("ready\n");
         fflush(stdout);
         int c = accept(l, nullptr, nullptr);
-        std::vector<char> buf(1 << 20);
-        while (read(c, buf.data(), buf.size()) > 0) {
+        // Receive into fresh memory, 1 MiB at a time, as pages land in a
+        // migrated process.
+        const size_t cap = size_t(64) << 30;
+        char* mem = static_cast<char*>(mmap(nullptr, cap, PROT_READ | PROT_WRITE,
+                                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+        size_t off = 0;
+        for (;;) {
+            ssize_t n = read(c, mem + off, 1 << 20);
+            if (n <= 0)
+                break;
+            off += size_t(n);
         }
         return 0;
     }
@@ -95,12 +106,14 @@ int main(int argc, char** argv) {
         char* region = static_cast<char*>(
             mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0));
         memset(region, 'x', total);
-        std::vector<char> dst(1 << 20);
+        char* dst = static_cast<char*>(
+            mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        const size_t step = 1 << 20;
         const double t0 = now();
-        for (size_t off = 0; off < total; off += dst.size()) {
+        for (size_t off = 0; off < total; off += step) {
             const double start = now();
-            memcpy(dst.data(), region + off, dst.size());
-            const double until = start + (lat_ns + double(dst.size()) * ns_per_byte) / 1e9;
+            memcpy(dst + off, region + off, step); // into fresh memory
+            const double until = start + (lat_ns + double(step) * ns_per_byte) / 1e9;
             while (now() < until) {
             }
         }
