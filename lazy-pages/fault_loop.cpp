@@ -50,6 +50,7 @@ constexpr size_t events_per_read = 16;
 // the state lock meanwhile): less while faults are arriving.
 constexpr size_t background_budget_bytes = 256 * 1024;
 constexpr size_t background_budget_faulting_bytes = 64 * 1024;
+constexpr uint32_t background_slice_pages = 4;
 
 uint64_t epoll_tag(uint8_t src, uint32_t index) {
     return (uint64_t(index) << 8) | src;
@@ -198,7 +199,9 @@ void fault_loop::handler_main(size_t index) {
         const int n = ::epoll_wait(epoll, events.data(), int(events.size()), -1);
         if (n < 0 && errno != EINTR)
             throw sys_error("epoll_wait");
+        _handlers_waiting.fetch_add(1, std::memory_order_relaxed);
         std::unique_lock lock(_mu);
+        _handlers_waiting.fetch_sub(1, std::memory_order_relaxed);
         if (_stop)
             return;
         for (int i = 0; i < n; i++) {
@@ -222,18 +225,27 @@ void fault_loop::handler_main(size_t index) {
         // Stay with outstanding fault requests: a one-sided fabric shows its
         // data only to a poller, and a tcp reply is a round trip away, less
         // than the cost of being woken for it.
+        // One poller at a time: on a small machine a second one only takes
+        // the CPU from the peer that is producing the reply.
+        if (_polling)
+            continue;
+        _polling = true;
         const uint64_t spin_until = monotonic_ns() + spin_ns;
         while (!_fault_reqs.empty() && !_stop) {
             if (_fault_ch->wait_fd() >= 0 && monotonic_ns() > spin_until)
                 break; // epoll wakes a handler when the reply arrives
             // Between looks, leave the lock to the other threads for a while.
             lock.unlock();
-            for (int i = 0; i < 64; i++)
-                __builtin_ia32_pause();
+            // Yield rather than spin: the thread producing the reply (the
+            // stager, or the background) may be queued on this very CPU.
+            ::sched_yield();
+            _handlers_waiting.fetch_add(1, std::memory_order_relaxed);
             lock.lock();
+            _handlers_waiting.fetch_sub(1, std::memory_order_relaxed);
             drain_channel(*_fault_ch, request_kind::fault, SIZE_MAX);
             check_deadlines();
         }
+        _polling = false;
     }
 }
 
@@ -274,8 +286,9 @@ void fault_loop::background_main() {
             pollfd p{_bg_ch->wait_fd(), POLLIN, 0};
             (void)::poll(&p, 1, 10);
         } else if (polled) {
-            struct timespec ts = {0, 20'000};
-            ::nanosleep(&ts, nullptr);
+            // A sleep would last the timer slack at least (50 us); a yield
+            // hands the CPU to whoever needs it, the source's stager included.
+            ::sched_yield();
         } else {
             struct timespec ts = {0, 1'000'000};
             ::nanosleep(&ts, nullptr);
@@ -623,6 +636,15 @@ void fault_loop::drain_channel(page_channel& ch, request_kind kind, size_t budge
             throw error(fmt::format("the source sent {} pages for a request of {}", h.nr_pages,
                                     req.nr_pages));
 
+        // While faults arrive, background data is installed a few pages at a
+        // time, and the lock goes to any handler that waits for it.
+        if (kind == request_kind::background && req.bad_from == ~0u && faulting() &&
+            reply->pages_ready > req.consumed + background_slice_pages) {
+            consume_pages(req, *reply, req.consumed + background_slice_pages);
+            if (_handlers_waiting.load(std::memory_order_relaxed) > 0)
+                return;
+            continue;
+        }
         // Fault replies are installed whole; background data as it arrives.
         const bool whole = kind == request_kind::fault || reply->complete();
         if (whole || reply->pages_ready - req.consumed >= _cfg.install_batch_pages)
@@ -654,8 +676,28 @@ void fault_loop::consume_pages(outstanding_request& req, const incoming_reply& r
         good++;
     if (good < upto)
         req.bad_from = good;
-    if (good > first && !req.proc->exited)
-        install_run(req, reply.pages + size_t(first) * page_size, first, good - first);
+    if (req.kind == request_kind::fault && first == 0 && req.attempt == 0)
+        _fetch_latency.record(monotonic_ns() - req.fault_ns);
+    if (good > first && !req.proc->exited) {
+        auto install = [&](uint32_t from, uint32_t to) {
+            if (to > from)
+                install_run(req, reply.pages + size_t(from) * page_size, from, to - from);
+        };
+        // The faulting page alone first: its copy wakes the thread, and the
+        // window's other pages (a few microseconds each into fresh memory)
+        // need not delay it.
+        const uint64_t fault_index = (req.fault_addr - req.addr) / page_size;
+        if (req.fault_addr >= req.addr && fault_index > first && fault_index < good) {
+            install(uint32_t(fault_index), uint32_t(fault_index) + 1);
+            install(first, uint32_t(fault_index));
+            install(uint32_t(fault_index) + 1, good);
+        } else if (req.fault_addr >= req.addr && fault_index == first) {
+            install(first, first + 1);
+            install(first + 1, good);
+        } else {
+            install(first, good);
+        }
+    }
     req.consumed = good;
 }
 
@@ -678,6 +720,7 @@ void fault_loop::install_run(outstanding_request& req, const std::byte* data, ui
             continue;
         }
         const uint32_t run = uint32_t(std::min<uint64_t>(left, pages_in(r->end - addr)));
+        const uint64_t copy_start = monotonic_ns();
         const auto res = uffd::copy(p.uffd.get(), addr, data, uint64_t(run) * page_size);
         uint32_t done = uint32_t(pages_in(res.bytes));
         if (res.result == uffd::outcome::exists)
@@ -687,8 +730,11 @@ void fault_loop::install_run(outstanding_request& req, const std::byte* data, ui
         // Account for what landed.
         const bool has_fault_page =
             req.fault_addr >= addr && req.fault_addr < addr + uint64_t(done) * page_size;
-        if (has_fault_page)
-            _fault_latency.record(monotonic_ns() - req.fault_ns);
+        if (has_fault_page) {
+            const uint64_t now = monotonic_ns();
+            _fault_latency.record(now - req.fault_ns);
+            _install_latency.record(now - copy_start);
+        }
         if (p.forked) {
             _stats.pages_forked += done;
         } else if (req.kind == request_kind::background) {

@@ -13,6 +13,7 @@
 
 #include <linux/userfaultfd.h>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -85,6 +86,11 @@ class fault_loop {
 
     [[nodiscard]] const loop_stats& stats() const noexcept { return _stats; }
     [[nodiscard]] const latency_recorder& fault_latency() const noexcept { return _fault_latency; }
+    // The two halves of a fault's service time (see the README's budget).
+    [[nodiscard]] const latency_recorder& fetch_latency() const noexcept { return _fetch_latency; }
+    [[nodiscard]] const latency_recorder& install_latency() const noexcept {
+        return _install_latency;
+    }
     [[nodiscard]] uint64_t bytes_received() const noexcept;
 
   private:
@@ -136,6 +142,8 @@ class fault_loop {
     std::vector<unique_fd> _epolls; // one per handler; each holds every uffd
     unique_fd _wake;                // eventfd that ends every handler's wait
     bool _stop = false;
+    bool _polling = false;                      // a handler is polling the fault channel
+    std::atomic<uint32_t> _handlers_waiting{0}; // the background yields the lock to them
     std::exception_ptr _error;
     unique_fd _criu_sock;
     bool _restore_finished = false;
@@ -144,6 +152,8 @@ class fault_loop {
     uint64_t _next_request_id = 1;
     loop_stats _stats;
     latency_recorder _fault_latency;
+    latency_recorder _fetch_latency{1u << 18};
+    latency_recorder _install_latency{1u << 18};
     progress_fn _progress;
     uffd_fn _new_uffd;
     uint64_t _last_progress_ns = 0;

@@ -67,6 +67,12 @@ class reporter {
             t.fault_p50_ns = loop->fault_latency().percentile(50);
             t.fault_p99_ns = loop->fault_latency().percentile(99);
             t.fault_max_ns = loop->fault_latency().max();
+            t.has_fetch_p50_ns = t.has_fetch_p99_ns = true;
+            t.fetch_p50_ns = loop->fetch_latency().percentile(50);
+            t.fetch_p99_ns = loop->fetch_latency().percentile(99);
+            t.has_install_p50_ns = t.has_install_p99_ns = true;
+            t.install_p50_ns = loop->install_latency().percentile(50);
+            t.install_p99_ns = loop->install_latency().percentile(99);
             t.processes = s.processes;
         }
         t.transfer_ns = transfer_ns;

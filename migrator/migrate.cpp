@@ -438,6 +438,10 @@ void migration::wait_transfer() {
         t.fault_p50_ns = s.fault_p50_ns;
         t.fault_p99_ns = s.fault_p99_ns;
         t.fault_max_ns = s.fault_max_ns;
+        t.fetch_p50_ns = s.fetch_p50_ns;
+        t.fetch_p99_ns = s.fetch_p99_ns;
+        t.install_p50_ns = s.install_p50_ns;
+        t.install_p99_ns = s.install_p99_ns;
         t.transfer_ns = s.transfer_ns;
         t.processes = s.processes;
         _r.t_transferred = monotonic_ns();

@@ -44,6 +44,7 @@ struct transfer_summary {
     uint64_t pages_dropped = 0, pages_forked = 0, pages_refetched = 0, bytes_received = 0,
              faults = 0;
     uint64_t fault_p50_ns = 0, fault_p99_ns = 0, fault_max_ns = 0, transfer_ns = 0;
+    uint64_t fetch_p50_ns = 0, fetch_p99_ns = 0, install_p50_ns = 0, install_p99_ns = 0;
     uint32_t processes = 0;
 };
 

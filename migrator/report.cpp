@@ -45,6 +45,10 @@ nlohmann::json to_json(const migration_result& r) {
     j["fault_p50_us"] = ns_to_us(t.fault_p50_ns);
     j["fault_p99_us"] = ns_to_us(t.fault_p99_ns);
     j["fault_max_us"] = ns_to_us(t.fault_max_ns);
+    j["fault_fetch_p50_us"] = ns_to_us(t.fetch_p50_ns);
+    j["fault_fetch_p99_us"] = ns_to_us(t.fetch_p99_ns);
+    j["fault_install_p50_us"] = ns_to_us(t.install_p50_ns);
+    j["fault_install_p99_us"] = ns_to_us(t.install_p99_ns);
     j["transfer_ms"] = ns_to_ms(t.transfer_ns);
     j["prepare_ms"] = ns_to_ms(r.prepare_ns);
     // Where the downtime went, phase by phase.

@@ -26,24 +26,29 @@ class outgoing_migration;
 class region_file {
   public:
     region_file() = default;
-    // Creates `dir`/ferry-<id>.region of `bytes`, with its pages allocated.
+    // Creates `dir`/ferry-<id>.region of `bytes`, with its pages allocated
+    // and mapped here, so that staging later neither allocates nor faults.
     static region_file create(const std::filesystem::path& dir, const std::string& id,
                               uint64_t bytes);
     region_file(region_file&& o) noexcept;
     region_file& operator=(region_file&& o) noexcept;
     ~region_file();
 
-    // Grows the file (new pages are allocated when first written).
+    // Grows the file and its mapping.
     void ensure_size(uint64_t bytes);
     [[nodiscard]] int fd() const noexcept { return _fd; }
+    [[nodiscard]] std::byte* map() const noexcept { return _map; }
     [[nodiscard]] const std::filesystem::path& path() const noexcept { return _path; }
     [[nodiscard]] uint64_t size() const noexcept { return _size; }
     [[nodiscard]] explicit operator bool() const noexcept { return _fd >= 0; }
 
   private:
+    void map_populated();
+
     int _fd = -1;
     std::filesystem::path _path;
     uint64_t _size = 0;
+    std::byte* _map = nullptr;
 };
 
 // Estimates a tree's lazy memory: the anonymous memory of each of its
@@ -78,7 +83,6 @@ class shm_stager {
     outgoing_migration& _m;
     region_file _file;
     std::vector<range> _ranges; // in layout order, first_page ascending
-    std::byte* _map = nullptr;
     shm::region_view _region;
     std::atomic<bool> _stop{false};
     bool _read_error_logged = false;

@@ -112,7 +112,7 @@ def main():
 
 def report_latency(order, mib, rows, floors, fabrics):
     print(f"\n== per-access latency, every page of {mib} MiB touched once in {order} order right after resume, us")
-    print(f"   {'':32} {'p50':>8} {'p99':>8} {'p99.9':>8} {'max':>9}   faults (served p50/p99 us)")
+    print(f"   {'':32} {'p50':>8} {'p99':>8} {'p99.9':>8} {'max':>9}   faults (served p50/p99 us; fetch, install)")
     table = {}
     for name, runs in rows.items():
         t = touch_us(runs)
@@ -120,7 +120,9 @@ def report_latency(order, mib, rows, floors, fabrics):
         extra = ""
         if name.startswith("Ferry"):
             extra = (f"   {med(runs, 'faults'):.0f} ({med(runs, 'fault_p50_us'):.0f}/"
-                     f"{med(runs, 'fault_p99_us'):.0f})")
+                     f"{med(runs, 'fault_p99_us'):.0f}; fetch {med(runs, 'fault_fetch_p50_us'):.0f}/"
+                     f"{med(runs, 'fault_fetch_p99_us'):.0f}, install {med(runs, 'fault_install_p50_us'):.1f}/"
+                     f"{med(runs, 'fault_install_p99_us'):.0f})")
         print(f"   {name:32} {t['p50_us']:8.2f} {t['p99_us']:8.1f} {t['p999_us']:8.1f} {t['max_us']:9.1f}{extra}")
     for mode, runs in floors.items():
         f = {k: statistics.median(r[k] for r in runs) for k in ("p50_us", "p99_us", "p999_us", "max_us")}
