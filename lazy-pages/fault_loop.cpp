@@ -676,7 +676,7 @@ void fault_loop::consume_pages(outstanding_request& req, const incoming_reply& r
         good++;
     if (good < upto)
         req.bad_from = good;
-    if (req.kind == request_kind::fault && first == 0 && req.attempt == 0)
+    if (req.fault_addr != ~0ull && first == 0 && req.attempt == 0) // not a prefetch
         _fetch_latency.record(monotonic_ns() - req.fault_ns);
     if (good > first && !req.proc->exited) {
         auto install = [&](uint32_t from, uint32_t to) {
