@@ -31,10 +31,15 @@ struct stripe {
     std::vector<std::byte*> ptrs;
 };
 
+// First two args: level (5 or 6), nodes.
+geometry geometry_of(const benchmark::State& state) {
+    return geometry::over(state.range(0) == 5 ? level::raid5 : level::raid6,
+                          uint32_t(state.range(1)));
+}
+
 // args: level (5 or 6), nodes, member length in bytes
 void encode(benchmark::State& state) {
-    const auto g =
-        geometry::over(state.range(0) == 5 ? level::raid5 : level::raid6, uint32_t(state.range(1)));
+    const auto g = geometry_of(state);
     const size_t len = size_t(state.range(2));
     const codec c(g);
     stripe s(g.members(), len);
@@ -50,8 +55,7 @@ void encode(benchmark::State& state) {
 
 // The same over 64 MiB of stripes, so data comes from memory, not cache.
 void encode_cold(benchmark::State& state) {
-    const auto g =
-        geometry::over(state.range(0) == 5 ? level::raid5 : level::raid6, uint32_t(state.range(1)));
+    const auto g = geometry_of(state);
     const size_t len = size_t(state.range(2));
     const codec c(g);
     const size_t count = (64u << 20) / (g.members() * len);
@@ -69,8 +73,7 @@ void encode_cold(benchmark::State& state) {
 
 // args: level, nodes, member length, members lost (data members first)
 void rebuild(benchmark::State& state) {
-    const auto g =
-        geometry::over(state.range(0) == 5 ? level::raid5 : level::raid6, uint32_t(state.range(1)));
+    const auto g = geometry_of(state);
     const size_t len = size_t(state.range(2));
     const codec c(g);
     stripe s(g.members(), len);
