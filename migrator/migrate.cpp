@@ -530,11 +530,19 @@ void migration::abort_source(const std::string& reason) {
     _criu.reset();
 }
 
+// A failed migration keeps CRIU's logs for the post-mortem, not its images
+// (they can be as large as the workload's memory, and /dev/shm is memory).
 void migration::cleanup() {
-    if (!_opt.keep_images && !_dir.empty() && _r.ok) {
-        std::error_code ec;
+    if (_opt.keep_images || _dir.empty())
+        return;
+    std::error_code ec;
+    if (_r.ok) {
         std::filesystem::remove_all(_dir, ec);
+        return;
     }
+    for (const auto& entry : std::filesystem::directory_iterator(_dir, ec))
+        if (entry.path().extension() != ".log")
+            std::filesystem::remove_all(entry.path(), ec);
 }
 
 migration_result migration::run() {
