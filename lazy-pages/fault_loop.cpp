@@ -199,9 +199,8 @@ void fault_loop::handler_main(size_t index) {
         const int n = ::epoll_wait(epoll, events.data(), int(events.size()), -1);
         if (n < 0 && errno != EINTR)
             throw sys_error("epoll_wait");
-        _handlers_waiting.fetch_add(1, std::memory_order_relaxed);
-        std::unique_lock lock(_mu);
-        _handlers_waiting.fetch_sub(1, std::memory_order_relaxed);
+        std::unique_lock lock(_mu, std::defer_lock);
+        lock_as_handler(lock);
         if (_stop)
             return;
         for (int i = 0; i < n; i++) {
@@ -239,14 +238,20 @@ void fault_loop::handler_main(size_t index) {
             // Yield rather than spin: the thread producing the reply (the
             // stager, or the background) may be queued on this very CPU.
             ::sched_yield();
-            _handlers_waiting.fetch_add(1, std::memory_order_relaxed);
-            lock.lock();
-            _handlers_waiting.fetch_sub(1, std::memory_order_relaxed);
+            lock_as_handler(lock);
             drain_channel(*_fault_ch, request_kind::fault, SIZE_MAX);
             check_deadlines();
         }
         _polling = false;
     }
+}
+
+// Takes the state lock for a handler; the background sees it waiting and
+// gives the lock up between slices of its work.
+void fault_loop::lock_as_handler(std::unique_lock<std::mutex>& lock) {
+    _handlers_waiting.fetch_add(1, std::memory_order_relaxed);
+    lock.lock();
+    _handlers_waiting.fetch_sub(1, std::memory_order_relaxed);
 }
 
 // Background pull, deadlines, progress, and the end of the transfer.
@@ -333,9 +338,9 @@ void fault_loop::drain_uffd(lazy_process& p) {
     // A bounded number of batches, so one busy process cannot starve others.
     for (int batch = 0; batch < 4 && !p.exited; batch++) {
         // A fault may issue its own request and a few strided ones.
-        const size_t room = _fault_reqs.size() + 1 + access_pattern::strided_prefetch >= 256
-                                ? 0
-                                : 256 - _fault_reqs.size() - access_pattern::strided_prefetch;
+        const size_t reserved = _fault_reqs.size() + access_pattern::strided_prefetch;
+        const size_t room =
+            reserved < _fault_reqs.capacity() ? _fault_reqs.capacity() - reserved : 0;
         if (room == 0)
             return; // replies will free slots; the events wait in the kernel
         const long n = uffd::read_events(p.uffd.get(), msgs.data(), std::min(room, msgs.size()));
@@ -687,13 +692,11 @@ void fault_loop::consume_pages(outstanding_request& req, const incoming_reply& r
         // window's other pages (a few microseconds each into fresh memory)
         // need not delay it.
         const uint64_t fault_index = (req.fault_addr - req.addr) / page_size;
-        if (req.fault_addr >= req.addr && fault_index > first && fault_index < good) {
-            install(uint32_t(fault_index), uint32_t(fault_index) + 1);
-            install(first, uint32_t(fault_index));
-            install(uint32_t(fault_index) + 1, good);
-        } else if (req.fault_addr >= req.addr && fault_index == first) {
-            install(first, first + 1);
-            install(first + 1, good);
+        if (req.fault_addr >= req.addr && fault_index >= first && fault_index < good) {
+            const auto k = uint32_t(fault_index);
+            install(k, k + 1);
+            install(first, k);
+            install(k + 1, good);
         } else {
             install(first, good);
         }

@@ -97,6 +97,7 @@ class fault_loop {
     enum class source : uint8_t { uffd, fault_channel, criu_socket, wake };
 
     void handler_main(size_t index);
+    void lock_as_handler(std::unique_lock<std::mutex>& lock);
     void background_main();
     void stop_with(std::exception_ptr error) noexcept;
 

@@ -33,6 +33,7 @@ class request_ring {
   public:
     [[nodiscard]] bool empty() const noexcept { return _size == 0; }
     [[nodiscard]] bool full() const noexcept { return _size == Capacity; }
+    [[nodiscard]] static constexpr size_t capacity() noexcept { return Capacity; }
     [[nodiscard]] size_t size() const noexcept { return _size; }
     [[nodiscard]] outstanding_request& front() noexcept { return _slots[_head]; }
 

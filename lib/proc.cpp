@@ -30,6 +30,18 @@ bool exists(pid_t pid) {
     return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
 }
 
+std::optional<char> state(pid_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    if (!std::getline(in, line))
+        return std::nullopt;
+    // The command name may hold spaces and parentheses: the state follows the last ')'.
+    const auto close_paren = line.rfind(')');
+    if (close_paren == std::string::npos || close_paren + 2 >= line.size())
+        return std::nullopt;
+    return line[close_paren + 2];
+}
+
 std::vector<pid_t> children(pid_t pid) {
     std::vector<pid_t> out;
     std::error_code ec;

@@ -15,6 +15,10 @@ std::vector<pid_t> ns_pids(pid_t pid);
 
 [[nodiscard]] bool exists(pid_t pid);
 
+// The state letter of /proc/PID/stat ('R', 'S', 'T', 'Z', ...), or nothing
+// when the process does not exist.
+[[nodiscard]] std::optional<char> state(pid_t pid);
+
 // The child processes of every thread of `pid`.
 std::vector<pid_t> children(pid_t pid);
 

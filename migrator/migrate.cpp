@@ -50,25 +50,13 @@ std::string new_migration_id() {
 // A process counts as running if it exists, is not a zombie, and is not
 // stopped by a tracer (CRIU's freeze).
 bool process_running(pid_t pid) {
-    std::ifstream in(fmt::format("/proc/{}/stat", pid));
-    std::string line;
-    if (!std::getline(in, line))
-        return false;
-    auto close_paren = line.rfind(')');
-    if (close_paren == std::string::npos || close_paren + 2 >= line.size())
-        return false;
-    const char st = line[close_paren + 2];
-    return st != 'Z' && st != 'X' && st != 't' && st != 'T';
+    const auto st = proc::state(pid);
+    return st && *st != 'Z' && *st != 'X' && *st != 't' && *st != 'T';
 }
 
 bool process_gone(pid_t pid) {
-    std::ifstream in(fmt::format("/proc/{}/stat", pid));
-    std::string line;
-    if (!std::getline(in, line))
-        return true;
-    auto close_paren = line.rfind(')');
-    return close_paren != std::string::npos && close_paren + 2 < line.size() &&
-           (line[close_paren + 2] == 'Z' || line[close_paren + 2] == 'X');
+    const auto st = proc::state(pid);
+    return !st || *st == 'Z' || *st == 'X';
 }
 
 class migration {
@@ -423,27 +411,11 @@ void migration::wait_transfer() {
         const auto& s = *e->transfer_stats;
         auto& t = _r.transfer;
         t.present = true;
-        t.ok = s.ok;
         t.error = s.error ? s.error : "";
-        t.pages_total = s.pages_total;
-        t.pages_faulted = s.pages_faulted;
-        t.pages_prefetched = s.pages_prefetched;
-        t.pages_background = s.pages_background;
-        t.pages_zero = s.pages_zero;
-        t.pages_dropped = s.pages_dropped;
-        t.pages_forked = s.pages_forked;
-        t.pages_refetched = s.pages_refetched;
-        t.bytes_received = s.bytes_received;
-        t.faults = s.faults;
-        t.fault_p50_ns = s.fault_p50_ns;
-        t.fault_p99_ns = s.fault_p99_ns;
-        t.fault_max_ns = s.fault_max_ns;
-        t.fetch_p50_ns = s.fetch_p50_ns;
-        t.fetch_p99_ns = s.fetch_p99_ns;
-        t.install_p50_ns = s.install_p50_ns;
-        t.install_p99_ns = s.install_p99_ns;
-        t.transfer_ns = s.transfer_ns;
-        t.processes = s.processes;
+        t.stats = s;
+        t.stats.error = nullptr; // pointers into the envelope, which is freed
+        t.stats.base.n_unknown_fields = 0;
+        t.stats.base.unknown_fields = nullptr;
         _r.t_transferred = monotonic_ns();
         if (!s.ok)
             throw error(fmt::format("the destination failed during post-copy: {}", t.error));

@@ -11,6 +11,7 @@
 // source tasks.
 #pragma once
 
+#include "control.pb-c.h"
 #include "fabric.hpp"
 #include "net.hpp"
 
@@ -35,17 +36,13 @@ struct migrate_options {
     bool show_progress = false;
 };
 
+// lazy-pages' final account, as the destination relayed it.
 struct transfer_summary {
     bool present = false;
-    bool ok = false;
     std::string error;
-    uint64_t pages_total = 0, pages_faulted = 0, pages_prefetched = 0, pages_background = 0,
-             pages_zero = 0;
-    uint64_t pages_dropped = 0, pages_forked = 0, pages_refetched = 0, bytes_received = 0,
-             faults = 0;
-    uint64_t fault_p50_ns = 0, fault_p99_ns = 0, fault_max_ns = 0, transfer_ns = 0;
-    uint64_t fetch_p50_ns = 0, fetch_p99_ns = 0, install_p50_ns = 0, install_p99_ns = 0;
-    uint32_t processes = 0;
+    // A copy of the message's numbers; its pointers (`error`, unknown fields)
+    // are cleared, as the envelope they pointed into is freed.
+    FerryControl__TransferStats stats = FERRY_CONTROL__TRANSFER_STATS__INIT;
 };
 
 struct migration_result {

@@ -28,8 +28,8 @@ nlohmann::json to_json(const migration_result& r) {
     j["destination_pid"] = r.destination_pid;
     j["downtime_ms"] = r.downtime_ms();
     j["total_ms"] = r.total_ms();
-    const auto& t = r.transfer;
-    j["pages_total"] = t.present ? t.pages_total : r.source_pages_total;
+    const auto& t = r.transfer.stats;
+    j["pages_total"] = r.transfer.present ? t.pages_total : r.source_pages_total;
     j["pages_faulted"] = t.pages_faulted;
     j["pages_prefetched"] = t.pages_prefetched;
     j["pages_background"] = t.pages_background;
@@ -78,7 +78,7 @@ std::string human_summary(const migration_result& r) {
                              r.source_running ? "keeps running" : "is NOT running: check it");
         return s;
     }
-    const auto& t = r.transfer;
+    const auto& t = r.transfer.stats;
     s += fmt::format("migrated pid {} -> destination pid {} (migration {})\n", r.source_pid,
                      r.destination_pid, r.id);
     s += fmt::format(

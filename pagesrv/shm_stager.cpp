@@ -33,27 +33,8 @@ region_file region_file::create(const std::filesystem::path& dir, const std::str
     f._fd = ::open(f._path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (f._fd < 0)
         throw sys_error("create shm region " + f._path.string());
-    // Allocate (and zero) every page now, so staging later only copies.
-    if (bytes && ::fallocate(f._fd, 0, 0, off_t(bytes)))
-        throw sys_error("allocate shm region " + f._path.string());
-    f._size = bytes;
-    f.map_populated();
+    f.ensure_size(bytes);
     return f;
-}
-
-// Shared file pages are mapped one write fault at a time (no fault-around
-// for writes): populating up front takes ~65k faults per 256 MiB off the
-// staging path.
-void region_file::map_populated() {
-    if (_map)
-        ::munmap(_map, _size);
-    _map = nullptr;
-    if (_size == 0)
-        return;
-    void* m = ::mmap(nullptr, _size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, _fd, 0);
-    if (m == MAP_FAILED)
-        throw sys_error("mmap shm region " + _path.string());
-    _map = static_cast<std::byte*>(m);
 }
 
 region_file::region_file(region_file&& o) noexcept
@@ -80,16 +61,22 @@ region_file::~region_file() {
     }
 }
 
+// Allocates (and zeroes) every page now, so staging later only copies, and
+// maps them all: shared file pages are otherwise mapped one write fault at a
+// time (no fault-around for writes), ~65k faults per 256 MiB on the staging
+// path.
 void region_file::ensure_size(uint64_t bytes) {
     if (bytes <= _size)
         return;
     if (::fallocate(_fd, 0, 0, off_t(bytes)))
-        throw sys_error("grow shm region " + _path.string());
+        throw sys_error("allocate shm region " + _path.string());
+    void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, _fd, 0);
+    if (m == MAP_FAILED)
+        throw sys_error("mmap shm region " + _path.string());
     if (_map)
         ::munmap(_map, _size);
-    _map = nullptr;
+    _map = static_cast<std::byte*>(m);
     _size = bytes;
-    map_populated();
 }
 
 uint64_t anonymous_bytes_of_tree(pid_t root) {

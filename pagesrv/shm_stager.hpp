@@ -43,8 +43,6 @@ class region_file {
     [[nodiscard]] explicit operator bool() const noexcept { return _fd >= 0; }
 
   private:
-    void map_populated();
-
     int _fd = -1;
     std::filesystem::path _path;
     uint64_t _size = 0;

@@ -73,6 +73,10 @@ struct lazy_region {
     [[nodiscard]] const std::byte* source_bytes() const {
         return reinterpret_cast<const std::byte*>(source.data());
     }
+    // A fake source serving this region's pages at their addresses.
+    [[nodiscard]] test::fake_source serve() const {
+        return test::fake_source(source_bytes(), addr(0), pages * page_size);
+    }
     [[nodiscard]] bool page_ok(size_t p) const {
         return std::equal(mem + p * 512, mem + p * 512 + 512, source.begin() + long(p * 512));
     }
@@ -119,7 +123,7 @@ struct fake_restore {
 TEST_CASE("faults are served, holes zero-filled, the rest pulled in the background",
           "[fault_loop][uffd]") {
     lazy_region region(2048, {{100, 110}, {2000, 2048}});
-    test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+    test::fake_source src = region.serve();
     auto loop = make_loop(src);
     fake_restore restore;
     loop.watch_restore(std::move(restore.daemon_end));
@@ -161,7 +165,7 @@ TEST_CASE("faults are served, holes zero-filled, the rest pulled in the backgrou
 
 TEST_CASE("a corrupt page is refetched once and never installed", "[fault_loop][uffd][checksum]") {
     lazy_region region(512);
-    test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+    test::fake_source src = region.serve();
     src.corrupt_replies = 1; // the refetch arrives intact
     auto loop = make_loop(src);
     loop.set_restore_finished();
@@ -178,7 +182,7 @@ TEST_CASE("a page corrupt twice stops the loop and is not installed",
     std::vector<bool> resident;
     lazy_region region(256);
     {
-        test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+        test::fake_source src = region.serve();
         src.corrupt_always = true;
         auto loop = make_loop(src);
         loop.set_restore_finished();
@@ -198,7 +202,7 @@ TEST_CASE("a page corrupt twice stops the loop and is not installed",
 
 TEST_CASE("a silent source trips the fetch deadline", "[fault_loop][uffd]") {
     lazy_region region(64);
-    test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+    test::fake_source src = region.serve();
     src.silent = true;
     loop_config cfg;
     cfg.fetch_deadline = std::chrono::milliseconds(200);
@@ -210,7 +214,7 @@ TEST_CASE("a silent source trips the fetch deadline", "[fault_loop][uffd]") {
 
 TEST_CASE("a restore that hangs up before finishing stops the loop", "[fault_loop][uffd]") {
     lazy_region region(16);
-    test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+    test::fake_source src = region.serve();
     auto loop = make_loop(src);
     fake_restore restore;
     loop.watch_restore(std::move(restore.daemon_end));
@@ -222,7 +226,7 @@ TEST_CASE("a restore that hangs up before finishing stops the loop", "[fault_loo
 TEST_CASE("unmapped and removed ranges are dropped; remapped ranges follow the move",
           "[fault_loop][uffd]") {
     lazy_region region(1024);
-    test::fake_source src(region.source_bytes(), region.addr(0), region.pages * page_size);
+    test::fake_source src = region.serve();
     auto loop = make_loop(src);
     fake_restore restore;
     loop.watch_restore(std::move(restore.daemon_end));
