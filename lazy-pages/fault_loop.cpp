@@ -50,7 +50,6 @@ constexpr size_t events_per_read = 16;
 // the state lock meanwhile): less while faults are arriving.
 constexpr size_t background_budget_bytes = 256 * 1024;
 constexpr size_t background_budget_faulting_bytes = 64 * 1024;
-constexpr uint32_t background_slice_pages = 4;
 
 uint64_t epoll_tag(uint8_t src, uint32_t index) {
     return (uint64_t(index) << 8) | src;
@@ -620,6 +619,10 @@ void fault_loop::drain_channel(page_channel& ch, request_kind kind, size_t budge
         return kind == request_kind::fault ? _fault_reqs.empty() : _bg_reqs.empty();
     };
     while (budget > 0) {
+        // Background data gives the lock up to any handler waiting for it.
+        if (kind == request_kind::background &&
+            _handlers_waiting.load(std::memory_order_relaxed) > 0)
+            return;
         const uint64_t before = ch.bytes_received();
         incoming_reply* reply = ch.pump(budget);
         const uint64_t got = ch.bytes_received() - before;
@@ -641,15 +644,6 @@ void fault_loop::drain_channel(page_channel& ch, request_kind kind, size_t budge
             throw error(fmt::format("the source sent {} pages for a request of {}", h.nr_pages,
                                     req.nr_pages));
 
-        // While faults arrive, background data is installed a few pages at a
-        // time, and the lock goes to any handler that waits for it.
-        if (kind == request_kind::background && req.bad_from == ~0u && faulting() &&
-            reply->pages_ready > req.consumed + background_slice_pages) {
-            consume_pages(req, *reply, req.consumed + background_slice_pages);
-            if (_handlers_waiting.load(std::memory_order_relaxed) > 0)
-                return;
-            continue;
-        }
         // Fault replies are installed whole; background data as it arrives.
         const bool whole = kind == request_kind::fault || reply->complete();
         if (whole || reply->pages_ready - req.consumed >= _cfg.install_batch_pages)
