@@ -68,7 +68,11 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__OutgoingCommitted, OUTGOING_COMMITTED, outgoing_committed)                     \
     X(FerryControl__LazyStart, LAZY_START, lazy_start)                                             \
     X(FerryControl__OutgoingPrepare, OUTGOING_PREPARE, outgoing_prepare)                           \
-    X(FerryControl__OutgoingPrepared, OUTGOING_PREPARED, outgoing_prepared)
+    X(FerryControl__OutgoingPrepared, OUTGOING_PREPARED, outgoing_prepared)                        \
+    X(FerryControl__PoolOpen, POOL_OPEN, pool_open)                                                \
+    X(FerryControl__PoolAccepted, POOL_ACCEPTED, pool_accepted)                                    \
+    X(FerryControl__OutgoingHandoff, OUTGOING_HANDOFF, outgoing_handoff)                           \
+    X(FerryControl__OutgoingHandedOff, OUTGOING_HANDED_OFF, outgoing_handed_off)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

@@ -1,24 +1,13 @@
 #include "page_wire.hpp"
 
-#include <cstring>
+#include "wire_bytes.hpp"
 
 namespace ferry::wire {
 
 namespace {
 
-template <typename T>
-void store_le(std::byte* p, T v) noexcept {
-    for (size_t i = 0; i < sizeof(T); i++)
-        p[i] = std::byte((uint64_t(v) >> (8 * i)) & 0xff);
-}
-
-template <typename T>
-T load_le(const std::byte* p) noexcept {
-    uint64_t v = 0;
-    for (size_t i = 0; i < sizeof(T); i++)
-        v |= uint64_t(std::to_integer<uint8_t>(p[i])) << (8 * i);
-    return T(v);
-}
+using wire_bytes::load_le;
+using wire_bytes::store_le;
 
 constexpr uint64_t page_mask = 4095;
 
