@@ -12,6 +12,11 @@
 #include "log.hpp"
 #include "net.hpp"
 #include "page_channel.hpp"
+#include "pool_channel.hpp"
+#include "pool_rebuild.hpp"
+
+#include <atomic>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <signal.h>
@@ -30,6 +35,136 @@ struct options {
     int64_t accept_timeout_ms = 120'000;
     bool wait_start = false;
     std::string fabric = "tcp";
+    std::string pool; // pool_spec text: read pages from the pool
+    bool keep_pool = false;
+};
+
+// Pool mode: where the pages come from, the rebuild of lost nodes, and what
+// the final report says about them.
+class pool_source {
+  public:
+    pool_source(const options& opt, const criu::image_set& images)
+        : _spec(pool::pool_spec::parse(opt.pool)), _object(pool::object_for(opt.migration_id)),
+          _health(std::make_shared<pool::pool_health>(_spec)), _keep(opt.keep_pool) {
+        std::vector<const criu::process_image*> procs;
+        for (const auto& p : images.processes)
+            if (!p.lazy.empty())
+                procs.push_back(&p);
+        std::sort(procs.begin(), procs.end(),
+                  [](const auto* a, const auto* b) { return a->t.pid < b->t.pid; });
+        for (const auto* p : procs)
+            for (const auto& r : p->lazy)
+                _index.add(p->t.pid, r.start, r.end);
+        _rebuilder = std::thread([this] { rebuild_loop(); });
+    }
+    ~pool_source() { stop(); }
+
+    // A channel reading from the pool, with `source` (may be null) for pages
+    // the pool does not hold yet.
+    std::unique_ptr<page_channel> channel(std::unique_ptr<page_channel> source, uint32_t max_pages,
+                                          const char* name) {
+        auto ch = std::make_unique<pool_channel>(_spec, _object, _index, _health, std::move(source),
+                                                 max_pages, name);
+        _channels.push_back(ch.get());
+        return ch;
+    }
+
+    void stop() {
+        _stopping = true;
+        _health->shut_down();
+        if (_rebuilder.joinable())
+            _rebuilder.join();
+    }
+
+    // After every page is in place: check the redundancy if a node was lost
+    // (it must have been restored), then free the pool's copy.
+    void finish(spdlog::logger& log) {
+        stop();
+        if (!_health->lost_nodes().empty()) {
+            const auto r = pool::scrub(_spec, _object, _index.total_pages(), _health);
+            _scrubbed = r.stripes;
+            _scrub_error = r.ok ? "" : r.error;
+            log.info("pool scrub after the loss: {} stripes, {}", r.stripes,
+                     r.ok ? "every member present and the parity right" : r.error);
+        }
+        if (_keep)
+            return;
+        try {
+            pool::pool_client c(pool::current_spec(_spec, *_health), _object, _health,
+                                pool::pool_client::options{.name = "drop"});
+            c.drop_object();
+        } catch (const std::exception& e) {
+            log.warn("cannot drop the migration's pages from the pool: {}", e.what());
+        }
+    }
+
+    void report(FerryControl__TransferStats& t) {
+        t.has_pool_pages = t.has_source_pages = t.has_pool_degraded_stripes = true;
+        t.has_pool_missed_deadlines = true;
+        for (const auto* ch : _channels) {
+            t.pool_pages += ch->stats().pool_pages;
+            t.source_pages += ch->stats().source_pages;
+            t.pool_degraded_stripes += ch->client_stats().degraded_stripes;
+            t.pool_missed_deadlines += ch->client_stats().missed_deadlines;
+        }
+        _lost = _health->lost_nodes();
+        _members = _health->members();
+        t.pool_lost_nodes = const_cast<char*>(_lost.c_str());
+        t.pool_members = const_cast<char*>(_members.c_str());
+        t.has_pool_rebuilt_chunks = t.has_pool_rebuild_ns = true;
+        t.pool_rebuilt_chunks = _rebuilt_chunks;
+        t.pool_rebuild_ns = _rebuild_ns;
+        t.has_pool_scrubbed_stripes = true;
+        t.pool_scrubbed_stripes = _scrubbed;
+        if (!_scrub_error.empty())
+            t.pool_scrub_error = const_cast<char*>(_scrub_error.c_str());
+    }
+
+  private:
+    // A lost node's members are rebuilt onto a spare while faults go on
+    // being served degraded.
+    void rebuild_loop() {
+        auto log = make_logger("lazy-pages");
+        uint32_t handled = 0;
+        while (!_stopping) {
+            const uint32_t dead = _health->wait_for_loss(std::chrono::seconds(1), handled);
+            for (uint32_t slot = 0; slot < _health->slots() && !_stopping; slot++) {
+                if (!((dead & ~handled) >> slot & 1))
+                    continue;
+                handled |= 1u << slot;
+                const auto spare = _health->take_spare();
+                if (!spare) {
+                    log->warn("pool node {} lost and no spare left: reads stay degraded",
+                              _health->endpoint(slot).to_string());
+                    continue;
+                }
+                log->info("rebuilding pool slot {} onto spare {}", slot, spare->to_string());
+                const auto r =
+                    pool::rebuild_slot(_spec, _object, _index.total_pages(), _health, slot, *spare);
+                _rebuilt_chunks += r.chunks;
+                _rebuild_ns += r.ns;
+                if (r.ok) {
+                    handled &= ~(1u << slot); // the spare may be lost in turn
+                    log->info("rebuilt {} chunks onto {} in {:.1f} ms ({} stripes not pushed yet)",
+                              r.chunks, spare->to_string(), ns_to_ms(r.ns), r.stripes_skipped);
+                } else {
+                    log->error("rebuild onto {} failed: {}", spare->to_string(), r.error);
+                }
+            }
+        }
+    }
+
+    pool::pool_spec _spec;
+    uint64_t _object;
+    std::shared_ptr<pool::pool_health> _health;
+    bool _keep;
+    pool::lazy_page_index _index;
+    std::vector<pool_channel*> _channels;
+    std::atomic<bool> _stopping{false};
+    std::atomic<uint64_t> _rebuilt_chunks{0}, _rebuild_ns{0};
+    uint64_t _scrubbed = 0;
+    std::string _scrub_error, _lost, _members;
+    std::thread _rebuilder; // last: it uses everything above
 };
 
 // Talks to the parent daemon; every send is best effort once the parent is
@@ -48,7 +183,8 @@ class reporter {
         p.pages_total = s.pages_total;
         send(p);
     }
-    void final_stats(const lazy::fault_loop* loop, uint64_t transfer_ns, const std::string& err) {
+    void final_stats(const lazy::fault_loop* loop, uint64_t transfer_ns, const std::string& err,
+                     pool_source* pool) {
         FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
         t.ok = err.empty();
         t.error = err.empty() ? nullptr : const_cast<char*>(err.c_str());
@@ -76,6 +212,8 @@ class reporter {
             t.processes = s.processes;
         }
         t.transfer_ns = transfer_ns;
+        if (pool)
+            pool->report(t);
         send(t);
     }
     void keep_uffd(int uffd) {
@@ -104,7 +242,24 @@ class reporter {
     int _keeper;
 };
 
+// A channel to the source, or none if it cannot be reached and the pool may
+// serve without it.
+std::unique_ptr<page_channel> open_source_channel(const options& opt, const fabric_spec& fabric,
+                                                  FerryControl__ChannelKind kind,
+                                                  uint32_t max_pages, spdlog::logger& log) {
+    try {
+        return open_page_channel(fabric, net::parse_endpoint(opt.source), opt.migration_id, kind,
+                                 max_pages, std::chrono::seconds(10));
+    } catch (const std::exception& e) {
+        if (opt.pool.empty())
+            throw;
+        log.warn("no channel to the source ({}); every page must come from the pool", e.what());
+        return nullptr;
+    }
+}
+
 int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> log) {
+    std::unique_ptr<pool_source> pool;
     std::unique_ptr<lazy::fault_loop> loop;
     uint64_t start_ns = monotonic_ns();
     try {
@@ -115,14 +270,16 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
             start_ns = monotonic_ns();
         }
         const auto images = criu::image_set::load(opt.images_dir);
-        const auto source = net::parse_endpoint(opt.source);
         const auto fabric = fabric_spec::parse(opt.fabric);
         auto fault_ch =
-            open_page_channel(fabric, source, opt.migration_id, FERRY_CONTROL__CHANNEL_KIND__FAULT,
-                              64, std::chrono::seconds(10));
-        auto bg_ch = open_page_channel(fabric, source, opt.migration_id,
-                                       FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
-                                       wire::max_pages_per_request, std::chrono::seconds(10));
+            open_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64, *log);
+        auto bg_ch = open_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
+                                         wire::max_pages_per_request, *log);
+        if (!opt.pool.empty()) {
+            pool = std::make_unique<pool_source>(opt, images);
+            fault_ch = pool->channel(std::move(fault_ch), 64, "fault");
+            bg_ch = pool->channel(std::move(bg_ch), wire::max_pages_per_request, "background");
+        }
         loop = std::make_unique<lazy::fault_loop>(opt.loop, std::move(fault_ch), std::move(bg_ch));
 
         unique_fd listener = lazy::listen_lazy_socket(opt.images_dir);
@@ -144,16 +301,18 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
                   loop->stats().pages_total, opt.source);
         loop->run();
         loop->announce_done();
+        if (pool)
+            pool->finish(*log);
         const auto& s = loop->stats();
         log->info("done: {} faulted, {} prefetched, {} background, {} zero, {} dropped, {} forked, "
                   "{} refetched",
                   s.pages_faulted, s.pages_prefetched, s.pages_background, s.pages_zero,
                   s.pages_dropped, s.pages_forked, s.pages_refetched);
-        report.final_stats(loop.get(), monotonic_ns() - start_ns, "");
+        report.final_stats(loop.get(), monotonic_ns() - start_ns, "", pool.get());
         return 0;
     } catch (const std::exception& e) {
         log->error("{}", e.what());
-        report.final_stats(loop.get(), monotonic_ns() - start_ns, e.what());
+        report.final_stats(loop.get(), monotonic_ns() - start_ns, e.what(), pool.get());
         return 1;
     }
 }
@@ -170,6 +329,11 @@ int main(int argc, char** argv) {
     app.add_option("--migration", opt.migration_id, "migration id")->required();
     app.add_option("--fabric", opt.fabric, "tcp, or shm[:lat=2us,bw=100gbit]")
         ->capture_default_str();
+    app.add_option("--pool", opt.pool,
+                   "read pages from this pool: \"raid=5 layout=whole nodes=IP:PORT,... "
+                   "[spares=IP:PORT,...]\"");
+    app.add_flag("--keep-pool", opt.keep_pool,
+                 "leave the pages in the pool at the end (for inspection)");
     app.add_option("--report-fd", opt.report_fd, "socket to the parent daemon");
     app.add_option("--uffd-keeper-fd", opt.keeper_fd,
                    "socket to pass uffd duplicates to the parent daemon");

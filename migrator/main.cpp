@@ -16,11 +16,26 @@ namespace {
 
 using namespace ferry;
 
+struct pool_args {
+    std::string nodes, spares, layout = "whole";
+    std::string raid = "5";
+};
+
 int run_migrate(const std::string& to, const std::string& via, const std::string& advertise,
-                pid_t pid, const std::string& work_root, const std::string& fabric, bool json,
-                bool keep_images) {
+                pid_t pid, const std::string& work_root, const std::string& fabric,
+                const pool_args& pool, bool json, bool keep_images) {
     migrator::migrate_options opt;
     try {
+        if (!pool.nodes.empty()) {
+            pool::pool_spec spec;
+            spec.nodes = pool::pool_spec::parse_nodes(pool.nodes);
+            if (!pool.spares.empty())
+                spec.spares = pool::pool_spec::parse_nodes(pool.spares);
+            spec.level = raid::parse_level(pool.raid);
+            spec.kind = pool::parse_stripe_kind(pool.layout);
+            (void)spec.layout(); // the level must fit the nodes
+            opt.pool = spec;
+        }
         opt.pid = pid;
         opt.destination = net::parse_endpoint(to);
         opt.local_daemon = net::parse_endpoint(via);
@@ -74,12 +89,23 @@ int main(int argc, char** argv) {
     mig->add_option("--fabric", fabric,
                     "tcp, or shm[:lat=2us,bw=100gbit] (an emulated one-sided fabric)")
         ->capture_default_str();
+    pool_args pool;
+    mig->add_option("--pool", pool.nodes,
+                    "pool mode: push the pages into these pool nodes, IP:PORT,IP:PORT,...; the "
+                    "source ends as soon as they hold every page");
+    mig->add_option("--raid", pool.raid, "the pool's RAID level: 0, 1, 5 or 6")
+        ->capture_default_str();
+    mig->add_option("--pool-spare", pool.spares,
+                    "spare pool nodes a lost node's pages are rebuilt onto, IP:PORT,...");
+    mig->add_option("--pool-layout", pool.layout,
+                    "whole: whole pages spread over the nodes; split: each page cut across them")
+        ->capture_default_str();
     mig->add_flag("--json", json, "print one JSON object instead of a summary");
     mig->add_flag("--keep-images", keep_images,
                   "keep the dump images after a successful migration");
 
     CLI11_PARSE(app, argc, argv);
     if (mig->parsed())
-        return run_migrate(to, via, advertise, pid, work_root, fabric, json, keep_images);
+        return run_migrate(to, via, advertise, pid, work_root, fabric, pool, json, keep_images);
     return 2;
 }

@@ -65,6 +65,8 @@ class migration {
         _r.id = new_migration_id();
         _r.source_pid = opt.pid;
         _r.fabric = opt.fabric.to_string();
+        if (opt.pool)
+            _r.pool = opt.pool->to_string();
     }
 
     migration_result run();
@@ -79,6 +81,8 @@ class migration {
     void wait_resumed();
     void handle_resume_request();
     void wait_transfer();
+    void request_handoff();
+    void handle_handoff();
     void finish_source();
     void handle_criu_notification();
     void read_criu_until_status_ready();
@@ -127,6 +131,7 @@ void migration::connect_daemons() {
     prep.source_addr = const_cast<char*>(advertised.c_str());
     const std::string fabric = _opt.fabric.to_string();
     prep.fabric = const_cast<char*>(fabric.c_str());
+    prep.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
     control::send_message(_dest.get(), prep, net::after(control_timeout));
     auto ok = control::receive(_dest.get(), net::after(control_timeout));
     control::expect(ok.get(), FERRY_CONTROL__ENVELOPE__BODY_PREPARE_OK,
@@ -235,6 +240,7 @@ void migration::ship_images() {
     reg.criu_page_server_port = _criu_port;
     const std::string fabric = _opt.fabric.to_string();
     reg.fabric = const_cast<char*>(fabric.c_str());
+    reg.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
     control::send_message(_src.get(), reg, net::after(control_timeout));
 
     std::vector<std::string> names;
@@ -382,8 +388,52 @@ void migration::wait_resumed() {
     }
 }
 
+// Pool mode: ask the source to report when the pool holds every page.
+void migration::request_handoff() {
+    FerryControl__OutgoingHandoff h = FERRY_CONTROL__OUTGOING_HANDOFF__INIT;
+    control::send_message(_src.get(), h, net::after(control_timeout));
+}
+
+// The push is over. If it succeeded, the source's job is done: end CRIU's
+// dump now, so the source tasks and their memory go, while the destination
+// reads the rest from the pool.
+void migration::handle_handoff() {
+    auto e = control::receive(_src.get(), net::after(control_timeout));
+    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDED_OFF, "local daemon");
+    const auto& h = *e->outgoing_handed_off;
+    _r.pool_push_ns = h.push_ns;
+    _r.pool_bytes_stored = h.bytes_stored;
+    _r.pool_pages_pushed = h.pages;
+    if (!h.ok) {
+        _r.handoff_error = h.error ? h.error : "unknown";
+        _log->warn("no hand-off to the pool ({}); the source serves until the destination is done",
+                   _r.handoff_error);
+        return;
+    }
+    finish_source();
+    _r.handed_off = true;
+    _r.t_handed_off = monotonic_ns();
+}
+
 void migration::wait_transfer() {
+    bool handoff_pending = false;
+    if (_opt.pool) {
+        request_handoff();
+        handoff_pending = true;
+    }
     for (;;) {
+        if (handoff_pending) {
+            pollfd fds[2] = {{_dest.get(), POLLIN, 0}, {_src.get(), POLLIN, 0}};
+            if (::poll(fds, 2, -1) < 0 && errno != EINTR)
+                throw sys_error("poll");
+            if (fds[1].revents) {
+                handoff_pending = false;
+                handle_handoff();
+                continue;
+            }
+            if (!fds[0].revents)
+                continue;
+        }
         control::envelope_ptr e;
         try {
             e = control::receive(_dest.get(), net::after(transfer_silence_limit));
@@ -540,7 +590,8 @@ migration_result migration::run() {
     }
     try {
         wait_transfer();
-        finish_source();
+        if (!_r.handed_off)
+            finish_source();
         _r.ok = true;
         if (!process_gone(_opt.pid))
             _log->warn("source pid {} is still present after the dump ended", _opt.pid);
@@ -558,7 +609,7 @@ double migration_result::downtime_ms() const noexcept {
 }
 
 double migration_result::total_ms() const noexcept {
-    const uint64_t end = t_finished ? t_finished : t_transferred;
+    const uint64_t end = std::max(t_finished, t_transferred);
     return t_freeze && end ? ns_to_ms(end - t_freeze) : 0;
 }
 

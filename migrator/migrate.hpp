@@ -14,6 +14,7 @@
 #include "control.pb-c.h"
 #include "fabric.hpp"
 #include "net.hpp"
+#include "pool_layout.hpp"
 
 #include <sys/types.h>
 
@@ -32,6 +33,7 @@ struct migrate_options {
         advertised_source; // what the destination dials; default local_daemon
     std::filesystem::path work_root = "/dev/shm/ferry";
     fabric_spec fabric;
+    std::optional<pool::pool_spec> pool; // pool mode: pages go through the memory pool
     bool keep_images = false;
     bool show_progress = false;
 };
@@ -68,6 +70,15 @@ struct migration_result {
     uint64_t source_pages_served = 0;
     uint64_t source_bytes_sent = 0;
     transfer_summary transfer;
+
+    // Pool mode.
+    std::string pool;
+    bool handed_off = false; // the source ended once the pool held every page
+    std::string handoff_error;
+    uint64_t t_handed_off = 0;
+    uint64_t pool_push_ns = 0;
+    uint64_t pool_bytes_stored = 0;
+    uint64_t pool_pages_pushed = 0;
 
     [[nodiscard]] double downtime_ms() const noexcept;
     [[nodiscard]] double total_ms() const noexcept;

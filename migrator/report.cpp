@@ -50,6 +50,29 @@ nlohmann::json to_json(const migration_result& r) {
     j["fault_install_p50_us"] = ns_to_us(t.install_p50_ns);
     j["fault_install_p99_us"] = ns_to_us(t.install_p99_ns);
     j["transfer_ms"] = ns_to_ms(t.transfer_ns);
+    if (!r.pool.empty()) {
+        nlohmann::json p;
+        p["spec"] = r.pool;
+        p["handed_off"] = r.handed_off;
+        if (!r.handoff_error.empty())
+            p["handoff_error"] = r.handoff_error;
+        p["handoff_after_resume_ms"] = span_ms(r.t_resumed, r.t_handed_off);
+        p["push_ms"] = ns_to_ms(r.pool_push_ns);
+        p["pages_pushed"] = r.pool_pages_pushed;
+        p["bytes_stored"] = r.pool_bytes_stored;
+        p["pages_from_pool"] = t.pool_pages;
+        p["pages_from_source"] = t.source_pages;
+        p["degraded_stripes"] = t.pool_degraded_stripes;
+        p["missed_deadlines"] = t.pool_missed_deadlines;
+        p["lost_nodes"] = t.pool_lost_nodes ? t.pool_lost_nodes : "";
+        p["members"] = t.pool_members ? t.pool_members : "";
+        p["rebuilt_chunks"] = t.pool_rebuilt_chunks;
+        p["rebuild_ms"] = ns_to_ms(t.pool_rebuild_ns);
+        p["scrubbed_stripes"] = t.pool_scrubbed_stripes;
+        if (t.pool_scrub_error)
+            p["scrub_error"] = t.pool_scrub_error;
+        j["pool"] = p;
+    }
     j["prepare_ms"] = ns_to_ms(r.prepare_ns);
     // Where the downtime went, phase by phase.
     j["phases_ms"] = {
@@ -101,6 +124,18 @@ std::string human_summary(const migration_result& r) {
     s += fmt::format("  sent          {:.1f} MiB ({} image files, {:.1f} KiB)\n",
                      double(r.source_bytes_sent + r.images_bytes) / (1 << 20), r.image_files,
                      double(r.images_bytes) / 1024);
+    if (!r.pool.empty())
+        s += fmt::format("  pool          {}; {}; {} pages from the pool, {} from the source, {} "
+                         "degraded stripes{}\n",
+                         r.pool,
+                         r.handed_off ? fmt::format("source ended {:.1f} ms after the resume",
+                                                    span_ms(r.t_resumed, r.t_handed_off))
+                                      : "no hand-off: " + r.handoff_error,
+                         t.pool_pages, t.source_pages, t.pool_degraded_stripes,
+                         t.pool_lost_nodes && *t.pool_lost_nodes
+                             ? fmt::format("; lost {}, {} chunks rebuilt", t.pool_lost_nodes,
+                                           t.pool_rebuilt_chunks)
+                             : "");
     s += fmt::format("  fault latency p50 {:.0f} us, p99 {:.0f} us, max {:.0f} us over {} faults\n",
                      ns_to_us(t.fault_p50_ns), ns_to_us(t.fault_p99_ns), ns_to_us(t.fault_max_ns),
                      t.faults);

@@ -326,6 +326,13 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
             _log->error("migration {}: cannot register the shm region: {}", m->id(), e.what());
         }
     }
+    if (reg.pool && *reg.pool) {
+        try {
+            m->start_pool_push(pool::pool_spec::parse(reg.pool));
+        } catch (const std::exception& e) {
+            _log->error("migration {}: cannot push into the pool: {}", m->id(), e.what());
+        }
+    }
     _log->info("migration {}: serving {} lazy pages of {} processes", m->id(), m->pages_total(),
                m->processes());
 
@@ -377,6 +384,15 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
                 control::send_error(fd, ex.what(), until);
             }
             break;
+        } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDOFF) {
+            const auto r = m->wait_pool_push();
+            FerryControl__OutgoingHandedOff h = FERRY_CONTROL__OUTGOING_HANDED_OFF__INIT;
+            h.ok = r.ok;
+            h.error = r.ok ? nullptr : const_cast<char*>(r.error.c_str());
+            h.pages = r.pages;
+            h.bytes_stored = r.bytes_stored;
+            h.push_ns = r.push_ns;
+            control::send_message(fd, h, net::after(first_frame_timeout));
         } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORT) {
             const auto& a = *e->outgoing_abort;
             if (m->abort(a.reason, a.has_destination_never_ran && a.destination_never_ran)) {

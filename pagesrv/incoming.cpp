@@ -10,6 +10,7 @@
 #include "fabric.hpp"
 #include "fault_inject.hpp"
 #include "log.hpp"
+#include "pool_layout.hpp"
 #include "proc.hpp"
 
 #include <fcntl.h>
@@ -95,7 +96,7 @@ class incoming_session {
     incoming_session(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare)
         : _d(d), _fd(fd), _id(prepare.migration_id), _source(prepare.source_addr),
           _fabric(prepare.fabric && *prepare.fabric ? prepare.fabric : "tcp"),
-          _log(make_logger("pagesrv")) {}
+          _pool(prepare.pool ? prepare.pool : ""), _log(make_logger("pagesrv")) {}
 
     void run();
     // Once the session is over the images are of no use; the logs stay.
@@ -119,6 +120,7 @@ class incoming_session {
     std::string _id;
     std::string _source;
     std::string _fabric;
+    std::string _pool; // pool mode: the pool_spec lazy-pages reads from
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;
@@ -153,6 +155,8 @@ void incoming_session::prepare() {
         throw error(fmt::format("'{}' is not a migration id", _id));
     net::parse_endpoint(_source); // validates
     (void)fabric_spec::parse(_fabric);
+    if (!_pool.empty())
+        (void)pool::pool_spec::parse(_pool);
     _dir = _d.config().state_dir / "incoming" / _id;
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
@@ -240,6 +244,10 @@ void incoming_session::spawn_lazy_pages() {
                                      "--wait-start",
                                      "--fabric",
                                      _fabric};
+    if (!_pool.empty()) {
+        args.push_back("--pool");
+        args.push_back(_pool);
+    }
     // Extra options for tuning experiments, e.g. FERRY_LAZY_PAGES_ARGS="--window 16".
     if (const char* extra = std::getenv("FERRY_LAZY_PAGES_ARGS"); extra && *extra) {
         std::istringstream words(extra);

@@ -76,6 +76,23 @@ shm_stager& outgoing_migration::shm_region() {
     return *_stager;
 }
 
+void outgoing_migration::start_pool_push(const pool::pool_spec& spec) {
+    std::lock_guard lock(_mutex);
+    if (!_pusher)
+        _pusher = std::make_unique<pool_pusher>(*this, spec, pool::object_for(_id));
+}
+
+push_result outgoing_migration::wait_pool_push() {
+    pool_pusher* p = nullptr;
+    {
+        std::lock_guard lock(_mutex);
+        p = _pusher.get();
+    }
+    if (!p)
+        return push_result{.error = "this migration has no pool"};
+    return p->wait();
+}
+
 void outgoing_migration::count_sent(uint64_t pages, uint64_t bytes) noexcept {
     _pages_served += pages;
     _bytes_sent += bytes;
@@ -129,6 +146,8 @@ bool outgoing_migration::abort(const std::string& reason, bool destination_never
         _state = state::aborted;
     }
     make_logger("pagesrv")->warn("migration {}: aborting ({}); the source resumes", _id, reason);
+    if (_pusher)
+        _pusher->stop(); // the tasks are about to run again: their pages would be stale
     criu::abort_lazy_dump(_criu_port, std::chrono::seconds(30));
     return true;
 }

@@ -5,6 +5,7 @@
 
 #include "criu_image.hpp"
 #include "page_wire.hpp"
+#include "pool_push.hpp"
 #include "shm_stager.hpp"
 
 #include <sys/types.h>
@@ -66,6 +67,11 @@ class outgoing_migration {
             for (const auto& r : p.lazy)
                 fn(pid, r.start, r.end);
     }
+    // Pool mode: starts pushing every lazy page into the pool (once).
+    void start_pool_push(const pool::pool_spec& spec);
+    // Waits for the push; an error result if none was started.
+    push_result wait_pool_push();
+
     // The shm fabric's region for this migration, created on first use.
     shm_stager& shm_region();
     [[nodiscard]] uint64_t bytes_sent() const noexcept { return _bytes_sent; }
@@ -89,7 +95,8 @@ class outgoing_migration {
     std::condition_variable _changed;
     state _state = state::registered;
     region_file _prepared_region;
-    std::unique_ptr<shm_stager> _stager; // declared last: it reads from this object
+    std::unique_ptr<shm_stager> _stager; // declared last: they read from this object
+    std::unique_ptr<pool_pusher> _pusher;
     bool _destination_done = false;
 };
 

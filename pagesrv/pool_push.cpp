@@ -1,0 +1,122 @@
+#include "pool_push.hpp"
+
+#include "checksum.hpp"
+#include "clock.hpp"
+#include "error.hpp"
+#include "log.hpp"
+#include "outgoing.hpp"
+#include "page.hpp"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <vector>
+
+namespace ferry::pagesrv {
+
+pool_pusher::pool_pusher(outgoing_migration& m, pool::pool_spec spec, uint64_t object)
+    : _m(m), _spec(std::move(spec)), _object(object), _thread([this] { run(); }) {}
+
+pool_pusher::~pool_pusher() {
+    stop();
+    if (_thread.joinable())
+        _thread.join();
+}
+
+push_result pool_pusher::wait() {
+    std::unique_lock lock(_mutex);
+    _done_cv.wait(lock, [&] { return _done; });
+    return _result;
+}
+
+void pool_pusher::run() noexcept {
+    auto log = make_logger("pagesrv");
+    const uint64_t start = monotonic_ns();
+    push_result r;
+    try {
+        auto health = std::make_shared<pool::pool_health>(_spec);
+        pool::pool_client client(_spec, _object, health,
+                                 pool::pool_client::options{.name = "push " + _m.id()});
+        if (health->dead_mask())
+            throw error("pool nodes unreachable: " + health->lost_nodes());
+        push_all(client);
+        r.ok = true;
+        r.pages = _m.pages_total();
+        r.bytes_stored = client.stats().bytes_written;
+    } catch (const std::exception& e) {
+        r.error = e.what();
+        log->error("migration {}: pool push failed: {}", _m.id(), r.error);
+    }
+    r.push_ns = monotonic_ns() - start;
+    if (r.ok)
+        log->info("migration {}: pushed {} pages into the pool in {:.1f} ms", _m.id(), r.pages,
+                  ns_to_ms(r.push_ns));
+    std::lock_guard lock(_mutex);
+    _result = r;
+    _done = true;
+    _done_cv.notify_all();
+}
+
+// Pages go out in batches of whole stripes, in the lazy page index's order
+// (pid, then address), read from the frozen tasks as the page channel does.
+void pool_pusher::push_all(pool::pool_client& client) {
+    const auto& lay = client.layout();
+    const uint32_t pps = lay.pages_per_stripe;
+    const uint32_t batch_stripes = std::max(1u, 256u / pps);
+    const size_t batch_pages = size_t(batch_stripes) * pps;
+    struct buffer {
+        size_t bytes;
+        void* mem;
+        ~buffer() {
+            if (mem != MAP_FAILED)
+                ::munmap(mem, bytes);
+        }
+    } buf{batch_pages * page_size, ::mmap(nullptr, batch_pages * page_size, PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0)};
+    if (buf.mem == MAP_FAILED)
+        throw sys_error("mmap push buffer");
+    auto* pages = static_cast<std::byte*>(buf.mem);
+    std::vector<uint64_t> sums(batch_pages);
+    const uint64_t zero_sum = [] {
+        std::vector<std::byte> z(page_size);
+        return page_checksum(z.data());
+    }();
+
+    uint64_t next_stripe = 0;
+    size_t filled = 0; // pages in the batch so far
+    auto flush = [&] {
+        if (filled == 0)
+            return;
+        const uint32_t stripes = uint32_t((filled + pps - 1) / pps);
+        for (size_t i = filled; i < size_t(stripes) * pps; i++) { // pad the last stripe
+            std::memset(pages + i * page_size, 0, page_size);
+            sums[i] = zero_sum;
+        }
+        if (const uint32_t failed = client.put_stripes(next_stripe, stripes, pages, sums.data()))
+            throw error(fmt::format("{} chunk writes failed; lost nodes: {}", failed,
+                                    client.health().lost_nodes()));
+        next_stripe += stripes;
+        filled = 0;
+    };
+    _m.for_each_lazy_range([&](uint32_t pid, uint64_t start, uint64_t end) {
+        for (uint64_t a = start; a < end;) {
+            if (_stop)
+                throw error("stopped");
+            const uint32_t n =
+                uint32_t(std::min<uint64_t>((end - a) / page_size, batch_pages - filled));
+            wire::page_request req{wire::op::get, pid, n, a, 0};
+            const auto st = _m.read_pages(req, pages + filled * page_size, sums.data() + filled);
+            if (st != wire::status::ok)
+                throw error(
+                    fmt::format("reading pid {} at {:#x}: {}", pid, a, wire::to_string(st)));
+            filled += n;
+            a += uint64_t(n) * page_size;
+            if (filled == batch_pages)
+                flush();
+        }
+    });
+    flush();
+}
+
+} // namespace ferry::pagesrv
