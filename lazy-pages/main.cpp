@@ -80,7 +80,9 @@ class pool_source {
     // (it must have been restored), then free the pool's copy.
     void finish(spdlog::logger& log) {
         stop();
-        if (!_health->lost_nodes().empty()) {
+        if (_health->dead_mask()) {
+            _scrub_error = "redundancy not restored (no spare left): lost " + _health->lost_nodes();
+        } else if (!_health->lost_nodes().empty()) {
             const auto r = pool::scrub(_spec, _object, _index.total_pages(), _health);
             _scrubbed = r.stripes;
             _scrub_error = r.ok ? "" : r.error;

@@ -2,6 +2,7 @@
 #include "error.hpp"
 #include "log.hpp"
 #include "migrate.hpp"
+#include "pool_client.hpp"
 #include "report.hpp"
 
 #include <CLI/CLI.hpp>
@@ -57,6 +58,27 @@ int run_migrate(const std::string& to, const std::string& via, const std::string
     return result.ok ? 0 : 1;
 }
 
+// `migrator pool stats --node IP:PORT`: a pool node's counters, as JSON.
+int run_pool_stats(const std::string& node) {
+    try {
+        pool::pool_spec spec;
+        spec.nodes = {net::parse_endpoint(node)};
+        spec.level = raid::level::raid0;
+        auto health = std::make_shared<pool::pool_health>(spec);
+        pool::pool_client c(spec, 0, health, pool::pool_client::options{.name = "stats"});
+        if (health->dead(0))
+            throw error("cannot reach pool node " + health->lost_nodes());
+        const auto text = c.node_stats(0);
+        if (text.rfind("error", 0) == 0)
+            throw error(text);
+        std::cout << text << std::endl;
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "migrator: %s\n", e.what());
+        return 1;
+    }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -104,7 +126,15 @@ int main(int argc, char** argv) {
     mig->add_flag("--keep-images", keep_images,
                   "keep the dump images after a successful migration");
 
+    auto* pool_cmd = app.add_subcommand("pool", "inspect the memory pool");
+    pool_cmd->require_subcommand(1);
+    auto* pool_stats = pool_cmd->add_subcommand("stats", "print a pool node's counters as JSON");
+    std::string stats_node;
+    pool_stats->add_option("--node", stats_node, "the pool node, IP:PORT")->required();
+
     CLI11_PARSE(app, argc, argv);
+    if (pool_stats->parsed())
+        return run_pool_stats(stats_node);
     if (mig->parsed())
         return run_migrate(to, via, advertise, pid, work_root, fabric, pool, json, keep_images);
     return 2;

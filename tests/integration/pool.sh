@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Pool mode on the real stack: a source, a destination and pool hosts p1..p6,
+# each running `pagesrv --pool-node` with a small arena so that pages also
+# spill to the disk tier. The destination's background transfer is off, so
+# pages move only when the restored workload touches them and the failures
+# below land while it is faulting.
+#
+#   1. RAID-5 over p1..p4 (spare p5): kill p2 while the workload faults. It
+#      finishes with its pattern intact; p2's members are rebuilt onto p5
+#      and a scrub finds every member present and the parity right.
+#   2. RAID-6 over p1..p5 (spares p6, p7): kill p2 and p4; the same.
+#   3. RAID-5: kill the source's daemon after the hand-off; the same.
+#   4. Eviction: every node's arena is far smaller than its share, so pages
+#      went to the disk tier (the nodes' counters say so), and all of them
+#      came back correct (the workload's own verify).
+#   5. A loss redundancy cannot cover (two nodes under RAID-5, no spare):
+#      the migration stops with an error naming the lost nodes.
+source "$(dirname "$0")/lib.sh"
+
+export FERRY_POOL_CAPACITY=${FERRY_POOL_CAPACITY:-8M}
+mib=${FERRY_TEST_POOL_MIB:-48}
+pages=$((mib * 256))
+
+"$testbed" up --pool 7 >&2
+# Pages move only when the workload touches them.
+"$testbed" stop b
+FERRY_LAZY_PAGES_ARGS="--background-depth 0" "$testbed" start b
+
+p() { "$testbed" addr "p$1"; }
+nodes() {
+  local out="" i
+  for i in "$@"; do out+="${out:+,}$(p "$i")"; done
+  echo "$out"
+}
+# pjson FILE KEY: a value of the result's "pool" object.
+pjson() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["pool"][sys.argv[2]]; print(str(v).lower() if isinstance(v,bool) else v)' "$1" "$2"; }
+
+# The restored workload's root: the memload on host b that is not host a's.
+# The tree's root is the memload whose parent is not a memload.
+dest_pid() {
+  local pid ppid
+  for pid in $(ip netns pids "$FERRY_TESTBED-b"); do
+    [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = memload ] || continue
+    ppid=$(awk '{print $4}' /proc/"$pid"/stat 2>/dev/null) || continue
+    [ "$(cat /proc/"$ppid"/comm 2>/dev/null)" = memload ] || { echo "$pid"; return 0; }
+  done
+  return 1
+}
+
+# run_case NAME ACTION RAID NODES SPARES: migrates a fresh workload in pool
+# mode; once it runs on b (and faults), ACTION runs; then the workload
+# verifies every page. Leaves the result in $work/NAME.json.
+run_case() {
+  local name=$1 action=$2 raid=$3 members=$4 spares=$5 pid out mark dest i
+  log "case: $name"
+  pid=$(start_workload a "$name" --mib "$mib" --child-mib 4 --threads 2)
+  out="$work/$name.out"
+  mark=$(lines "$out")
+  on a migrator migrate --pid "$pid" --to "$(addr b)" --json --pool "$members" --raid "$raid" \
+    ${spares:+--pool-spare "$spares"} >"$work/$name.json" 2>"$work/$name.err" &
+  local mig=$!
+  # Resumed on b: the workload ticks again after the freeze.
+  wait_for "$out" "tick parent" 60 "$mark"
+  for i in $(seq 1 100); do dest=$(dest_pid) && break; sleep 0.05; done
+  [ -n "${dest:-}" ] || fail "$name: no restored workload on host b"
+  "$action" "$pid"
+  mark=$(lines "$out")
+  kill -USR1 "$dest"
+  wait_for "$out" "verify ok parent pages=$pages" 120 "$mark"
+  wait_for "$out" "verify ok child pages=1024" 120 "$mark"
+  if tail -n +"$((mark + 1))" "$out" | grep -q "FAIL"; then
+    fail "$name: the workload reported corruption"
+  fi
+  local rc=0
+  wait "$mig" || rc=$?
+  cat "$work/$name.json" >&2
+  echo >&2
+  [ $rc = 0 ] || fail "$name: migrator exited $rc: $(cat "$work/$name.err")"
+  [ "$(json "$work/$name.json" ok)" = true ] || fail "$name: migration not ok"
+  [ "$(pjson "$work/$name.json" handed_off)" = true ] || fail "$name: no hand-off to the pool"
+  gone "$pid" || fail "$name: the source still exists after the hand-off"
+  running "$dest" || fail "$name: the destination is not running"
+  # It is the init of its PID namespace: its whole tree goes with it.
+  kill -KILL "$dest" 2>/dev/null || true
+  for i in $(seq 1 100); do gone "$dest" && break; sleep 0.05; done
+}
+
+# Failure injection, run once the workload has resumed on b.
+kill_p2() { "$testbed" stop p2; }
+kill_p2_p4() {
+  "$testbed" stop p2
+  "$testbed" stop p4
+}
+kill_source_after_handoff() {
+  local i
+  # The hand-off ends CRIU's dump: the source tasks disappear.
+  for i in $(seq 1 600); do gone "$1" && break; sleep 0.05; done
+  gone "$1" || fail "the source never handed off"
+  "$testbed" stop a
+}
+nothing() { :; }
+
+expect_rebuilt() {
+  local f=$1 lost=$2
+  case "$(pjson "$f" lost_nodes)" in *"$lost"*) ;; *) fail "$f: $lost not reported lost" ;; esac
+  [ "$(pjson "$f" degraded_stripes)" -gt 0 ] || fail "$f: no read went degraded"
+  [ "$(pjson "$f" rebuilt_chunks)" -gt 0 ] || fail "$f: nothing was rebuilt"
+  [ "$(pjson "$f" scrubbed_stripes)" -gt 0 ] || fail "$f: no scrub after the rebuild"
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["pool"]; sys.exit("scrub_error" in p)' "$f" ||
+    fail "$f: the scrub found a problem: $(pjson "$f" scrub_error)"
+}
+
+# 1. RAID-5, one node killed while faulting.
+run_case raid5 kill_p2 5 "$(nodes 1 2 3 4)" "$(nodes 5)"
+expect_rebuilt "$work/raid5.json" "$(p 2)"
+case "$(pjson "$work/raid5.json" members)" in *"$(p 5)"*) ;; *) fail "raid5: p5 did not take p2's place" ;; esac
+"$testbed" start p2
+
+# 2. RAID-6, two nodes killed: both rebuilt, onto p6 and p7.
+run_case raid6 kill_p2_p4 6 "$(nodes 1 2 3 4 5)" "$(nodes 6 7)"
+f="$work/raid6.json"
+expect_rebuilt "$f" "$(p 2)"
+expect_rebuilt "$f" "$(p 4)"
+case "$(pjson "$f" members)" in *"$(p 6)"*"$(p 7)"* | *"$(p 7)"*"$(p 6)"*) ;; *) fail "raid6: the spares did not take over" ;; esac
+"$testbed" start p2
+"$testbed" start p4
+
+# 3. The source's daemon killed after the hand-off.
+run_case source kill_source_after_handoff 5 "$(nodes 1 2 3 4)" ""
+f="$work/source.json"
+[ "$(pjson "$f" pages_from_pool)" -gt 0 ] || fail "source: no page came from the pool"
+"$testbed" start a
+
+# 4. Eviction happened on the nodes (arena 8 MiB, shares of 16+ MiB).
+for i in 1 2 3; do
+  on a migrator pool stats --node "$(p "$i")" >"$work/p$i.stats" || fail "pool stats of p$i"
+  python3 - "$work/p$i.stats" <<'EOF' || fail "p$i: no eviction to the disk tier: $(cat "$work/p$i.stats")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+sys.exit(0 if s["evictions"] > 0 and s["disk_hits"] > 0 else 1)
+EOF
+done
+
+# 5. Two nodes lost under RAID-5 with no spare: a clear error, no zero page.
+log "case: beyond redundancy"
+pid=$(start_workload a lost --mib "$mib" --child-mib 4 --threads 2)
+out="$work/lost.out"
+mark=$(lines "$out")
+on a migrator migrate --pid "$pid" --to "$(addr b)" --json --pool "$(nodes 1 2 3 4)" --raid 5 \
+  >"$work/lost.json" 2>"$work/lost.err" &
+mig=$!
+wait_for "$out" "tick parent" 60 "$mark"
+# Wait for the hand-off, so the pool is the only copy, then lose two nodes.
+for i in $(seq 1 600); do gone "$pid" && break; sleep 0.05; done
+"$testbed" stop p1
+"$testbed" stop p3
+dest=$(dest_pid) || true
+[ -n "$dest" ] && kill -USR1 "$dest" 2>/dev/null || true
+rc=0
+wait "$mig" || rc=$?
+cat "$work/lost.json" >&2
+[ $rc != 0 ] || fail "a double loss under RAID-5 did not fail the migration"
+grep -q "cannot be read" "$work/lost.json" || fail "the error does not say what was lost"
+grep -q "$(p 1)\|$(p 3)" "$work/lost.json" || fail "the error does not name the lost nodes"
+if grep -q "verify ok parent" <(tail -n +"$((mark + 1))" "$out"); then
+  fail "the workload verified its memory although pages were lost"
+fi
+log "PASS"
