@@ -6,6 +6,7 @@
 #include "incoming.hpp"
 #include "log.hpp"
 #include "page.hpp"
+#include "pool_node.hpp"
 #include "shm_region.hpp"
 
 #include <fmt/format.h>
@@ -49,6 +50,12 @@ unique_fd block_stop_signals() {
 daemon::daemon(daemon_config cfg) : _cfg(std::move(cfg)), _log(make_logger("pagesrv")) {
     std::filesystem::create_directories(_cfg.state_dir / "incoming");
     _criu_version = criu::require_supported_criu().to_string();
+    if (_cfg.pool) {
+        _pool = std::make_unique<pool_store>(*_cfg.pool);
+        _log->info("pool node: {} MiB arena in {}-byte chunks, {} eviction, disk tier {}",
+                   _cfg.pool->capacity_bytes >> 20, _cfg.pool->chunk_size, _cfg.pool->eviction,
+                   _pool->tier_file().string());
+    }
     _listener = net::tcp_listen(_cfg.listen);
 }
 
@@ -158,6 +165,14 @@ void daemon::serve_connection(connection& c) {
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
                 serve_outgoing(fd, {std::move(first), region_file{}});
+                break;
+            case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
+                if (_pool)
+                    serve_pool_connection(fd, *first->pool_open, *_pool, *_log);
+                else
+                    control::send_error(
+                        fd, "this daemon is not a pool node (start it with --pool-node)",
+                        net::after(first_frame_timeout));
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_INCOMING_PREPARE:
                 serve_incoming(*this, fd, *first->incoming_prepare);

@@ -8,6 +8,7 @@
 #include "control.hpp"
 #include "net.hpp"
 #include "outgoing.hpp"
+#include "pool_store.hpp"
 #include "unique_fd.hpp"
 
 #include <spdlog/logger.h>
@@ -19,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -28,6 +30,7 @@ struct daemon_config {
     net::endpoint listen;
     std::filesystem::path state_dir;
     std::chrono::seconds drain_timeout{30};
+    std::optional<pool_store_config> pool; // the pool role, if this host is a pool node
 };
 
 class daemon {
@@ -63,6 +66,7 @@ class daemon {
     std::shared_ptr<spdlog::logger> _log;
     std::string _criu_version;
     unique_fd _listener;
+    std::unique_ptr<pool_store> _pool;
 
     std::mutex _mutex;
     std::condition_variable _registry_changed;

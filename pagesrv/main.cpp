@@ -16,6 +16,20 @@ int main(int argc, char** argv) {
     app.add_option("--drain-timeout", drain_seconds,
                    "seconds to let committed migrations finish on SIGTERM")
         ->capture_default_str();
+    bool pool_node = false;
+    std::string capacity = "256M", disk_capacity = "0", tier_dir, eviction = "lru";
+    uint32_t chunk_size = 4096;
+    app.add_flag("--pool-node", pool_node, "also store pool pages (the pool role)");
+    app.add_option("--capacity", capacity, "the pool's memory arena, e.g. 256M or 2G")
+        ->capture_default_str();
+    app.add_option("--tier-dir", tier_dir,
+                   "directory of the disk tier cold pages move to (default STATE_DIR/tier)");
+    app.add_option("--eviction", eviction, "fifo, lru, lfu, clock or random")
+        ->capture_default_str();
+    app.add_option("--chunk-size", chunk_size, "largest stripe member stored, bytes")
+        ->capture_default_str();
+    app.add_option("--disk-capacity", disk_capacity, "disk tier limit (0: none)")
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
     auto log = ferry::make_logger("pagesrv");
@@ -24,6 +38,16 @@ int main(int argc, char** argv) {
         cfg.listen = ferry::net::parse_endpoint(listen);
         cfg.state_dir = state_dir;
         cfg.drain_timeout = std::chrono::seconds(drain_seconds);
+        if (pool_node) {
+            ferry::pagesrv::pool_store_config p;
+            p.capacity_bytes = ferry::pagesrv::parse_size(capacity);
+            p.disk_capacity_bytes = ferry::pagesrv::parse_size(disk_capacity);
+            p.chunk_size = chunk_size;
+            p.eviction = eviction;
+            p.tier_dir = tier_dir.empty() ? std::filesystem::path(state_dir) / "tier"
+                                          : std::filesystem::path(tier_dir);
+            cfg.pool = p;
+        }
         ferry::pagesrv::daemon d(std::move(cfg));
         d.run();
     } catch (const std::exception& e) {

@@ -1,0 +1,16 @@
+// Pool role: serves one pool client's connection (frames in lib/pool_wire.hpp).
+#pragma once
+
+#include "control.hpp"
+#include "pool_store.hpp"
+
+#include <spdlog/logger.h>
+
+namespace ferry::pagesrv {
+
+// Answers the client's pool_open, then serves requests until it hangs up.
+// A malformed frame ends the connection (logged once).
+void serve_pool_connection(int fd, const FerryControl__PoolOpen& open, pool_store& store,
+                           spdlog::logger& log);
+
+} // namespace ferry::pagesrv
