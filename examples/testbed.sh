@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# A two-host testbed on one machine: hosts `a` and `b` are network namespaces
-# joined by a veth pair, each running its own pagesrv.
+# A testbed on one machine: hosts `a` and `b` (and pool hosts p1..pN) are
+# network namespaces joined by a bridge that lives in a namespace of its own
+# (NAME-sw), each running its own pagesrv; pool hosts run it as a pool node.
 #
-#   testbed.sh up               create the hosts and start their daemons
+#   testbed.sh up [--pool N]    create the hosts and start their daemons
+#                               (N pool hosts p1..pN, N <= 8)
 #   testbed.sh down             stop everything the testbed started, remove the hosts
 #   testbed.sh exec HOST CMD... run CMD inside HOST, with Ferry's binaries on PATH
 #                               and FERRY_DAEMON set to that host's daemon
@@ -11,8 +13,10 @@
 #   testbed.sh start HOST       start HOST's daemon again
 #
 # Environment: FERRY_TESTBED names the testbed (default "ferry"; namespaces are
-# NAME-a and NAME-b), FERRY_TESTBED_NET picks the /24 (default 10.77.0),
-# FERRY_BUILD points at the build dir (default <repo>/build).
+# NAME-a, NAME-b, NAME-pK and NAME-sw), FERRY_TESTBED_NET picks the /24
+# (default 10.77.0), FERRY_BUILD points at the build dir (default
+# <repo>/build), FERRY_POOL_CAPACITY (default 256M) and FERRY_POOL_EVICTION
+# (default lru) configure the pool nodes.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,8 +34,17 @@ host_index() {
   case "$1" in
     a) echo 1 ;;
     b) echo 2 ;;
-    *) die "unknown host '$1' (hosts: ${hosts[*]})" ;;
+    p[1-8]) echo $((10 + ${1#p})) ;;
+    *) die "unknown host '$1' (hosts: a, b, p1..p8)" ;;
   esac
+}
+# Every host of this testbed, pool hosts included.
+all_hosts() {
+  local h
+  printf '%s\n' a b
+  for h in $(ip netns list | awk '{print $1}'); do
+    case "$h" in "$name"-p[1-8]) echo "${h#"$name"-}" ;; esac
+  done
 }
 ns() { echo "$name-$1"; }
 addr() { echo "$net.$(host_index "$1"):$port"; }
@@ -53,8 +66,13 @@ start_daemon() {
   mkdir -p "$dir"
   [ -x "$build/pagesrv/pagesrv" ] || die "no pagesrv in $build (build first: meson setup build && ninja -C build)"
   # nsenter and setsid exec in turn, so $! is pagesrv's own pid.
+  local role=()
+  case "$h" in
+    p*) role=(--pool-node --capacity "${FERRY_POOL_CAPACITY:-256M}" --tier-dir "$dir/tier"
+      --eviction "${FERRY_POOL_EVICTION:-lru}") ;;
+  esac
   nsenter --net="/run/netns/$(ns "$h")" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
-    </dev/null >>"$dir/pagesrv.log" 2>&1 &
+    "${role[@]}" </dev/null >>"$dir/pagesrv.log" 2>&1 &
   echo $! >"$dir/pagesrv.pid"
   # Wait (bounded) until it accepts connections.
   local ip=${net}.$(host_index "$h") i
@@ -85,34 +103,43 @@ stop_daemon() {
 
 up() {
   [ "$(id -u)" = 0 ] || die "must run as root"
-  for h in "${hosts[@]}"; do
+  local pools=0 i
+  if [ "${1:-}" = --pool ]; then
+    pools=${2:-}
+    [[ "$pools" =~ ^[0-8]$ ]] || die "--pool takes a count from 0 to 8"
+  fi
+  for ((i = 1; i <= pools; i++)); do hosts+=("p$i"); done
+  for h in "${hosts[@]}" sw; do
     ip netns list | grep -qw "$(ns "$h")" && die "$(ns "$h") exists already: run '$0 down' first"
   done
   mkdir -p "$state"
+  ip netns add "$(ns sw)"
+  ip -n "$(ns sw)" link add br0 type bridge
+  ip -n "$(ns sw)" link set br0 up
   for h in "${hosts[@]}"; do
     ip netns add "$(ns "$h")"
     ip -n "$(ns "$h")" link set lo up
-  done
-  ip link add "$name-va" type veth peer name "$name-vb"
-  ip link set "$name-va" netns "$(ns a)"
-  ip link set "$name-vb" netns "$(ns b)"
-  ip -n "$(ns a)" link set "$name-va" name eth0
-  ip -n "$(ns b)" link set "$name-vb" name eth0
-  for h in "${hosts[@]}"; do
+    # One veth per host: eth0 inside the host, its peer on the bridge.
+    ip -n "$(ns sw)" link add "v-$h" type veth peer name eth0 netns "$(ns "$h")"
+    ip -n "$(ns sw)" link set "v-$h" master br0 up
     ip -n "$(ns "$h")" addr add "$net.$(host_index "$h")/24" dev eth0
     ip -n "$(ns "$h")" link set eth0 up
   done
   for h in "${hosts[@]}"; do
     start_daemon "$h"
   done
-  echo "testbed $name up: a=$(addr a) b=$(addr b)"
+  local summary=""
+  for h in "${hosts[@]}"; do summary+=" $h=$(addr "$h")"; done
+  echo "testbed $name up:$summary"
 }
 
 down() {
   local h pid
+  mapfile -t hosts < <(all_hosts)
   for h in "${hosts[@]}"; do
     stop_daemon "$h"
   done
+  hosts+=(sw)
   for h in "${hosts[@]}"; do
     if ip netns list | grep -qw "$(ns "$h")"; then
       # Whatever still runs inside the host was started through this testbed.
@@ -128,7 +155,7 @@ down() {
 cmd=${1:-}
 shift || true
 case "$cmd" in
-  up) up ;;
+  up) up "$@" ;;
   down) down ;;
   addr) [ $# = 1 ] || die "usage: $0 addr HOST"; addr "$1" ;;
   exec)
@@ -138,5 +165,5 @@ case "$cmd" in
     ;;
   stop) [ $# = 1 ] || die "usage: $0 stop HOST"; stop_daemon "$1" KILL ;;
   start) [ $# = 1 ] || die "usage: $0 start HOST"; start_daemon "$1" ;;
-  *) die "usage: $0 up|down|exec HOST CMD...|addr HOST|stop HOST|start HOST" ;;
+  *) die "usage: $0 up [--pool N]|down|exec HOST CMD...|addr HOST|stop HOST|start HOST" ;;
 esac
