@@ -122,7 +122,8 @@ struct pool_client::link {
     std::byte* meta_dst = nullptr;
     std::byte* data_dst = nullptr;
 
-    uint64_t last_reply_ns = 0;
+    uint64_t last_reply_ns = 0; // or the last strike: when the deadline clock restarted
+    uint64_t last_heard_ns = 0; // the last reply, for the death verdict
     double srtt_ns = 0, rttvar_ns = 0;
     bool rtt_valid = false;
     uint32_t strikes = 0;
@@ -245,7 +246,7 @@ void pool_client::connect_slot(uint32_t slot) {
         net::set_nodelay(fd.get());
         net::set_nonblocking(fd.get(), true);
         l.fd = std::move(fd);
-        l.last_reply_ns = monotonic_ns();
+        l.last_reply_ns = l.last_heard_ns = monotonic_ns();
     } catch (const std::exception& e) {
         _health->declare_dead(slot, fmt::format("unreachable: {}", e.what()));
     }
@@ -409,7 +410,7 @@ void pool_client::read_link(uint32_t slot) {
         const expectation e = l.front();
         l.pop();
         l.sample(now - std::max(e.sent_ns, l.last_reply_ns));
-        l.last_reply_ns = now;
+        l.last_reply_ns = l.last_heard_ns = now;
         l.strikes = 0;
         deliver(slot, e, l.current);
     }
@@ -485,7 +486,10 @@ void pool_client::check_deadlines() {
             continue;
         _stats.missed_deadlines++;
         l.last_reply_ns = now; // the next strike needs another full deadline
-        if (++l.strikes >= _opt.strikes_to_dead) {
+        // Late is not dead: a busy node (a disk-tier backlog) still answers.
+        // Death needs several deadlines in a row and a long silence.
+        if (++l.strikes >= _opt.strikes_to_dead &&
+            now - l.last_heard_ns >= uint64_t(_opt.dead_silence.count()) * 1000) {
             lose(s, fmt::format("no reply within {} deadlines", l.strikes));
             continue;
         }
@@ -630,7 +634,7 @@ void pool_client::plan_stripe(read_op& op, uint32_t i) {
     for (uint32_t m = 0; m < n; m++)
         if (st[m] != arrived && st[m] != requested)
             what += fmt::format("{}member {} on {}", what.empty() ? "" : ", ", m,
-                                _links[_layout.node_of(stripe, m)]->ep.to_string());
+                                _health->endpoint(_layout.node_of(stripe, m)).to_string());
     op.status = read_status::lost;
     op.error = fmt::format("stripe {} of pool object {:016x} cannot be read: {} unavailable, "
                            "{} tolerates {} (lost nodes: {})",
@@ -651,7 +655,7 @@ void pool_client::plan_scrub(read_op& op, uint32_t i, uint32_t n_arrived, uint32
         if (st[m] == failed) {
             op.status = read_status::lost;
             op.error = fmt::format("stripe {}: member {} on {} is unreadable", stripe, m,
-                                   _links[_layout.node_of(stripe, m)]->ep.to_string());
+                                   _health->endpoint(_layout.node_of(stripe, m)).to_string());
             return;
         }
     if (n_arrived < n)

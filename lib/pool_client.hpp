@@ -4,8 +4,8 @@
 // and of a rebuild.
 //
 // Failure detection: a node is dead when its connection breaks (a killed
-// daemon's kernel closes it at once) or after `strikes_to_dead` consecutive
-// missed deadlines. The deadline adapts to the node like TCP's
+// daemon's kernel closes it at once), or after `strikes_to_dead` consecutive
+// missed deadlines with no reply for `dead_silence`. The deadline adapts to the node like TCP's
 // retransmission timer (RFC 6298: srtt + 4 rttvar over per-reply service
 // times, floored at `min_deadline`), so a slow reply costs one deadline and
 // a degraded read, never a fixed long timeout. A read never waits for a
@@ -111,6 +111,7 @@ class pool_client {
         std::chrono::microseconds min_deadline{2000};
         std::chrono::microseconds max_deadline{200'000};
         uint32_t strikes_to_dead = 3;
+        std::chrono::microseconds dead_silence{500'000}; // ... and no reply for this long
     };
 
     // Connects to every live slot; a node that cannot be reached is

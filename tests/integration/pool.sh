@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# Pool mode on the real stack: a source, a destination and pool hosts p1..p6,
+# Pool mode on the real stack: a source, a destination and pool hosts p1..p7,
 # each running `pagesrv --pool-node` with a small arena so that pages also
-# spill to the disk tier. The destination's background transfer is off, so
-# pages move only when the restored workload touches them and the failures
-# below land while it is faulting.
+# spill to the disk tier. The destination's background fetches one page at a
+# time, so the restored workload is still faulting when the failures land.
 #
 #   1. RAID-5 over p1..p4 (spare p5): kill p2 while the workload faults. It
 #      finishes with its pattern intact; p2's members are rebuilt onto p5
@@ -22,9 +21,10 @@ mib=${FERRY_TEST_POOL_MIB:-48}
 pages=$((mib * 256))
 
 "$testbed" up --pool 7 >&2
-# Pages move only when the workload touches them.
+# The background moves one page at a time, so the restored workload is still
+# faulting when the failures land.
 "$testbed" stop b
-FERRY_LAZY_PAGES_ARGS="--background-depth 0" "$testbed" start b
+FERRY_LAZY_PAGES_ARGS="--background-chunk 1 --background-depth 1" "$testbed" start b
 
 p() { "$testbed" addr "p$1"; }
 nodes() {
