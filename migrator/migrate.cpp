@@ -463,7 +463,11 @@ void migration::wait_transfer() {
         t.present = true;
         t.error = s.error ? s.error : "";
         t.stats = s;
+        t.pool_lost_nodes = s.pool_lost_nodes ? s.pool_lost_nodes : "";
+        t.pool_members = s.pool_members ? s.pool_members : "";
+        t.pool_scrub_error = s.pool_scrub_error ? s.pool_scrub_error : "";
         t.stats.error = nullptr; // pointers into the envelope, which is freed
+        t.stats.pool_lost_nodes = t.stats.pool_members = t.stats.pool_scrub_error = nullptr;
         t.stats.base.n_unknown_fields = 0;
         t.stats.base.unknown_fields = nullptr;
         _r.t_transferred = monotonic_ns();

@@ -45,6 +45,8 @@ struct transfer_summary {
     // A copy of the message's numbers; its pointers (`error`, unknown fields)
     // are cleared, as the envelope they pointed into is freed.
     FerryControl__TransferStats stats = FERRY_CONTROL__TRANSFER_STATS__INIT;
+    // The message's strings, copied.
+    std::string pool_lost_nodes, pool_members, pool_scrub_error;
 };
 
 struct migration_result {

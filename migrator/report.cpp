@@ -64,13 +64,13 @@ nlohmann::json to_json(const migration_result& r) {
         p["pages_from_source"] = t.source_pages;
         p["degraded_stripes"] = t.pool_degraded_stripes;
         p["missed_deadlines"] = t.pool_missed_deadlines;
-        p["lost_nodes"] = t.pool_lost_nodes ? t.pool_lost_nodes : "";
-        p["members"] = t.pool_members ? t.pool_members : "";
+        p["lost_nodes"] = r.transfer.pool_lost_nodes;
+        p["members"] = r.transfer.pool_members;
         p["rebuilt_chunks"] = t.pool_rebuilt_chunks;
         p["rebuild_ms"] = ns_to_ms(t.pool_rebuild_ns);
         p["scrubbed_stripes"] = t.pool_scrubbed_stripes;
-        if (t.pool_scrub_error)
-            p["scrub_error"] = t.pool_scrub_error;
+        if (!r.transfer.pool_scrub_error.empty())
+            p["scrub_error"] = r.transfer.pool_scrub_error;
         j["pool"] = p;
     }
     j["prepare_ms"] = ns_to_ms(r.prepare_ns);
@@ -132,9 +132,9 @@ std::string human_summary(const migration_result& r) {
                                                     span_ms(r.t_resumed, r.t_handed_off))
                                       : "no hand-off: " + r.handoff_error,
                          t.pool_pages, t.source_pages, t.pool_degraded_stripes,
-                         t.pool_lost_nodes && *t.pool_lost_nodes
-                             ? fmt::format("; lost {}, {} chunks rebuilt", t.pool_lost_nodes,
-                                           t.pool_rebuilt_chunks)
+                         !r.transfer.pool_lost_nodes.empty()
+                             ? fmt::format("; lost {}, {} chunks rebuilt",
+                                           r.transfer.pool_lost_nodes, t.pool_rebuilt_chunks)
                              : "");
     s += fmt::format("  fault latency p50 {:.0f} us, p99 {:.0f} us, max {:.0f} us over {} faults\n",
                      ns_to_us(t.fault_p50_ns), ns_to_us(t.fault_p99_ns), ns_to_us(t.fault_max_ns),
