@@ -44,7 +44,7 @@ struct options {
 class pool_source {
   public:
     pool_source(const options& opt, const criu::image_set& images)
-        : _spec(pool::pool_spec::parse(opt.pool)), _object(pool::object_for(opt.migration_id)),
+        : _spec(pool::pool_spec::parse(opt.pool)), _object(_spec.object_of(opt.migration_id)),
           _health(std::make_shared<pool::pool_health>(_spec)), _keep(opt.keep_pool) {
         std::vector<const criu::process_image*> procs;
         for (const auto& p : images.processes)
@@ -249,6 +249,11 @@ class reporter {
 std::unique_ptr<page_channel> open_source_channel(const options& opt, const fabric_spec& fabric,
                                                   FerryControl__ChannelKind kind,
                                                   uint32_t max_pages, spdlog::logger& log) {
+    if (opt.source.empty()) {
+        if (opt.pool.empty())
+            throw error("no source and no pool to read pages from");
+        return nullptr; // a parked workload: the pool holds every page
+    }
     try {
         return open_page_channel(fabric, net::parse_endpoint(opt.source), opt.migration_id, kind,
                                  max_pages, std::chrono::seconds(10));
@@ -327,7 +332,9 @@ int main(int argc, char** argv) {
     app.add_option("--images", opt.images_dir, "restore's image and work dir")
         ->required()
         ->check(CLI::ExistingDirectory);
-    app.add_option("--source", opt.source, "source daemon, IP:PORT")->required();
+    app.add_option("--source", opt.source,
+                   "source daemon, IP:PORT (may be empty in pool mode: a parked workload)")
+        ->required();
     app.add_option("--migration", opt.migration_id, "migration id")->required();
     app.add_option("--fabric", opt.fabric, "tcp, or shm[:lat=2us,bw=100gbit]")
         ->capture_default_str();

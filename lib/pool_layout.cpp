@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <charconv>
 #include <tuple>
 
 namespace ferry::pool {
@@ -82,7 +83,13 @@ std::string pool_spec::to_string() const {
                                 pool::to_string(kind), join(nodes));
     if (!spares.empty())
         s += " spares=" + join(spares);
+    if (object)
+        s += fmt::format(" object={:016x}", *object);
     return s;
+}
+
+uint64_t pool_spec::object_of(std::string_view migration_id) const noexcept {
+    return object.value_or(object_for(migration_id));
 }
 
 pool_spec pool_spec::parse(std::string_view text) {
@@ -105,9 +112,16 @@ pool_spec pool_spec::parse(std::string_view text) {
         else if (key == "nodes") {
             p.nodes = parse_nodes(value);
             have_nodes = true;
-        } else if (key == "spares")
+        } else if (key == "spares") {
             p.spares = parse_nodes(value);
-        else
+        } else if (key == "object") {
+            uint64_t id = 0;
+            const auto [end, ec] =
+                std::from_chars(value.data(), value.data() + value.size(), id, 16);
+            if (value.empty() || ec != std::errc() || end != value.data() + value.size())
+                throw error(fmt::format("malformed pool object id '{}'", value));
+            p.object = id;
+        } else
             throw error(fmt::format("unknown pool setting '{}'", key));
     }
     if (!have_nodes)

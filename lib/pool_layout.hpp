@@ -72,11 +72,16 @@ struct pool_spec {
     std::vector<net::endpoint> spares; // where a lost node's members are rebuilt
     raid::level level = raid::level::raid5;
     stripe_kind kind = stripe_kind::whole_pages;
+    // The pooled object's id, when it is not the migration's own (a parked
+    // workload restored by a later migration).
+    std::optional<uint64_t> object;
 
     [[nodiscard]] stripe_layout layout() const {
         return stripe_layout::make(level, uint32_t(nodes.size()), kind);
     }
-    // "raid=5 layout=whole nodes=IP:PORT,IP:PORT spares=IP:PORT"
+    // The object holding `migration_id`'s pages.
+    [[nodiscard]] uint64_t object_of(std::string_view migration_id) const noexcept;
+    // "raid=5 layout=whole nodes=IP:PORT,IP:PORT spares=IP:PORT [object=HEX]"
     [[nodiscard]] std::string to_string() const;
     static pool_spec parse(std::string_view text);
     // "IP:PORT,IP:PORT,..."; throws on an empty or malformed list.

@@ -2,6 +2,7 @@
 #include "error.hpp"
 #include "log.hpp"
 #include "migrate.hpp"
+#include "park.hpp"
 #include "pool_client.hpp"
 #include "report.hpp"
 
@@ -22,10 +23,18 @@ struct pool_args {
     std::string raid = "5";
 };
 
-int run_migrate(const std::string& to, const std::string& via, const std::string& advertise,
-                pid_t pid, const std::string& work_root, const std::string& fabric,
-                const pool_args& pool, bool json, bool keep_images) {
+struct run_args {
+    migrator::migrate_mode mode = migrator::migrate_mode::migrate;
+    std::string name; // checkpoint, restore
+    std::string to, via, advertise, work_root = "/dev/shm/ferry", fabric = "tcp";
+    pid_t pid = 0;
+    pool_args pool;
+    bool json = false, keep_images = false;
+};
+
+int run_migrate(const run_args& a) {
     migrator::migrate_options opt;
+    const auto& pool = a.pool;
     try {
         if (!pool.nodes.empty()) {
             pool::pool_spec spec;
@@ -34,24 +43,32 @@ int run_migrate(const std::string& to, const std::string& via, const std::string
                 spec.spares = pool::pool_spec::parse_nodes(pool.spares);
             spec.level = raid::parse_level(pool.raid);
             spec.kind = pool::parse_stripe_kind(pool.layout);
-            (void)spec.layout(); // the level must fit the nodes
+            if (a.mode != migrator::migrate_mode::unpark)
+                (void)spec.layout(); // the level must fit the nodes
             opt.pool = spec;
         }
-        opt.pid = pid;
-        opt.destination = net::parse_endpoint(to);
-        opt.local_daemon = net::parse_endpoint(via);
-        opt.fabric = fabric_spec::parse(fabric);
-        if (!advertise.empty())
-            opt.advertised_source = net::parse_endpoint(advertise);
+        opt.mode = a.mode;
+        opt.park_name = a.name;
+        if (a.mode != migrator::migrate_mode::migrate)
+            migrator::check_park_name(a.name);
+        opt.pid = a.pid;
+        if (a.mode == migrator::migrate_mode::migrate)
+            opt.destination = net::parse_endpoint(a.to);
+        else if (a.mode == migrator::migrate_mode::unpark)
+            opt.destination = net::parse_endpoint(a.to.empty() ? a.via : a.to);
+        opt.local_daemon = net::parse_endpoint(a.via);
+        opt.fabric = fabric_spec::parse(a.fabric);
+        if (!a.advertise.empty())
+            opt.advertised_source = net::parse_endpoint(a.advertise);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "migrator: %s\n", e.what());
         return 2;
     }
-    opt.work_root = work_root;
-    opt.keep_images = keep_images;
-    opt.show_progress = !json && ::isatty(STDERR_FILENO);
+    opt.work_root = a.work_root;
+    opt.keep_images = a.keep_images;
+    opt.show_progress = !a.json && ::isatty(STDERR_FILENO);
     auto result = migrator::migrate(opt);
-    if (json)
+    if (a.json)
         std::cout << migrator::to_json(result).dump() << std::endl;
     else
         std::cout << migrator::human_summary(result);
@@ -91,27 +108,24 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
 
     auto* mig = app.add_subcommand("migrate", "migrate a process tree to another host, post-copy");
-    pid_t pid = 0;
-    std::string to, advertise, work_root = "/dev/shm/ferry";
+    run_args a;
     const char* env_daemon = std::getenv("FERRY_DAEMON");
-    std::string via = env_daemon ? env_daemon : "127.0.0.1:7140";
-    bool json = false, keep_images = false;
-    std::string fabric = "tcp";
-    mig->add_option("--pid", pid,
+    a.via = env_daemon ? env_daemon : "127.0.0.1:7140";
+    auto& pool = a.pool;
+    mig->add_option("--pid", a.pid,
                     "root of the process tree; must be the init of its own PID namespace")
         ->required()
         ->check(CLI::PositiveNumber);
-    mig->add_option("--to", to, "the destination host's pagesrv, IP:PORT")->required();
-    mig->add_option("--via", via,
+    mig->add_option("--to", a.to, "the destination host's pagesrv, IP:PORT")->required();
+    mig->add_option("--via", a.via,
                     "this host's pagesrv, IP:PORT (default $FERRY_DAEMON or 127.0.0.1:7140)");
-    mig->add_option("--advertise", advertise,
+    mig->add_option("--advertise", a.advertise,
                     "the address the destination uses to reach this host's pagesrv");
-    mig->add_option("--work-dir", work_root, "where dump images are written (tmpfs is best)")
+    mig->add_option("--work-dir", a.work_root, "where dump images are written (tmpfs is best)")
         ->capture_default_str();
-    mig->add_option("--fabric", fabric,
+    mig->add_option("--fabric", a.fabric,
                     "tcp, or shm[:lat=2us,bw=100gbit] (an emulated one-sided fabric)")
         ->capture_default_str();
-    pool_args pool;
     mig->add_option("--pool", pool.nodes,
                     "pool mode: push the pages into these pool nodes, IP:PORT,IP:PORT,...; the "
                     "source ends as soon as they hold every page");
@@ -122,9 +136,44 @@ int main(int argc, char** argv) {
     mig->add_option("--pool-layout", pool.layout,
                     "whole: whole pages spread over the nodes; split: each page cut across them")
         ->capture_default_str();
-    mig->add_flag("--json", json, "print one JSON object instead of a summary");
-    mig->add_flag("--keep-images", keep_images,
+    mig->add_flag("--json", a.json, "print one JSON object instead of a summary");
+    mig->add_flag("--keep-images", a.keep_images,
                   "keep the dump images after a successful migration");
+
+    auto* ckpt = app.add_subcommand(
+        "checkpoint",
+        "park a process tree in the memory pool: it ends here once the pool holds it");
+    run_args park;
+    park.mode = migrator::migrate_mode::park;
+    park.via = a.via;
+    ckpt->add_option("--pid", park.pid, "root of the process tree (init of its PID namespace)")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    ckpt->add_option("--to-pool", park.pool.nodes, "the pool's nodes, IP:PORT,IP:PORT,...")
+        ->required();
+    ckpt->add_option("--name", park.name, "what to call the parked workload")->required();
+    ckpt->add_option("--raid", park.pool.raid, "RAID level of its pages: 0, 1, 5 or 6")
+        ->capture_default_str();
+    ckpt->add_option("--pool-spare", park.pool.spares,
+                     "spare pool nodes for rebuilds during the later restore, IP:PORT,...");
+    ckpt->add_option("--pool-layout", park.pool.layout, "whole or split")->capture_default_str();
+    ckpt->add_option("--via", park.via, "this host's pagesrv, IP:PORT (default $FERRY_DAEMON)");
+    ckpt->add_option("--work-dir", park.work_root, "where dump images are written")
+        ->capture_default_str();
+    ckpt->add_flag("--json", park.json, "print one JSON object instead of a summary");
+
+    auto* rest = app.add_subcommand(
+        "restore", "bring a parked workload back from the memory pool, post-copy, on any host");
+    run_args unpark;
+    unpark.mode = migrator::migrate_mode::unpark;
+    unpark.via = a.via;
+    rest->add_option("--from-pool", unpark.pool.nodes,
+                     "the pool's nodes, IP:PORT,..., in the order given at the checkpoint")
+        ->required();
+    rest->add_option("--name", unpark.name, "the parked workload")->required();
+    rest->add_option("--to", unpark.to,
+                     "the pagesrv of the host to restore on (default: this host's, $FERRY_DAEMON)");
+    rest->add_flag("--json", unpark.json, "print one JSON object instead of a summary");
 
     auto* pool_cmd = app.add_subcommand("pool", "inspect the memory pool");
     pool_cmd->require_subcommand(1);
@@ -136,6 +185,10 @@ int main(int argc, char** argv) {
     if (pool_stats->parsed())
         return run_pool_stats(stats_node);
     if (mig->parsed())
-        return run_migrate(to, via, advertise, pid, work_root, fabric, pool, json, keep_images);
+        return run_migrate(a);
+    if (ckpt->parsed())
+        return run_migrate(park);
+    if (rest->parsed())
+        return run_migrate(unpark);
     return 2;
 }

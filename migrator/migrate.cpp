@@ -9,6 +9,8 @@
 #include "error.hpp"
 #include "fault_inject.hpp"
 #include "log.hpp"
+#include "park.hpp"
+#include "pool_client.hpp"
 #include "proc.hpp"
 
 #include <fcntl.h>
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -59,10 +62,18 @@ bool process_gone(pid_t pid) {
     return !st || *st == 'Z' || *st == 'X';
 }
 
+// Image files as they travel: names and contents.
+struct image_list {
+    std::vector<std::string> names;
+    std::vector<std::vector<uint8_t>> contents;
+};
+
 class migration {
   public:
     explicit migration(const migrate_options& opt) : _opt(opt), _log(make_logger("migrator")) {
         _r.id = new_migration_id();
+        _r.mode = opt.mode;
+        _r.park_name = opt.park_name;
         _r.source_pid = opt.pid;
         _r.fabric = opt.fabric.to_string();
         if (opt.pool)
@@ -73,11 +84,18 @@ class migration {
 
   private:
     void check_source();
-    void connect_daemons();
+    void connect_destination(const std::string& source_addr);
+    void connect_local_daemon();
     void start_dump();
     void wait_dumped();
-    void ship_images();
+    void register_with_source();
+    image_list collect_images();
+    void send_images(const image_list& images);
     void wait_registered();
+    void park();
+    void load_parked();
+    void commit_source();
+    bool receive_handoff();
     void wait_resumed();
     void handle_resume_request();
     void wait_transfer();
@@ -104,6 +122,8 @@ class migration {
     bool _dump_response_seen = false;
     bool _dump_succeeded = false;
     bool _destination_never_ran = false; // its restore failed before the tasks ran
+    parked_record _parked;               // unpark: the record being restored
+    bool _record_stored = false;         // park: the record is in the pool
 };
 
 void migration::check_source() {
@@ -119,16 +139,16 @@ void migration::check_source() {
         throw error(fmt::format("pid {} is not running (stopped, traced or a zombie)", _opt.pid));
 }
 
-void migration::connect_daemons() {
+// `source_addr` is empty when there is no source (a parked workload).
+void migration::connect_destination(const std::string& source_addr) {
     try {
         _dest = net::tcp_connect(_opt.destination, connect_timeout);
     } catch (const std::exception& e) {
         throw error(fmt::format("cannot reach the destination daemon: {}", e.what()));
     }
-    const auto advertised = _opt.advertised_source.value_or(_opt.local_daemon).to_string();
     FerryControl__IncomingPrepare prep = FERRY_CONTROL__INCOMING_PREPARE__INIT;
     prep.migration_id = const_cast<char*>(_r.id.c_str());
-    prep.source_addr = const_cast<char*>(advertised.c_str());
+    prep.source_addr = const_cast<char*>(source_addr.c_str());
     const std::string fabric = _opt.fabric.to_string();
     prep.fabric = const_cast<char*>(fabric.c_str());
     prep.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
@@ -136,6 +156,10 @@ void migration::connect_daemons() {
     auto ok = control::receive(_dest.get(), net::after(control_timeout));
     control::expect(ok.get(), FERRY_CONTROL__ENVELOPE__BODY_PREPARE_OK,
                     "destination " + _opt.destination.to_string());
+}
+
+void migration::connect_local_daemon() {
+    const std::string fabric = _opt.fabric.to_string();
     try {
         _src = net::tcp_connect(_opt.local_daemon, connect_timeout);
     } catch (const std::exception& e) {
@@ -229,9 +253,9 @@ void migration::wait_dumped() {
     }
 }
 
-void migration::ship_images() {
-    // Register first, so the source can serve pages as soon as the
-    // destination asks; its reply is read after the images are on their way.
+// Registration comes before the images leave, so the source can serve pages
+// as soon as the destination asks; its reply is read afterwards.
+void migration::register_with_source() {
     FerryControl__OutgoingRegister reg = FERRY_CONTROL__OUTGOING_REGISTER__INIT;
     const std::string dir = _dir.string();
     reg.migration_id = const_cast<char*>(_r.id.c_str());
@@ -242,21 +266,28 @@ void migration::ship_images() {
     reg.fabric = const_cast<char*>(fabric.c_str());
     reg.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
     control::send_message(_src.get(), reg, net::after(control_timeout));
+}
 
-    std::vector<std::string> names;
-    std::vector<std::vector<uint8_t>> contents;
+image_list migration::collect_images() {
+    image_list l;
     for (const auto& entry : std::filesystem::directory_iterator(_dir)) {
         if (!entry.is_regular_file() || entry.path().extension() == ".log")
             continue;
-        names.push_back(entry.path().filename().string());
-        contents.push_back(criu::read_file(entry.path()));
+        l.names.push_back(entry.path().filename().string());
+        l.contents.push_back(criu::read_file(entry.path()));
     }
     if (fault_injected(fault::corrupt_images)) {
-        for (size_t i = 0; i < names.size(); i++)
-            if (names[i].rfind("pagemap-", 0) == 0 && contents[i].size() > 16)
-                for (size_t b = 8; b < contents[i].size(); b += 7)
-                    contents[i][b] ^= 0xa5;
+        for (size_t i = 0; i < l.names.size(); i++)
+            if (l.names[i].rfind("pagemap-", 0) == 0 && l.contents[i].size() > 16)
+                for (size_t b = 8; b < l.contents[i].size(); b += 7)
+                    l.contents[i][b] ^= 0xa5;
     }
+    return l;
+}
+
+void migration::send_images(const image_list& images) {
+    const auto& names = images.names;
+    const auto& contents = images.contents;
     // Frames of about 16 MiB at most: a lazy dump's images are small, but
     // memory CRIU cannot leave lazy (shared mappings, for one) lands in them.
     constexpr size_t frame_bytes = 16u << 20;
@@ -282,7 +313,7 @@ void migration::ship_images() {
             const size_t len = std::min(contents[i].size() - offset, frame_bytes);
             FerryControl__ImageFile f = FERRY_CONTROL__IMAGE_FILE__INIT;
             f.name = const_cast<char*>(names[i].c_str());
-            f.data.data = contents[i].data() + offset;
+            f.data.data = const_cast<uint8_t*>(contents[i].data()) + offset;
             f.data.len = len;
             f.xxh64 = buffer_checksum(f.data.data, len);
             f.has_offset = true;
@@ -336,6 +367,19 @@ void migration::handle_resume_request() {
     if (fault_injected(fault::interrupt_before_commit))
         ::raise(SIGINT);
     check_interrupt(); // the last moment at which the source can still resume
+    if (_opt.mode == migrate_mode::unpark) {
+        _r.committed = true; // no source: nothing else can run this workload
+        _r.t_committed = monotonic_ns();
+    } else {
+        commit_source();
+    }
+    FerryControl__ResumeDecision d = FERRY_CONTROL__RESUME_DECISION__INIT;
+    d.resume = true;
+    control::send_message(_dest.get(), d, net::after(control_timeout));
+}
+
+// From here on the source tasks must never run again.
+void migration::commit_source() {
     read_criu_until_status_ready();
     FerryControl__OutgoingCommit c = FERRY_CONTROL__OUTGOING_COMMIT__INIT;
     control::send_message(_src.get(), c, net::after(control_timeout));
@@ -343,9 +387,6 @@ void migration::handle_resume_request() {
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_COMMITTED, "local daemon");
     _r.committed = true;
     _r.t_committed = monotonic_ns();
-    FerryControl__ResumeDecision d = FERRY_CONTROL__RESUME_DECISION__INIT;
-    d.resume = true;
-    control::send_message(_dest.get(), d, net::after(control_timeout));
 }
 
 void migration::wait_resumed() {
@@ -353,8 +394,8 @@ void migration::wait_resumed() {
     for (;;) {
         // While waiting for the destination, answer CRIU's notifications
         // promptly so its page server comes up in parallel.
-        pollfd fds[2] = {{_dest.get(), POLLIN, 0}, {_criu->fd(), POLLIN, 0}};
-        const int nfds = _status_ready ? 1 : 2;
+        pollfd fds[2] = {{_dest.get(), POLLIN, 0}, {_criu ? _criu->fd() : -1, POLLIN, 0}};
+        const int nfds = _status_ready || !_criu ? 1 : 2;
         if (::poll(fds, nfds_t(nfds), 100) < 0 && errno != EINTR)
             throw sys_error("poll");
         if (std::chrono::steady_clock::now() > until)
@@ -398,14 +439,7 @@ void migration::request_handoff() {
 // dump now, so the source tasks and their memory go, while the destination
 // reads the rest from the pool.
 void migration::handle_handoff() {
-    auto e = control::receive(_src.get(), net::after(control_timeout));
-    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDED_OFF, "local daemon");
-    const auto& h = *e->outgoing_handed_off;
-    _r.pool_push_ns = h.push_ns;
-    _r.pool_bytes_stored = h.bytes_stored;
-    _r.pool_pages_pushed = h.pages;
-    if (!h.ok) {
-        _r.handoff_error = h.error ? h.error : "unknown";
+    if (!receive_handoff()) {
         _log->warn("no hand-off to the pool ({}); the source serves until the destination is done",
                    _r.handoff_error);
         return;
@@ -415,9 +449,22 @@ void migration::handle_handoff() {
     _r.t_handed_off = monotonic_ns();
 }
 
+// The source daemon's answer to request_handoff: did the pool take every page?
+bool migration::receive_handoff() {
+    auto e = control::receive(_src.get(), net::no_deadline);
+    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDED_OFF, "local daemon");
+    const auto& h = *e->outgoing_handed_off;
+    _r.pool_push_ns = h.push_ns;
+    _r.pool_bytes_stored = h.bytes_stored;
+    _r.pool_pages_pushed = h.pages;
+    if (!h.ok)
+        _r.handoff_error = h.error ? h.error : "unknown";
+    return h.ok;
+}
+
 void migration::wait_transfer() {
     bool handoff_pending = false;
-    if (_opt.pool) {
+    if (_opt.pool && _opt.mode == migrate_mode::migrate) {
         request_handoff();
         handoff_pending = true;
     }
@@ -571,16 +618,126 @@ void migration::cleanup() {
             std::filesystem::remove_all(entry.path(), ec);
 }
 
+// Park: the pool takes every page (the source's push) and the record with
+// the images (from here); only then is the source committed and its dump
+// closed. Anything failing before that resumes the source and removes what
+// reached the pool.
+void migration::park() {
+    register_with_source();
+    const auto images = collect_images();
+    std::vector<FerryControl__ImageFile> files(images.names.size());
+    std::vector<FerryControl__ImageFile*> ptrs;
+    for (size_t i = 0; i < files.size(); i++) {
+        auto& f = files[i];
+        f = FERRY_CONTROL__IMAGE_FILE__INIT;
+        f.name = const_cast<char*>(images.names[i].c_str());
+        f.data.data = const_cast<uint8_t*>(images.contents[i].data());
+        f.data.len = images.contents[i].size();
+        f.xxh64 = buffer_checksum(f.data.data, f.data.len);
+        _r.images_bytes += f.data.len;
+        ptrs.push_back(&f);
+    }
+    _r.image_files = uint32_t(files.size());
+    wait_registered();
+    const std::string criu_version = criu::require_supported_criu().to_string();
+    char host[256] = "";
+    ::gethostname(host, sizeof host - 1);
+    FerryControl__ParkedWorkload rec = FERRY_CONTROL__PARKED_WORKLOAD__INIT;
+    rec.name = const_cast<char*>(_opt.park_name.c_str());
+    rec.migration_id = const_cast<char*>(_r.id.c_str());
+    rec.pool = const_cast<char*>(_r.pool.c_str());
+    rec.pages_total = _r.source_pages_total;
+    rec.parked_at_unix_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count());
+    rec.criu_version = const_cast<char*>(criu_version.c_str());
+    rec.n_images = ptrs.size();
+    rec.images = ptrs.data();
+    rec.source_host = host;
+    rec.has_source_pid = true;
+    rec.source_pid = uint32_t(_opt.pid);
+    _record_stored = true; // from the first byte: an abort drops what made it
+    _r.park_record_bytes = store_record(_opt.pool->nodes, rec);
+    _r.t_images_sent = monotonic_ns();
+
+    request_handoff();
+    if (!receive_handoff())
+        throw error("the pool did not take every page: " + _r.handoff_error);
+    check_interrupt(); // the last moment at which the source can still resume
+    commit_source();
+    finish_source();
+    _r.handed_off = true;
+    _r.t_handed_off = monotonic_ns();
+}
+
+// Unpark: the record says where the pages are; the destination restores
+// from its images and reads every page from the pool.
+void migration::load_parked() {
+    _parked = load_record(_opt.pool->nodes, _opt.park_name);
+    if (!_parked)
+        throw error(fmt::format("no workload named '{}' is parked in the pool {}", _opt.park_name,
+                                record_spec(_opt.pool->nodes).to_string()));
+    _opt.pool = pool::pool_spec::parse(_parked->pool);
+    _r.pool = _parked->pool;
+    _r.source_pid = pid_t(_parked->has_source_pid ? _parked->source_pid : 0);
+    _r.source_pages_total = _parked->pages_total;
+}
+
 migration_result migration::run() {
     _r.t_start = monotonic_ns();
+    if (_opt.mode == migrate_mode::unpark) {
+        try {
+            load_parked();
+            connect_destination("");
+            image_list images;
+            for (size_t i = 0; i < _parked->n_images; i++) {
+                const auto& f = *_parked->images[i];
+                if (buffer_checksum(f.data.data, f.data.len) != f.xxh64)
+                    throw error(fmt::format("the parked image {} fails its checksum", f.name));
+                images.names.emplace_back(f.name);
+                images.contents.emplace_back(f.data.data, f.data.data + f.data.len);
+            }
+            _r.t_dumped = _r.t_start;
+            send_images(images);
+            wait_resumed();
+        } catch (const std::exception& e) {
+            _r.error = e.what(); // the record and the pages stay in the pool
+            return _r;
+        }
+        try {
+            wait_transfer();
+            _r.ok = true;
+            drop_record(_opt.pool->nodes, _opt.park_name); // no longer parked: it runs
+        } catch (const std::exception& e) {
+            _r.error = e.what();
+        }
+        return _r;
+    }
     try {
         check_source();
         (void)criu::require_supported_criu();
-        connect_daemons();
+        if (_opt.mode == migrate_mode::park) {
+            check_park_name(_opt.park_name);
+            if (load_record(_opt.pool->nodes, _opt.park_name))
+                throw error(fmt::format("a workload named '{}' is already parked in this pool",
+                                        _opt.park_name));
+            _opt.pool->object = pool::object_for(_r.id);
+            _r.pool = _opt.pool->to_string();
+        } else {
+            connect_destination(_opt.advertised_source.value_or(_opt.local_daemon).to_string());
+        }
+        connect_local_daemon();
         check_interrupt();
         start_dump();
         wait_dumped();
-        ship_images();
+        if (_opt.mode == migrate_mode::park) {
+            park();
+            _r.ok = true;
+            cleanup();
+            return _r;
+        }
+        register_with_source();
+        send_images(collect_images());
         wait_registered();
         wait_resumed();
     } catch (const std::exception& e) {
@@ -589,6 +746,8 @@ migration_result migration::run() {
             abort_source(_r.error);
             _r.source_running = process_running(_opt.pid);
         }
+        if (_record_stored && !_r.committed)
+            drop_record(_opt.pool->nodes, _opt.park_name);
         cleanup();
         return _r;
     }
@@ -609,6 +768,14 @@ migration_result migration::run() {
 } // namespace
 
 double migration_result::downtime_ms() const noexcept {
+    switch (mode) {
+    case migrate_mode::park: // frozen until the pool holds it all
+        return t_freeze && t_handed_off ? ns_to_ms(t_handed_off - t_freeze) : 0;
+    case migrate_mode::unpark: // from the command to the workload running
+        return t_start && t_resumed ? ns_to_ms(t_resumed - t_start) : 0;
+    case migrate_mode::migrate:
+        break;
+    }
     return t_freeze && t_resumed ? ns_to_ms(t_resumed - t_freeze) : 0;
 }
 

@@ -25,7 +25,14 @@
 
 namespace ferry::migrator {
 
+// migrate: source -> destination. park: source -> pool only (`checkpoint
+// --to-pool`); the tasks end once the pool holds them. unpark: pool ->
+// destination (`restore --from-pool`), with no source at all.
+enum class migrate_mode : uint8_t { migrate, park, unpark };
+
 struct migrate_options {
+    migrate_mode mode = migrate_mode::migrate;
+    std::string park_name; // park, unpark: the parked workload's name
     pid_t pid = 0;
     net::endpoint destination;
     net::endpoint local_daemon;
@@ -34,6 +41,7 @@ struct migrate_options {
     std::filesystem::path work_root = "/dev/shm/ferry";
     fabric_spec fabric;
     std::optional<pool::pool_spec> pool; // pool mode: pages go through the memory pool
+                                         // (unpark: just the nodes, to find the record)
     bool keep_images = false;
     bool show_progress = false;
 };
@@ -50,6 +58,9 @@ struct transfer_summary {
 };
 
 struct migration_result {
+    migrate_mode mode = migrate_mode::migrate;
+    std::string park_name;
+    uint64_t park_record_bytes = 0; // the parked workload's record (its images) in the pool
     std::string id;
     std::string fabric;
     bool ok = false;

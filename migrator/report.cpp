@@ -12,11 +12,42 @@ double span_ms(uint64_t from, uint64_t to) {
     return from && to && to >= from ? ns_to_ms(to - from) : 0;
 }
 
+const char* mode_name(migrate_mode m) {
+    switch (m) {
+    case migrate_mode::park:
+        return "checkpoint";
+    case migrate_mode::unpark:
+        return "restore";
+    case migrate_mode::migrate:
+        break;
+    }
+    return "migrate";
+}
+
+// checkpoint --to-pool: no destination, so most of a migration's account is empty.
+std::string park_summary(const migration_result& r) {
+    return fmt::format(
+        "parked pid {} as '{}' (migration {})\n"
+        "  frozen        {:8.1f} ms  until the pool held every page (dump {:.1f} | push {:.1f} "
+        "| record {:.1f})\n"
+        "  pool          {}\n"
+        "  stored        {} pages, {:.1f} MiB with redundancy; record {:.1f} KiB ({} image "
+        "files)\n",
+        r.source_pid, r.park_name, r.id, r.downtime_ms(), span_ms(r.t_freeze, r.t_dumped),
+        ns_to_ms(r.pool_push_ns), span_ms(r.t_dumped, r.t_images_sent), r.pool, r.pool_pages_pushed,
+        double(r.pool_bytes_stored) / (1 << 20), double(r.park_record_bytes) / 1024, r.image_files);
+}
+
 } // namespace
 
 nlohmann::json to_json(const migration_result& r) {
     nlohmann::json j;
     j["migration_id"] = r.id;
+    j["mode"] = mode_name(r.mode);
+    if (!r.park_name.empty())
+        j["name"] = r.park_name;
+    if (r.mode == migrate_mode::park)
+        j["record_bytes"] = r.park_record_bytes;
     j["ok"] = r.ok;
     j["fabric"] = r.fabric;
     if (!r.ok) {
@@ -95,15 +126,25 @@ nlohmann::json to_json(const migration_result& r) {
 std::string human_summary(const migration_result& r) {
     std::string s;
     if (!r.ok) {
-        s += fmt::format("migration {} FAILED: {}\n", r.id, r.error);
-        if (!r.committed)
+        s += fmt::format("{} {} FAILED: {}\n", mode_name(r.mode), r.id, r.error);
+        if (r.mode == migrate_mode::unpark)
+            s += fmt::format("  '{}' {}\n", r.park_name,
+                             r.committed ? "was restored but did not finish: check the destination"
+                                         : "stays parked in the pool");
+        else if (!r.committed)
             s += fmt::format("  the source (pid {}) {}\n", r.source_pid,
                              r.source_running ? "keeps running" : "is NOT running: check it");
         return s;
     }
+    if (r.mode == migrate_mode::park)
+        return park_summary(r);
     const auto& t = r.transfer.stats;
-    s += fmt::format("migrated pid {} -> destination pid {} (migration {})\n", r.source_pid,
-                     r.destination_pid, r.id);
+    if (r.mode == migrate_mode::unpark)
+        s += fmt::format("restored '{}' from the pool -> pid {} in {:.1f} ms (migration {})\n",
+                         r.park_name, r.destination_pid, r.downtime_ms(), r.id);
+    else
+        s += fmt::format("migrated pid {} -> destination pid {} (migration {})\n", r.source_pid,
+                         r.destination_pid, r.id);
     s += fmt::format(
         "  downtime      {:8.1f} ms  (dump {:.1f} | ship images {:.1f} | restore {:.1f} | commit "
         "{:.1f} "

@@ -94,7 +94,8 @@ struct lazy_child {
 class incoming_session {
   public:
     incoming_session(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare)
-        : _d(d), _fd(fd), _id(prepare.migration_id), _source(prepare.source_addr),
+        : _d(d), _fd(fd), _id(prepare.migration_id),
+          _source(prepare.source_addr ? prepare.source_addr : ""),
           _fabric(prepare.fabric && *prepare.fabric ? prepare.fabric : "tcp"),
           _pool(prepare.pool ? prepare.pool : ""), _log(make_logger("pagesrv")) {}
 
@@ -153,10 +154,12 @@ void incoming_session::kill_restored(const std::string& why) {
 void incoming_session::prepare() {
     if (!valid_migration_id(_id))
         throw error(fmt::format("'{}' is not a migration id", _id));
-    net::parse_endpoint(_source); // validates
     (void)fabric_spec::parse(_fabric);
     if (!_pool.empty())
         (void)pool::pool_spec::parse(_pool);
+    // No source: a restore from the pool, which must hold every page.
+    if (!_source.empty() || _pool.empty())
+        net::parse_endpoint(_source); // validates
     _dir = _d.config().state_dir / "incoming" / _id;
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));

@@ -79,7 +79,7 @@ shm_stager& outgoing_migration::shm_region() {
 void outgoing_migration::start_pool_push(const pool::pool_spec& spec) {
     std::lock_guard lock(_mutex);
     if (!_pusher)
-        _pusher = std::make_unique<pool_pusher>(*this, spec, pool::object_for(_id));
+        _pusher = std::make_unique<pool_pusher>(*this, spec, spec.object_of(_id));
 }
 
 push_result outgoing_migration::wait_pool_push() {
@@ -149,6 +149,9 @@ bool outgoing_migration::abort(const std::string& reason, bool destination_never
     if (_pusher)
         _pusher->stop(); // the tasks are about to run again: their pages would be stale
     criu::abort_lazy_dump(_criu_port, std::chrono::seconds(30));
+    if (_pusher)
+        _pusher->discard(); // after the resume, which must not wait for the pool
+
     return true;
 }
 

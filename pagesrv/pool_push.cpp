@@ -30,6 +30,20 @@ push_result pool_pusher::wait() {
     return _result;
 }
 
+void pool_pusher::discard() noexcept {
+    stop();
+    (void)wait();
+    try {
+        auto health = std::make_shared<pool::pool_health>(_spec);
+        pool::pool_client client(_spec, _object, health,
+                                 pool::pool_client::options{.name = "discard " + _m.id()});
+        client.drop_object();
+    } catch (const std::exception& e) {
+        make_logger("pagesrv")->warn("migration {}: cannot drop its pages from the pool: {}",
+                                     _m.id(), e.what());
+    }
+}
+
 void pool_pusher::run() noexcept {
     auto log = make_logger("pagesrv");
     const uint64_t start = monotonic_ns();

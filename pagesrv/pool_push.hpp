@@ -38,6 +38,10 @@ class pool_pusher {
     // Blocks until the push is over.
     push_result wait();
     void stop() noexcept { _stop = true; }
+    // Stops, waits for the thread's last batch, then removes what was
+    // pushed from the pool: after an abort the source runs again and those
+    // pages go stale.
+    void discard() noexcept;
 
   private:
     void run() noexcept;

@@ -92,3 +92,15 @@ gone() {
 json() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(str(v).lower() if isinstance(v,bool) else v)' "$1" "$2"; }
 
 netns_of() { readlink "/proc/$1/ns/net"; }
+
+# restored_pid HOST: the root of a memload tree restored on HOST (a memload
+# whose parent is not a memload), assuming one such tree there.
+restored_pid() {
+  local pid ppid
+  for pid in $(ip netns pids "$FERRY_TESTBED-$1"); do
+    [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = memload ] || continue
+    ppid=$(awk '{print $4}' /proc/"$pid"/stat 2>/dev/null) || continue
+    [ "$(cat /proc/"$ppid"/comm 2>/dev/null)" = memload ] || { echo "$pid"; return 0; }
+  done
+  return 1
+}

@@ -35,18 +35,6 @@ nodes() {
 # pjson FILE KEY: a value of the result's "pool" object.
 pjson() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["pool"][sys.argv[2]]; print(str(v).lower() if isinstance(v,bool) else v)' "$1" "$2"; }
 
-# The restored workload's root: the memload on host b that is not host a's.
-# The tree's root is the memload whose parent is not a memload.
-dest_pid() {
-  local pid ppid
-  for pid in $(ip netns pids "$FERRY_TESTBED-b"); do
-    [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = memload ] || continue
-    ppid=$(awk '{print $4}' /proc/"$pid"/stat 2>/dev/null) || continue
-    [ "$(cat /proc/"$ppid"/comm 2>/dev/null)" = memload ] || { echo "$pid"; return 0; }
-  done
-  return 1
-}
-
 # run_case NAME ACTION RAID NODES SPARES: migrates a fresh workload in pool
 # mode; once it runs on b (and faults), ACTION runs; then the workload
 # verifies every page. Leaves the result in $work/NAME.json.
@@ -61,7 +49,7 @@ run_case() {
   local mig=$!
   # Resumed on b: the workload ticks again after the freeze.
   wait_for "$out" "tick parent" 60 "$mark"
-  for i in $(seq 1 100); do dest=$(dest_pid) && break; sleep 0.05; done
+  for i in $(seq 1 100); do dest=$(restored_pid b) && break; sleep 0.05; done
   [ -n "${dest:-}" ] || fail "$name: no restored workload on host b"
   "$action" "$pid"
   mark=$(lines "$out")
@@ -154,7 +142,7 @@ wait_for "$out" "tick parent" 60 "$mark"
 for i in $(seq 1 600); do gone "$pid" && break; sleep 0.05; done
 "$testbed" stop p1
 "$testbed" stop p3
-dest=$(dest_pid) || true
+dest=$(restored_pid b) || true
 [ -n "$dest" ] && kill -USR1 "$dest" 2>/dev/null || true
 rc=0
 wait "$mig" || rc=$?

@@ -61,6 +61,18 @@ TEST_CASE("pool spec round-trips through its text form and rejects bad input") {
     CHECK_THROWS(pool_spec::parse("raid=7 nodes=10.0.0.1:1,10.0.0.2:1,10.0.0.3:1"));
     CHECK_THROWS(pool_spec::parse("raid=6 nodes=10.0.0.1:1,10.0.0.2:1,10.0.0.3:1"));
     CHECK_THROWS(pool_spec::parse("raid=5 colour=blue nodes=10.0.0.1:1,10.0.0.2:1,10.0.0.3:1"));
+
+    // A parked workload's pages keep the object id of the checkpoint.
+    CHECK(s.object_of("m1") == object_for("m1"));
+    s.object = 0x00ab00cd00ef0012ull;
+    const auto named = pool_spec::parse(s.to_string());
+    REQUIRE(named.object);
+    CHECK(*named.object == 0x00ab00cd00ef0012ull);
+    CHECK(named.object_of("m1") == 0x00ab00cd00ef0012ull);
+    CHECK(pool_spec::parse("raid=0 object=ff nodes=10.0.0.1:1").object == 0xffu);
+    CHECK_THROWS(pool_spec::parse("raid=0 object=xyz nodes=10.0.0.1:1"));
+    CHECK_THROWS(pool_spec::parse("raid=0 object= nodes=10.0.0.1:1"));
+    CHECK_THROWS(pool_spec::parse("raid=0 object=12345678901234567 nodes=10.0.0.1:1"));
     CHECK_THROWS(pool_spec::parse_nodes("10.0.0.1:1,,10.0.0.2:1"));
     CHECK_THROWS(pool_spec::parse_nodes(""));
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Parking a workload in the memory pool, on the real stack: a source (a), a
+# destination (b) and pool hosts p1..p4 running `pagesrv --pool-node`.
+#
+#   1. `migrator checkpoint --to-pool` freezes a workload into the pool
+#      (RAID-5 over p1..p4): the source tasks end, the pool holds it.
+#   2. The same name again is refused before any freeze: that workload keeps
+#      running.
+#   3. While parked, p3 dies. `migrator restore --from-pool` on host b brings
+#      it back post-copy (degraded reads) with every page intact; the record
+#      is gone afterwards, so a second restore says nothing is parked.
+#   4. A checkpoint into a pool with an unreachable node fails, the workload
+#      keeps running, and nothing of it stays in the pool.
+source "$(dirname "$0")/lib.sh"
+
+mib=${FERRY_TEST_PARK_MIB:-32}
+pages=$((mib * 256))
+"$testbed" up --pool 4 >&2
+pool=""
+for i in 1 2 3 4; do pool+="${pool:+,}$("$testbed" addr "p$i")"; done
+
+# 1. Park.
+log "case: checkpoint --to-pool"
+pid=$(start_workload a w1 --mib "$mib" --child-mib 4 --threads 2)
+on a migrator checkpoint --pid "$pid" --to-pool "$pool" --raid 5 --name w1 --json \
+  >"$work/park.json" 2>"$work/park.err" || fail "checkpoint failed: $(cat "$work/park.json" "$work/park.err")"
+cat "$work/park.json" >&2
+[ "$(json "$work/park.json" ok)" = true ] || fail "checkpoint not ok"
+[ "$(json "$work/park.json" mode)" = checkpoint ] || fail "wrong mode"
+[ "$(json "$work/park.json" record_bytes)" -gt 0 ] || fail "no record stored"
+for i in $(seq 1 100); do gone "$pid" && break; sleep 0.05; done
+gone "$pid" || fail "the parked workload still runs on the source"
+python3 - "$work/park.json" <<'PY' || fail "the pool did not take every page"
+import json, sys
+j = json.load(open(sys.argv[1]))
+p = j["pool"]
+sys.exit(0 if p["handed_off"] and p["pages_pushed"] == j["pages_total"] > 0 else 1)
+PY
+"$testbed" exec p1 true # the pool hosts still exist
+
+# 2. The name is taken: refused before the freeze.
+log "case: name already parked"
+pid2=$(start_workload a w2 --mib 8 --child-mib 0 --threads 1)
+rc=0
+on a migrator checkpoint --pid "$pid2" --to-pool "$pool" --name w1 --json >"$work/dup.json" 2>&1 || rc=$?
+[ $rc != 0 ] || fail "a second checkpoint named w1 succeeded"
+grep -q "already parked" "$work/dup.json" || fail "unclear error: $(cat "$work/dup.json")"
+running "$pid2" || fail "the refused workload is not running"
+
+# 3. A node dies while parked; restore on b reads degraded.
+log "case: restore --from-pool after losing p3"
+"$testbed" stop p3
+out="$work/w1.out"
+mark=$(lines "$out")
+on b migrator restore --from-pool "$pool" --name w1 --json >"$work/unpark.json" 2>"$work/unpark.err" &
+rest=$!
+wait_for "$out" "tick parent" 60 "$mark"
+dest=""
+for i in $(seq 1 100); do dest=$(restored_pid b) && break; sleep 0.05; done
+[ -n "$dest" ] || fail "no restored workload on host b"
+mark=$(lines "$out")
+kill -USR1 "$dest"
+wait_for "$out" "verify ok parent pages=$pages" 120 "$mark"
+wait_for "$out" "verify ok child pages=1024" 120 "$mark"
+if tail -n +"$((mark + 1))" "$out" | grep -q FAIL; then fail "the restored workload reported corruption"; fi
+rc=0
+wait "$rest" || rc=$?
+cat "$work/unpark.json" >&2
+[ $rc = 0 ] || fail "restore exited $rc: $(cat "$work/unpark.err")"
+[ "$(json "$work/unpark.json" mode)" = restore ] || fail "wrong mode"
+python3 - "$work/unpark.json" "$("$testbed" addr p3)" <<'PY' || fail "restore statistics are wrong"
+import json, sys
+j = json.load(open(sys.argv[1]))
+p = j["pool"]
+assert j["ok"], j
+assert p["pages_from_source"] == 0, p           # there is no source
+assert p["pages_from_pool"] > 0, p
+assert p["degraded_stripes"] > 0, p             # p3 is gone
+assert sys.argv[2] in p["lost_nodes"], p
+PY
+running "$dest" || fail "the restored workload is not running"
+kill -KILL "$dest"
+rc=0
+on b migrator restore --from-pool "$pool" --name w1 >"$work/again.out" 2>&1 || rc=$?
+[ $rc != 0 ] || fail "restoring w1 twice succeeded"
+grep -q "no workload named 'w1'" "$work/again.out" || fail "unclear error: $(cat "$work/again.out")"
+"$testbed" start p3
+
+# 4. A checkpoint that cannot complete leaves the workload running.
+log "case: checkpoint into a pool with a dead node"
+"$testbed" stop p2
+rc=0
+on a migrator checkpoint --pid "$pid2" --to-pool "$pool" --raid 5 --name w2 --json \
+  >"$work/bad.json" 2>&1 || rc=$?
+cat "$work/bad.json" >&2
+[ $rc != 0 ] || fail "a checkpoint into a pool with a dead node succeeded"
+grep -q "$("$testbed" addr p2)" "$work/bad.json" || fail "the error does not name the dead node"
+sleep 0.5
+running "$pid2" || fail "the workload did not resume after the failed checkpoint"
+"$testbed" start p2
+rc=0
+on b migrator restore --from-pool "$pool" --name w2 >"$work/w2.out" 2>&1 || rc=$?
+[ $rc != 0 ] && grep -q "no workload named 'w2'" "$work/w2.out" ||
+  fail "a failed checkpoint left a record: $(cat "$work/w2.out")"
+for i in 1 2 3 4; do
+  on a migrator pool stats --node "$("$testbed" addr "p$i")" >"$work/s$i.json"
+done
+python3 - "$work"/s?.json <<'PY' || fail "pool nodes still hold chunks after every workload left"
+import json, sys
+held = {}
+for f in sys.argv[1:]:
+    s = json.load(open(f))
+    held[f] = s["chunks_in_memory"] + s["chunks_on_disk"]
+print(held, file=sys.stderr)
+sys.exit(1 if any(held.values()) else 0)
+PY
+kill -KILL "$pid2"
+log "PASS"
