@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -71,7 +72,9 @@ pool_store::pool_store(pool_store_config cfg) : _cfg(std::move(cfg)) {
     _index.reserve(size_t(_slots) * 2);
 
     std::filesystem::create_directories(_cfg.tier_dir);
-    _tier_path = _cfg.tier_dir / fmt::format("pool-{}.tier", ::getpid());
+    // One file per store: tests and benchmarks run several in one process.
+    static std::atomic<uint32_t> stores{0};
+    _tier_path = _cfg.tier_dir / fmt::format("pool-{}-{}.tier", ::getpid(), stores++);
     int fd = ::open(_tier_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
     _direct = fd >= 0;
     if (fd < 0) // tmpfs and some others refuse O_DIRECT
