@@ -31,6 +31,12 @@ ferry_packages=(
   libbenchmark-dev
   iproute2 procps util-linux psmisc python3 xz-utils clang-format
 )
+# Container engines and the workloads users migrate (issue: containers).
+# crun is not used: it fails on this machine kind's cgroup setup; runc works.
+engine_packages=(
+  podman runc conmon containerd docker.io uidmap fuse-overlayfs catatonit
+  redis-server redis-tools debootstrap
+)
 # What CRIU 4.1.1 needs to build (as verified on this machine kind).
 criu_build_packages=(
   libprotobuf-dev protobuf-compiler python3-protobuf libnet1-dev libcap-dev
@@ -137,6 +143,23 @@ install_criu() {
 }
 
 apt_install "${ferry_packages[@]}"
+# Installing docker.io or redis-server must not start system-wide services:
+# the testbed runs its own engine instances per host.
+if [ -n "$(missing_packages "${engine_packages[@]}")" ]; then
+  policy=/usr/sbin/policy-rc.d
+  created_policy=""
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod +x "$policy"
+    created_policy=1
+    trap 'rm -f "$policy"' EXIT
+  fi
+  apt_install "${engine_packages[@]}"
+  if [ -n "$created_policy" ]; then
+    rm -f "$policy"
+    trap - EXIT
+  fi
+fi
 if criu_is_good; then
   log "criu $(criu --version | sed -n 's/^Version: *//p') already installed"
 else

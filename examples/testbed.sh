@@ -3,11 +3,17 @@
 # network namespaces joined by a bridge that lives in a namespace of its own
 # (NAME-sw), each running its own pagesrv; pool hosts run it as a pool node.
 #
-#   testbed.sh up [--pool N]    create the hosts and start their daemons
-#                               (N pool hosts p1..pN, N <= 8)
+#   testbed.sh up [--pool N] [--engines]
+#                               create the hosts and start their daemons
+#                               (N pool hosts p1..pN, N <= 8); --engines also
+#                               gives a and b container engines of their own:
+#                               podman (own root, runroot, storage) and a
+#                               dockerd (own data root, socket, containerd)
 #   testbed.sh down             stop everything the testbed started, remove the hosts
 #   testbed.sh exec HOST CMD... run CMD inside HOST, with Ferry's binaries on PATH
-#                               and FERRY_DAEMON set to that host's daemon
+#                               and FERRY_DAEMON set to that host's daemon; with
+#                               engines, plain `podman` and `docker` talk to
+#                               HOST's own instances (runc, ulimits, no network)
 #   testbed.sh addr HOST        print HOST's daemon address, IP:PORT
 #   testbed.sh stop HOST        SIGKILL HOST's daemon (to inject a failure)
 #   testbed.sh start HOST       start HOST's daemon again
@@ -29,6 +35,11 @@ port=7140
 hosts=(a b)
 
 die() { echo "testbed: $*" >&2; exit 1; }
+
+# Container engines (up --engines): per-host configuration under $state/HOST.
+engine_hosts=(a b)
+# The design brief's limits: the hard RLIMIT_NOFILE cannot be raised here.
+ulimits='"nofile=1024:1024", "nproc=1024:1024"'
 
 host_index() {
   case "$1" in
@@ -101,13 +112,101 @@ stop_daemon() {
   rm -f "$state/$h/pagesrv.pid"
 }
 
+# The environment that points podman and docker at HOST's own instances.
+engine_env() {
+  local dir="$state/$1"
+  [ -f "$dir/containers.conf" ] || return 0
+  echo "CONTAINERS_CONF=$dir/containers.conf"
+  echo "CONTAINERS_STORAGE_CONF=$dir/storage.conf"
+  echo "DOCKER_HOST=unix://$dir/docker/docker.sock"
+  echo "DOCKER_CONFIG=$dir/docker-cli"
+}
+
+write_engine_config() {
+  local h=$1 dir="$state/$1"
+  mkdir -p "$dir/podman/root" "$dir/podman/run" "$dir/docker/data" "$dir/docker/exec" "$dir/docker-cli"
+  # runc: crun fails on this machine's cgroup setup. No network: the
+  # testbed's hosts reach each other through their own namespace, and
+  # containers need none for migration.
+  echo "{}" >"$dir/docker-cli/config.json"
+  cat >"$dir/containers.conf" <<EOF
+[containers]
+default_ulimits = [ $ulimits ]
+netns = "none"
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "$dir/podman/events.log"
+static_dir = "$dir/podman/root/libpod"
+tmp_dir = "$dir/podman/run/libpod"
+volume_path = "$dir/podman/root/volumes"
+EOF
+  cat >"$dir/storage.conf" <<EOF
+[storage]
+driver = "overlay"
+graphroot = "$dir/podman/root"
+runroot = "$dir/podman/run"
+EOF
+  cat >"$dir/docker/daemon.json" <<EOF
+{"experimental": true, "iptables": false, "ip-forward": false, "ip-masq": false,
+ "bridge": "none", "storage-driver": "vfs",
+ "data-root": "$dir/docker/data", "exec-root": "$dir/docker/exec",
+ "pidfile": "$dir/docker/dockerd.pid", "hosts": ["unix://$dir/docker/docker.sock"],
+ "default-ulimits": {"nofile": {"Name": "nofile", "Hard": 1024, "Soft": 1024},
+                     "nproc": {"Name": "nproc", "Hard": 1024, "Soft": 1024}}}
+EOF
+}
+
+start_dockerd() {
+  local h=$1 dir="$state/$1" i
+  command -v dockerd >/dev/null || die "dockerd is not installed (examples/setup.sh installs it)"
+  nsenter --net="/run/netns/$(ns "$h")" setsid dockerd --config-file "$dir/docker/daemon.json" \
+    </dev/null >>"$dir/dockerd.log" 2>&1 &
+  echo $! >"$dir/docker/dockerd.launcher"
+  for i in $(seq 1 600); do
+    DOCKER_HOST="unix://$dir/docker/docker.sock" /usr/bin/docker version >/dev/null 2>&1 && return 0
+    kill -0 "$(cat "$dir/docker/dockerd.launcher")" 2>/dev/null || { tail -n 20 "$dir/dockerd.log" >&2; die "dockerd on $h exited"; }
+    sleep 0.1
+  done
+  die "dockerd on $h did not answer within 60 s"
+}
+
+# Removes HOST's containers (their processes live outside the host's network
+# namespace), then stops its dockerd.
+stop_engines() {
+  local h=$1 dir="$state/$1" pid i
+  [ -f "$dir/containers.conf" ] || return 0
+  env $(engine_env "$h") /usr/bin/podman rm -a -f -t 0 >/dev/null 2>&1 || true
+  if [ -S "$dir/docker/docker.sock" ]; then
+    local ids
+    ids=$(DOCKER_HOST="unix://$dir/docker/docker.sock" /usr/bin/docker ps -aq 2>/dev/null) || true
+    [ -z "$ids" ] || DOCKER_HOST="unix://$dir/docker/docker.sock" /usr/bin/docker rm -f $ids >/dev/null 2>&1 || true
+  fi
+  pid=$(cat "$dir/docker/dockerd.pid" 2>/dev/null) || pid=""
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+  fi
+  # Podman's overlay mounts and dockerd's leftovers under the host's state.
+  { grep -o " $dir/[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+
 up() {
   [ "$(id -u)" = 0 ] || die "must run as root"
-  local pools=0 i
-  if [ "${1:-}" = --pool ]; then
-    pools=${2:-}
-    [[ "$pools" =~ ^[0-8]$ ]] || die "--pool takes a count from 0 to 8"
-  fi
+  local pools=0 engines=0 i
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --pool)
+        pools=${2:-}
+        [[ "$pools" =~ ^[0-8]$ ]] || die "--pool takes a count from 0 to 8"
+        shift 2
+        ;;
+      --engines) engines=1; shift ;;
+      *) die "unknown option to up: $1" ;;
+    esac
+  done
   for ((i = 1; i <= pools; i++)); do hosts+=("p$i"); done
   for h in "${hosts[@]}" sw; do
     ip netns list | grep -qw "$(ns "$h")" && die "$(ns "$h") exists already: run '$0 down' first"
@@ -128,6 +227,12 @@ up() {
   for h in "${hosts[@]}"; do
     start_daemon "$h"
   done
+  if [ "$engines" = 1 ]; then
+    for h in "${engine_hosts[@]}"; do
+      write_engine_config "$h"
+      start_dockerd "$h"
+    done
+  fi
   local summary=""
   for h in "${hosts[@]}"; do summary+=" $h=$(addr "$h")"; done
   echo "testbed $name up:$summary"
@@ -137,6 +242,7 @@ down() {
   local h pid
   mapfile -t hosts < <(all_hosts)
   for h in "${hosts[@]}"; do
+    stop_engines "$h"
     stop_daemon "$h"
   done
   hosts+=(sw)
@@ -161,9 +267,11 @@ case "$cmd" in
   exec)
     [ $# -ge 2 ] || die "usage: $0 exec HOST CMD..."
     h=$1; shift
-    exec nsenter --net="/run/netns/$(ns "$h")" env PATH="$(bin_path):$PATH" FERRY_DAEMON="$(addr "$h")" "$@"
+    # /usr/bin first among the system's: the engines' own CLIs, not strays.
+    exec nsenter --net="/run/netns/$(ns "$h")" env PATH="$(bin_path):/usr/sbin:/usr/bin:$PATH" \
+      FERRY_DAEMON="$(addr "$h")" $(engine_env "$h") "$@"
     ;;
   stop) [ $# = 1 ] || die "usage: $0 stop HOST"; stop_daemon "$1" KILL ;;
   start) [ $# = 1 ] || die "usage: $0 start HOST"; start_daemon "$1" ;;
-  *) die "usage: $0 up [--pool N]|down|exec HOST CMD...|addr HOST|stop HOST|start HOST" ;;
+  *) die "usage: $0 up [--pool N] [--engines]|down|exec HOST CMD...|addr HOST|stop HOST|start HOST" ;;
 esac
