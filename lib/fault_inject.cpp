@@ -30,6 +30,8 @@ unsigned parse_faults() {
             mask |= unsigned(fault::interrupt_before_commit);
         else if (name == "dest-fail-after-commit")
             mask |= unsigned(fault::dest_fail_after_commit);
+        else if (name == "slow-pool-push")
+            mask |= unsigned(fault::slow_pool_push);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;

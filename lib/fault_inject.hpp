@@ -15,6 +15,7 @@ enum class fault : unsigned {
     restore_fail = 1u << 4,            // destination breaks the images so criu restore fails
     interrupt_before_commit = 1u << 5, // migrator gets SIGINT as the destination asks to resume
     dest_fail_after_commit = 1u << 6,  // destination refuses the resume it was granted
+    slow_pool_push = 1u << 7,          // source pauses 100 ms between pool push batches
 };
 
 [[nodiscard]] bool fault_injected(fault f) noexcept;

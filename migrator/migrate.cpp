@@ -122,6 +122,7 @@ class migration {
     bool _dump_response_seen = false;
     bool _dump_succeeded = false;
     bool _destination_never_ran = false; // its restore failed before the tasks ran
+    bool _handoff_pending = false;       // the source daemon owes an outgoing_handed_off
     parked_record _parked;               // unpark: the record being restored
     bool _record_stored = false;         // park: the record is in the pool
 };
@@ -463,18 +464,17 @@ bool migration::receive_handoff() {
 }
 
 void migration::wait_transfer() {
-    bool handoff_pending = false;
     if (_opt.pool && _opt.mode == migrate_mode::migrate) {
         request_handoff();
-        handoff_pending = true;
+        _handoff_pending = true;
     }
     for (;;) {
-        if (handoff_pending) {
+        if (_handoff_pending) {
             pollfd fds[2] = {{_dest.get(), POLLIN, 0}, {_src.get(), POLLIN, 0}};
             if (::poll(fds, 2, -1) < 0 && errno != EINTR)
                 throw sys_error("poll");
             if (fds[1].revents) {
-                handoff_pending = false;
+                _handoff_pending = false;
                 handle_handoff();
                 continue;
             }
@@ -753,6 +753,12 @@ migration_result migration::run() {
     }
     try {
         wait_transfer();
+        if (_handoff_pending) {
+            // The post-copy ended before the push: the daemon answers the
+            // hand-off request first (once the push is over), then FINISH.
+            _handoff_pending = false;
+            handle_handoff();
+        }
         if (!_r.handed_off)
             finish_source();
         _r.ok = true;

@@ -3,14 +3,18 @@
 #include "checksum.hpp"
 #include "clock.hpp"
 #include "error.hpp"
+#include "fault_inject.hpp"
 #include "log.hpp"
 #include "outgoing.hpp"
 #include "page.hpp"
+#include "pool_rebuild.hpp"
 
 #include <fmt/format.h>
 #include <sys/mman.h>
 
+#include <bit>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace ferry::pagesrv {
@@ -28,6 +32,28 @@ push_result pool_pusher::wait() {
     std::unique_lock lock(_mutex);
     _done_cv.wait(lock, [&] { return _done; });
     return _result;
+}
+
+// Nodes lost during the push: their members go onto spares (rebuilt from the
+// pool, checked against the source's checksums) before the hand-off, so the
+// source only goes once the pool has the requested redundancy again.
+void pool_pusher::restore_redundancy(const std::shared_ptr<pool::pool_health>& health,
+                                     spdlog::logger& log) {
+    for (uint32_t slot = 0; slot < health->slots(); slot++) {
+        if (!health->dead(slot))
+            continue;
+        const auto spare = health->take_spare();
+        if (!spare)
+            throw error(fmt::format("lost {} during the push and no spare is left: the pool "
+                                    "lacks the requested redundancy",
+                                    health->lost_nodes()));
+        log.warn("migration {}: rebuilding pool slot {} onto spare {} before the hand-off", _m.id(),
+                 slot, spare->to_string());
+        const auto rep = pool::rebuild_slot(_spec, _object, _m.pages_total(), health, slot, *spare);
+        if (!rep.ok)
+            throw error(
+                fmt::format("rebuilding slot {} onto {}: {}", slot, spare->to_string(), rep.error));
+    }
 }
 
 void pool_pusher::discard() noexcept {
@@ -55,6 +81,7 @@ void pool_pusher::run() noexcept {
         if (health->dead_mask())
             throw error("pool nodes unreachable: " + health->lost_nodes());
         push_all(client);
+        restore_redundancy(health, *log);
         r.ok = true;
         r.pages = _m.pages_total();
         r.bytes_stored = client.stats().bytes_written;
@@ -107,11 +134,18 @@ void pool_pusher::push_all(pool::pool_client& client) {
             std::memset(pages + i * page_size, 0, page_size);
             sums[i] = zero_sum;
         }
-        if (const uint32_t failed = client.put_stripes(next_stripe, stripes, pages, sums.data()))
-            throw error(fmt::format("{} chunk writes failed; lost nodes: {}", failed,
-                                    client.health().lost_nodes()));
+        // A node lost mid-push (within what the level tolerates) costs one
+        // member per stripe: go on degraded; restore_redundancy fills a spare.
+        if (const uint32_t failed = client.put_stripes(next_stripe, stripes, pages, sums.data())) {
+            const uint32_t dead = uint32_t(std::popcount(client.health().dead_mask()));
+            if (dead == 0 || dead > lay.geo.tolerates() || failed > stripes * dead)
+                throw error(fmt::format("{} chunk writes failed; lost nodes: {}", failed,
+                                        client.health().lost_nodes()));
+        }
         next_stripe += stripes;
         filled = 0;
+        if (fault_injected(fault::slow_pool_push))
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
     };
     _m.for_each_lazy_range([&](uint32_t pid, uint64_t start, uint64_t end) {
         for (uint64_t a = start; a < end;) {

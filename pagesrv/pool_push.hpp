@@ -8,9 +8,12 @@
 #include "pool_client.hpp"
 #include "pool_layout.hpp"
 
+#include <spdlog/logger.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -46,6 +49,7 @@ class pool_pusher {
   private:
     void run() noexcept;
     void push_all(pool::pool_client& client);
+    void restore_redundancy(const std::shared_ptr<pool::pool_health>& health, spdlog::logger& log);
 
     outgoing_migration& _m;
     pool::pool_spec _spec;

@@ -9,6 +9,8 @@
 #      and a scrub finds every member present and the parity right.
 #   2. RAID-6 over p1..p5 (spares p6, p7): kill p2 and p4; the same.
 #   3. RAID-5: kill the source's daemon after the hand-off; the same.
+#      3b. RAID-5: kill p3 while the source still pushes (slowed down): the
+#      source rebuilds p3's members onto a spare before it hands off.
 #   4. Eviction: every node's arena is far smaller than its share, so pages
 #      went to the disk tier (the nodes' counters say so), and all of them
 #      came back correct (the workload's own verify).
@@ -119,8 +121,24 @@ f="$work/source.json"
 [ "$(pjson "$f" pages_from_pool)" -gt 0 ] || fail "source: no page came from the pool"
 "$testbed" start a
 
+# 3b. A node lost while the source is still pushing: the push goes on
+# degraded, the source rebuilds the lost members onto the spare, and hands
+# off only then (the pool has the requested redundancy again).
+"$testbed" stop a
+FERRY_FAULT=slow-pool-push "$testbed" start a
+kill_p3() { "$testbed" stop p3; }
+run_case push-loss kill_p3 5 "$(nodes 1 2 3 4)" "$(nodes 6)"
+f="$work/push-loss.json"
+grep -q "rebuilding pool slot 2 onto spare $(p 6) before the hand-off" \
+  "/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.log" || fail "push-loss: the source did not rebuild onto the spare"
+case "$(pjson "$f" members)" in *"$(p 6)"*) ;; *) fail "push-loss: p6 did not take p3's place" ;; esac
+"$testbed" stop a
+"$testbed" start a
+"$testbed" start p3
+
 # 4. Eviction happened on the nodes (arena 8 MiB, shares of 16+ MiB).
-for i in 1 2 3; do
+# (p3 restarted empty after case 3b.)
+for i in 1 2 4; do
   on a migrator pool stats --node "$(p "$i")" >"$work/p$i.stats" || fail "pool stats of p$i"
   python3 - "$work/p$i.stats" <<'EOF' || fail "p$i: no eviction to the disk tier: $(cat "$work/p$i.stats")"
 import json, sys
