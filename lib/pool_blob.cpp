@@ -18,53 +18,27 @@ constexpr uint64_t blob_magic = 0x31424c4259525246ull; // "FRRYBLB1"
 constexpr uint64_t max_blob_bytes = 1ull << 30;
 constexpr auto read_timeout = std::chrono::seconds(30);
 
-struct header {
-    uint64_t magic, length, checksum;
-};
-
-std::shared_ptr<pool_health> health_for(const pool_spec& spec) {
-    return std::make_shared<pool_health>(spec);
-}
-
 // Reads pages [first, +count) into `out`, checking each page's checksum.
 // False if the pool does not hold them.
 bool read_pages(pool_client& c, uint64_t first, uint64_t count, std::byte* out) {
-    const uint32_t per_read = 64;
+    constexpr uint32_t per_read = 64;
     for (uint64_t done = 0; done < count;) {
         const auto n = uint32_t(std::min<uint64_t>(per_read, count - done));
-        const int slot = c.begin_read(first + done, n);
-        if (slot < 0)
-            throw error("pool client has no free read slot");
-        const auto until = std::chrono::steady_clock::now() + read_timeout;
-        read_status st;
-        while ((st = c.poll_read(slot)) == read_status::pending) {
-            if (std::chrono::steady_clock::now() > until) {
-                c.end_read(slot);
-                throw error(fmt::format("pool pages [{}, +{}) of object {:016x}: no answer in {} s",
-                                        first + done, n, c.object(), read_timeout.count()));
-            }
-            c.progress(std::chrono::milliseconds(50));
-        }
-        if (st == read_status::missing) {
-            c.end_read(slot);
-            return false;
-        }
-        if (st == read_status::lost) {
-            const std::string why = c.read_error(slot);
-            c.end_read(slot);
-            throw error(why);
-        }
-        const std::byte* pages = c.read_pages(slot);
-        const uint64_t* sums = c.read_checksums(slot);
-        for (uint32_t i = 0; i < n; i++) {
-            if (page_checksum(pages + size_t(i) * page_size) != sums[i]) {
-                c.end_read(slot);
-                throw error(fmt::format("page {} of pool object {:016x} fails its checksum",
-                                        first + done + i, c.object()));
-            }
-        }
-        std::memcpy(out + done * page_size, pages, size_t(n) * page_size);
+        int slot = -1;
+        const auto st = c.read_now(first + done, n, read_mode::normal, slot,
+                                   std::chrono::steady_clock::now() + read_timeout);
+        const auto bad = st == read_status::ok ? c.first_bad_page(slot) : std::nullopt;
+        const std::string lost = st == read_status::lost ? c.read_error(slot) : "";
+        if (st == read_status::ok && !bad)
+            std::memcpy(out + done * page_size, c.read_pages(slot), size_t(n) * page_size);
         c.end_read(slot);
+        if (st == read_status::missing)
+            return false;
+        if (st == read_status::lost)
+            throw error(lost);
+        if (bad)
+            throw error(fmt::format("page {} of pool object {:016x} fails its checksum",
+                                    first + done + *bad, c.object()));
         done += n;
     }
     return true;
@@ -75,7 +49,7 @@ bool read_pages(pool_client& c, uint64_t first, uint64_t count, std::byte* out) 
 void put_blob(const pool_spec& spec, uint64_t object, std::span<const std::byte> bytes) {
     if (bytes.size() > max_blob_bytes)
         throw error(fmt::format("a pool blob holds at most {} bytes", max_blob_bytes));
-    auto health = health_for(spec);
+    auto health = std::make_shared<pool_health>(spec);
     pool_client c(spec, object, health, pool_client::options{.name = "blob"});
     if (health->dead_mask())
         throw error("pool nodes unreachable: " + health->lost_nodes());
@@ -102,7 +76,7 @@ void put_blob(const pool_spec& spec, uint64_t object, std::span<const std::byte>
 }
 
 std::optional<std::vector<std::byte>> get_blob(const pool_spec& spec, uint64_t object) {
-    auto health = health_for(spec);
+    auto health = std::make_shared<pool_health>(spec);
     pool_client c(spec, object, health,
                   pool_client::options{.name = "blob", .read_slots = 1, .max_read_pages = 64});
     std::vector<std::byte> first(page_size);
@@ -126,7 +100,7 @@ std::optional<std::vector<std::byte>> get_blob(const pool_spec& spec, uint64_t o
 }
 
 void drop_blob(const pool_spec& spec, uint64_t object) {
-    auto health = health_for(spec);
+    auto health = std::make_shared<pool_health>(spec);
     pool_client c(spec, object, health, pool_client::options{.name = "blob"});
     c.drop_object();
 }

@@ -1,5 +1,6 @@
 #include "pool_client.hpp"
 
+#include "checksum.hpp"
 #include "clock.hpp"
 #include "control.hpp"
 #include "error.hpp"
@@ -730,6 +731,32 @@ const std::string& pool_client::read_error(int slot) const noexcept {
 
 void pool_client::end_read(int slot) noexcept {
     _reads[size_t(slot)]->active = false;
+}
+
+std::optional<uint32_t> pool_client::first_bad_page(int slot) const noexcept {
+    const std::byte* pages = read_pages(slot);
+    const uint64_t* sums = read_checksums(slot);
+    for (uint32_t i = 0; i < _reads[size_t(slot)]->nr_pages; i++)
+        if (page_checksum(pages + size_t(i) * page_size) != sums[i])
+            return i;
+    return std::nullopt;
+}
+
+read_status pool_client::read_now(uint64_t first_page, uint32_t nr_pages, read_mode mode, int& slot,
+                                  std::chrono::steady_clock::time_point until) {
+    slot = begin_read(first_page, nr_pages, mode);
+    if (slot < 0)
+        throw error("no free pool read slot");
+    read_status st;
+    while ((st = poll_read(slot)) == read_status::pending) {
+        if (std::chrono::steady_clock::now() > until) {
+            end_read(slot);
+            throw error(fmt::format("pool pages [{}, +{}) of object {:016x}: no answer in time",
+                                    first_page, nr_pages, _object));
+        }
+        progress(std::chrono::milliseconds(1));
+    }
+    return st;
 }
 
 // --- writes ----------------------------------------------------------------

@@ -137,7 +137,15 @@ class pool_client {
     [[nodiscard]] const std::byte* read_pages(int slot) const noexcept;
     [[nodiscard]] const uint64_t* read_checksums(int slot) const noexcept;
     [[nodiscard]] const std::string& read_error(int slot) const noexcept;
+    // Once ok: the index of the first page whose bytes miss its checksum.
+    [[nodiscard]] std::optional<uint32_t> first_bad_page(int slot) const noexcept;
     void end_read(int slot) noexcept;
+    // For synchronous readers (a rebuild, a blob): begin_read, then drive the
+    // client until the read ends. Throws if no slot is free or the read is
+    // still pending at `until`. The caller still calls end_read(slot).
+    [[nodiscard]] read_status read_now(
+        uint64_t first_page, uint32_t nr_pages, read_mode mode, int& slot,
+        std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
 
     // Sends what is queued and takes in every reply that has arrived,
     // waiting up to `wait` for the first; checks deadlines.

@@ -16,17 +16,6 @@ namespace {
 
 constexpr uint32_t batch_pages = 256;
 
-// Reads [first_page, +n) to completion; the status says how it ended.
-read_status read_blocking(pool_client& c, uint64_t first_page, uint32_t n, read_mode mode,
-                          int& slot) {
-    slot = c.begin_read(first_page, n, mode);
-    if (slot < 0)
-        throw error("no free pool read slot");
-    while (c.poll_read(slot) == read_status::pending)
-        c.progress(std::chrono::milliseconds(1));
-    return c.poll_read(slot);
-}
-
 } // namespace
 
 pool_spec current_spec(const pool_spec& spec, const pool_health& health) {
@@ -67,7 +56,7 @@ rebuild_report rebuild_slot(const pool_spec& spec, uint64_t object, uint64_t tot
             const uint32_t count = uint32_t(std::min<uint64_t>(per_batch, stripes - s));
             const uint32_t n = count * pps; // whole stripes, padding pages included
             int rs = -1;
-            const auto st = read_blocking(reader, s * pps, n, read_mode::normal, rs);
+            const auto st = reader.read_now(s * pps, n, read_mode::normal, rs);
             if (st == read_status::missing) {
                 reader.end_read(rs);
                 rep.stripes_skipped += count;
@@ -75,14 +64,15 @@ rebuild_report rebuild_slot(const pool_spec& spec, uint64_t object, uint64_t tot
             }
             if (st != read_status::ok)
                 throw error(reader.read_error(rs));
+            // Rebuilt data is written back only if it is the data the source sent.
+            if (const auto bad = reader.first_bad_page(rs)) {
+                reader.end_read(rs);
+                throw error(
+                    fmt::format("page {} fails its checksum while rebuilding", s * pps + *bad));
+            }
             std::memcpy(pages, reader.read_pages(rs), size_t(n) * page_size);
             std::memcpy(sums.data(), reader.read_checksums(rs), size_t(n) * sizeof(uint64_t));
             reader.end_read(rs);
-            // Rebuilt data is written back only if it is the data the source sent.
-            for (uint32_t p = 0; p < n; p++)
-                if (page_checksum(pages + size_t(p) * page_size) != sums[p])
-                    throw error(
-                        fmt::format("page {} fails its checksum while rebuilding", s * pps + p));
             if (writer.put_slot(s, count, slot, pages, sums.data()))
                 throw error("writing the rebuilt members to the spare failed");
             rep.chunks += count; // one member per stripe lives on each slot
@@ -110,7 +100,7 @@ scrub_report scrub(const pool_spec& spec, uint64_t object, uint64_t total_pages,
         for (uint64_t s = 0; s < stripes; s += per_batch) {
             const uint32_t count = uint32_t(std::min<uint64_t>(per_batch, stripes - s));
             int rs = -1;
-            const auto st = read_blocking(c, s * pps, count * pps, read_mode::all_members, rs);
+            const auto st = c.read_now(s * pps, count * pps, read_mode::all_members, rs);
             if (st != read_status::ok) {
                 rep.error = st == read_status::missing ? fmt::format("stripe {} is missing", s)
                                                        : c.read_error(rs);

@@ -68,6 +68,18 @@ struct image_list {
     std::vector<std::vector<uint8_t>> contents;
 };
 
+// Bytes [offset, +len) of image `i`, checksummed; points into `l`.
+FerryControl__ImageFile image_piece(const image_list& l, size_t i, size_t offset, size_t len) {
+    FerryControl__ImageFile f = FERRY_CONTROL__IMAGE_FILE__INIT;
+    f.name = const_cast<char*>(l.names[i].c_str());
+    f.data.data = const_cast<uint8_t*>(l.contents[i].data()) + offset;
+    f.data.len = len;
+    f.xxh64 = buffer_checksum(f.data.data, len);
+    f.has_offset = true;
+    f.offset = offset;
+    return f;
+}
+
 class migration {
   public:
     explicit migration(const migrate_options& opt) : _opt(opt), _log(make_logger("migrator")) {
@@ -94,6 +106,8 @@ class migration {
     void wait_registered();
     void park();
     void load_parked();
+    void run_unpark();
+    void reserve_park_name();
     void commit_source();
     bool receive_handoff();
     void wait_resumed();
@@ -312,13 +326,7 @@ void migration::send_images(const image_list& images) {
         size_t offset = 0;
         do {
             const size_t len = std::min(contents[i].size() - offset, frame_bytes);
-            FerryControl__ImageFile f = FERRY_CONTROL__IMAGE_FILE__INIT;
-            f.name = const_cast<char*>(names[i].c_str());
-            f.data.data = const_cast<uint8_t*>(contents[i].data()) + offset;
-            f.data.len = len;
-            f.xxh64 = buffer_checksum(f.data.data, len);
-            f.has_offset = true;
-            f.offset = offset;
+            const auto f = image_piece(images, i, offset, len);
             if (in_frame + len > frame_bytes && !pieces.empty()) {
                 flush(false);
                 in_frame = 0;
@@ -628,14 +636,9 @@ void migration::park() {
     std::vector<FerryControl__ImageFile> files(images.names.size());
     std::vector<FerryControl__ImageFile*> ptrs;
     for (size_t i = 0; i < files.size(); i++) {
-        auto& f = files[i];
-        f = FERRY_CONTROL__IMAGE_FILE__INIT;
-        f.name = const_cast<char*>(images.names[i].c_str());
-        f.data.data = const_cast<uint8_t*>(images.contents[i].data());
-        f.data.len = images.contents[i].size();
-        f.xxh64 = buffer_checksum(f.data.data, f.data.len);
-        _r.images_bytes += f.data.len;
-        ptrs.push_back(&f);
+        files[i] = image_piece(images, i, 0, images.contents[i].size());
+        _r.images_bytes += files[i].data.len;
+        ptrs.push_back(&files[i]);
     }
     _r.image_files = uint32_t(files.size());
     wait_registered();
@@ -683,46 +686,56 @@ void migration::load_parked() {
     _r.source_pages_total = _parked->pages_total;
 }
 
+// No source: the images come from the parked record, the pages from the pool.
+void migration::run_unpark() {
+    try {
+        load_parked();
+        connect_destination("");
+        image_list images;
+        for (size_t i = 0; i < _parked->n_images; i++) {
+            const auto& f = *_parked->images[i];
+            if (buffer_checksum(f.data.data, f.data.len) != f.xxh64)
+                throw error(fmt::format("the parked image {} fails its checksum", f.name));
+            images.names.emplace_back(f.name);
+            images.contents.emplace_back(f.data.data, f.data.data + f.data.len);
+        }
+        _r.t_dumped = _r.t_start;
+        send_images(images);
+        wait_resumed();
+    } catch (const std::exception& e) {
+        _r.error = e.what(); // the record and the pages stay in the pool
+        return;
+    }
+    try {
+        wait_transfer();
+        _r.ok = true;
+        drop_record(_opt.pool->nodes, _opt.park_name); // no longer parked: it runs
+    } catch (const std::exception& e) {
+        _r.error = e.what();
+    }
+}
+
+// Before the freeze: the name (checked by the CLI) must be free; the pages
+// get an object id that the record can name.
+void migration::reserve_park_name() {
+    if (load_record(_opt.pool->nodes, _opt.park_name))
+        throw error(
+            fmt::format("a workload named '{}' is already parked in this pool", _opt.park_name));
+    _opt.pool->object = pool::object_for(_r.id);
+    _r.pool = _opt.pool->to_string();
+}
+
 migration_result migration::run() {
     _r.t_start = monotonic_ns();
     if (_opt.mode == migrate_mode::unpark) {
-        try {
-            load_parked();
-            connect_destination("");
-            image_list images;
-            for (size_t i = 0; i < _parked->n_images; i++) {
-                const auto& f = *_parked->images[i];
-                if (buffer_checksum(f.data.data, f.data.len) != f.xxh64)
-                    throw error(fmt::format("the parked image {} fails its checksum", f.name));
-                images.names.emplace_back(f.name);
-                images.contents.emplace_back(f.data.data, f.data.data + f.data.len);
-            }
-            _r.t_dumped = _r.t_start;
-            send_images(images);
-            wait_resumed();
-        } catch (const std::exception& e) {
-            _r.error = e.what(); // the record and the pages stay in the pool
-            return _r;
-        }
-        try {
-            wait_transfer();
-            _r.ok = true;
-            drop_record(_opt.pool->nodes, _opt.park_name); // no longer parked: it runs
-        } catch (const std::exception& e) {
-            _r.error = e.what();
-        }
+        run_unpark();
         return _r;
     }
     try {
         check_source();
         (void)criu::require_supported_criu();
         if (_opt.mode == migrate_mode::park) {
-            check_park_name(_opt.park_name);
-            if (load_record(_opt.pool->nodes, _opt.park_name))
-                throw error(fmt::format("a workload named '{}' is already parked in this pool",
-                                        _opt.park_name));
-            _opt.pool->object = pool::object_for(_r.id);
-            _r.pool = _opt.pool->to_string();
+            reserve_park_name();
         } else {
             connect_destination(_opt.advertised_source.value_or(_opt.local_daemon).to_string());
         }

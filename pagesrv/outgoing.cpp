@@ -151,7 +151,6 @@ bool outgoing_migration::abort(const std::string& reason, bool destination_never
     criu::abort_lazy_dump(_criu_port, std::chrono::seconds(30));
     if (_pusher)
         _pusher->discard(); // after the resume, which must not wait for the pool
-
     return true;
 }
 

@@ -54,16 +54,12 @@ read_figures time_single_reads(pool::pool_client& c, uint64_t pages, uint32_t re
     for (uint32_t i = 0; i < reads; i++) {
         const uint64_t page = pick(rng);
         const uint64_t t0 = monotonic_ns();
-        const int slot = c.begin_read(page, 1);
-        if (slot < 0)
-            throw std::runtime_error("no read slot");
-        pool::read_status st;
-        while ((st = c.poll_read(slot)) == pool::read_status::pending)
-            c.progress(std::chrono::microseconds(500));
+        int slot = -1;
+        const auto st = c.read_now(page, 1, pool::read_mode::normal, slot);
         const uint64_t dt = monotonic_ns() - t0;
         if (st != pool::read_status::ok)
             throw std::runtime_error(fmt::format("page {}: {}", page, c.read_error(slot)));
-        if (page_checksum(c.read_pages(slot)) != c.read_checksums(slot)[0])
+        if (c.first_bad_page(slot))
             throw std::runtime_error(fmt::format("page {} fails its checksum", page));
         c.end_read(slot);
         rec.record(dt);
