@@ -76,13 +76,14 @@ start_daemon() {
   local h=$1 dir="$state/$1"
   mkdir -p "$dir"
   [ -x "$build/pagesrv/pagesrv" ] || die "no pagesrv in $build (build first: meson setup build && ninja -C build)"
-  # nsenter and setsid exec in turn, so $! is pagesrv's own pid.
+  # env, nsenter and setsid exec in turn, so $! is pagesrv's own pid.
   local role=()
   case "$h" in
     p*) role=(--pool-node --capacity "${FERRY_POOL_CAPACITY:-256M}" --tier-dir "$dir/tier"
       --eviction "${FERRY_POOL_EVICTION:-lru}") ;;
   esac
-  nsenter --net="/run/netns/$(ns "$h")" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
+  # With engines, the daemon restores containers with the host's own podman.
+  env $(engine_env "$h") nsenter --net="/run/netns/$(ns "$h")" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
     "${role[@]}" </dev/null >>"$dir/pagesrv.log" 2>&1 &
   echo $! >"$dir/pagesrv.pid"
   # Wait (bounded) until it accepts connections.
@@ -141,6 +142,10 @@ events_logfile_path = "$dir/podman/events.log"
 static_dir = "$dir/podman/root/libpod"
 tmp_dir = "$dir/podman/run/libpod"
 volume_path = "$dir/podman/root/volumes"
+# Podman's "runc" is Ferry's shim, which passes everything to runc and makes
+# checkpoint/restore lazy when Ferry asks (lib/engine_request.hpp).
+[engine.runtimes]
+runc = [ "$build/migrator/ferry-runc" ]
 EOF
   cat >"$dir/storage.conf" <<EOF
 [storage]
@@ -224,14 +229,14 @@ up() {
     ip -n "$(ns "$h")" addr add "$net.$(host_index "$h")/24" dev eth0
     ip -n "$(ns "$h")" link set eth0 up
   done
+  if [ "$engines" = 1 ]; then
+    for h in "${engine_hosts[@]}"; do write_engine_config "$h"; done
+  fi
   for h in "${hosts[@]}"; do
     start_daemon "$h"
   done
   if [ "$engines" = 1 ]; then
-    for h in "${engine_hosts[@]}"; do
-      write_engine_config "$h"
-      start_dockerd "$h"
-    done
+    for h in "${engine_hosts[@]}"; do start_dockerd "$h"; done
   fi
   local summary=""
   for h in "${hosts[@]}"; do summary+=" $h=$(addr "$h")"; done

@@ -28,6 +28,7 @@ struct run_args {
     std::string name; // checkpoint, restore
     std::string to, via, advertise, work_root = "/dev/shm/ferry", fabric = "tcp";
     pid_t pid = 0;
+    std::string container, engine = "podman";
     pool_args pool;
     bool json = false, keep_images = false;
 };
@@ -52,6 +53,8 @@ int run_migrate(const run_args& a) {
         if (a.mode != migrator::migrate_mode::migrate)
             migrator::check_park_name(a.name);
         opt.pid = a.pid;
+        opt.container = a.container;
+        opt.engine = a.container.empty() ? "" : a.engine;
         if (a.mode == migrator::migrate_mode::migrate)
             opt.destination = net::parse_endpoint(a.to);
         else if (a.mode == migrator::migrate_mode::unpark)
@@ -107,15 +110,27 @@ int main(int argc, char** argv) {
     CLI::App app{"Ferry: post-copy live migration of containers and process trees"};
     app.require_subcommand(1);
 
-    auto* mig = app.add_subcommand("migrate", "migrate a process tree to another host, post-copy");
+    auto* mig = app.add_subcommand(
+        "migrate", "migrate a container or a process tree to another host, post-copy");
     run_args a;
     const char* env_daemon = std::getenv("FERRY_DAEMON");
     a.via = env_daemon ? env_daemon : "127.0.0.1:7140";
     auto& pool = a.pool;
-    mig->add_option("--pid", a.pid,
-                    "root of the process tree; must be the init of its own PID namespace")
-        ->required()
-        ->check(CLI::PositiveNumber);
+    auto* pid_opt =
+        mig->add_option("--pid", a.pid,
+                        "root of a process tree; must be the init of its own PID namespace")
+            ->check(CLI::PositiveNumber);
+    auto* ctr_opt = mig->add_option("--container", a.container,
+                                    "a running container of --engine; it keeps its name on the "
+                                    "destination and is removed here once it runs there");
+    pid_opt->excludes(ctr_opt);
+    mig->add_option("--engine", a.engine, "the container's engine: podman")
+        ->check(CLI::IsMember({"podman"}))
+        ->capture_default_str();
+    mig->callback([&] {
+        if (a.pid == 0 && a.container.empty())
+            throw CLI::ValidationError("migrate", "give --pid or --container");
+    });
     mig->add_option("--to", a.to, "the destination host's pagesrv, IP:PORT")->required();
     mig->add_option("--via", a.via,
                     "this host's pagesrv, IP:PORT (default $FERRY_DAEMON or 127.0.0.1:7140)");

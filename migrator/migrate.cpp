@@ -6,10 +6,12 @@
 #include "criu_image.hpp"
 #include "criu_page_server.hpp"
 #include "criu_rpc.hpp"
+#include "dump_driver.hpp"
 #include "error.hpp"
 #include "fault_inject.hpp"
 #include "log.hpp"
 #include "park.hpp"
+#include "podman.hpp"
 #include "pool_client.hpp"
 #include "proc.hpp"
 
@@ -88,6 +90,8 @@ class migration {
         _r.park_name = opt.park_name;
         _r.source_pid = opt.pid;
         _r.fabric = opt.fabric.to_string();
+        _r.engine = opt.engine;
+        _r.container = opt.container;
         if (opt.pool)
             _r.pool = opt.pool->to_string();
     }
@@ -99,7 +103,6 @@ class migration {
     void connect_destination(const std::string& source_addr);
     void connect_local_daemon();
     void start_dump();
-    void wait_dumped();
     void register_with_source();
     image_list collect_images();
     void send_images(const image_list& images);
@@ -116,8 +119,6 @@ class migration {
     void request_handoff();
     void handle_handoff();
     void finish_source();
-    void handle_criu_notification();
-    void read_criu_until_status_ready();
     void abort_source(const std::string& reason);
     void cleanup();
 
@@ -126,15 +127,12 @@ class migration {
     migration_result _r;
     unique_fd _dest;
     unique_fd _src;
-    std::optional<criu::service> _criu;
+    std::unique_ptr<dump_driver> _dump;
+    std::optional<podman::container> _container; // container migrations
     uint16_t _criu_port = 0;
     std::filesystem::path _dir;
-    unique_fd _dir_fd;
     bool _dump_started = false;
-    bool _status_ready = false;
     bool _registered = false;
-    bool _dump_response_seen = false;
-    bool _dump_succeeded = false;
     bool _destination_never_ran = false; // its restore failed before the tasks ran
     bool _handoff_pending = false;       // the source daemon owes an outgoing_handed_off
     parked_record _parked;               // unpark: the record being restored
@@ -142,6 +140,16 @@ class migration {
 };
 
 void migration::check_source() {
+    if (!_opt.container.empty()) {
+        if (_opt.engine != "podman")
+            throw error(fmt::format("engine '{}' is not supported (podman is)", _opt.engine));
+        _container = podman::inspect(_opt.container);
+        if (!_container->running || _container->pid <= 0)
+            throw error(fmt::format("container '{}' is not running", _opt.container));
+        podman::require_ferry_runtime();
+        _opt.pid = _container->pid;
+        _r.source_pid = _opt.pid;
+    }
     const auto pids = proc::ns_pids(_opt.pid);
     if (pids.empty())
         throw error(fmt::format("no process with pid {}", _opt.pid));
@@ -167,6 +175,10 @@ void migration::connect_destination(const std::string& source_addr) {
     const std::string fabric = _opt.fabric.to_string();
     prep.fabric = const_cast<char*>(fabric.c_str());
     prep.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
+    if (_container) {
+        prep.engine = const_cast<char*>(_opt.engine.c_str());
+        prep.container_name = const_cast<char*>(_container->name.c_str());
+    }
     control::send_message(_dest.get(), prep, net::after(control_timeout));
     auto ok = control::receive(_dest.get(), net::after(control_timeout));
     control::expect(ok.get(), FERRY_CONTROL__ENVELOPE__BODY_PREPARE_OK,
@@ -220,59 +232,18 @@ void migration::start_dump() {
     raise_pipe_max_size(*_log);
     _dir = _opt.work_root / _r.id;
     std::filesystem::create_directories(_dir);
-    _dir_fd.reset(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
-    if (!_dir_fd)
-        throw sys_error("open " + _dir.string());
     _criu_port = net::pick_free_loopback_port();
-
-    CriuPageServerInfo ps = CRIU_PAGE_SERVER_INFO__INIT;
-    ps.address = const_cast<char*>("127.0.0.1");
-    ps.has_port = true;
-    ps.port = _criu_port;
-    CriuOpts opts = CRIU_OPTS__INIT;
-    opts.images_dir_fd = _dir_fd.get();
-    opts.has_pid = true;
-    opts.pid = _opt.pid;
-    opts.log_file = const_cast<char*>("dump.log");
-    opts.has_log_level = true;
-    opts.log_level = 4;
-    opts.has_lazy_pages = true;
-    opts.lazy_pages = true;
-    opts.ps = &ps;
-    opts.has_notify_scripts = true;
-    opts.notify_scripts = true;
-    CriuReq req = CRIU_REQ__INIT;
-    req.type = CRIU_REQ_TYPE__DUMP;
-    req.opts = &opts;
-    _criu.emplace(criu::service::start());
-    _criu->send(req);
+    _dump = _container ? podman::make_dump(*_container, _dir, _r.id)
+                       : make_criu_dump(_opt.pid, _dir, _r.id);
+    _dump->start(_criu_port);
     _dump_started = true;
-}
-
-// Until "post-dump": the tasks are frozen and every image is written.
-void migration::wait_dumped() {
-    for (;;) {
-        auto r = _criu->receive(net::after(restore_timeout));
-        if (r->type != CRIU_REQ_TYPE__NOTIFY) {
-            _dump_response_seen = true;
-            throw error(criu::describe_failure(*r, (_dir / "dump.log").string()));
-        }
-        const std::string script = r->notify && r->notify->script ? r->notify->script : "";
-        if (script == "pre-dump")
-            _r.t_freeze = monotonic_ns(); // CRIU seizes the tasks right after this
-        _criu->ack_notify(true);
-        if (script == "post-dump") {
-            _r.t_dumped = monotonic_ns();
-            return;
-        }
-    }
 }
 
 // Registration comes before the images leave, so the source can serve pages
 // as soon as the destination asks; its reply is read afterwards.
 void migration::register_with_source() {
     FerryControl__OutgoingRegister reg = FERRY_CONTROL__OUTGOING_REGISTER__INIT;
-    const std::string dir = _dir.string();
+    const std::string dir = _dump->images_dir().string();
     reg.migration_id = const_cast<char*>(_r.id.c_str());
     reg.images_dir = const_cast<char*>(dir.c_str());
     reg.root_pid = _opt.pid;
@@ -285,11 +256,15 @@ void migration::register_with_source() {
 
 image_list migration::collect_images() {
     image_list l;
-    for (const auto& entry : std::filesystem::directory_iterator(_dir)) {
+    for (const auto& entry : std::filesystem::directory_iterator(_dump->images_dir())) {
         if (!entry.is_regular_file() || entry.path().extension() == ".log")
             continue;
         l.names.push_back(entry.path().filename().string());
         l.contents.push_back(criu::read_file(entry.path()));
+    }
+    for (auto& f : _dump->engine_files()) {
+        l.names.push_back("engine." + f.name);
+        l.contents.push_back(std::move(f.data));
     }
     if (fault_injected(fault::corrupt_images)) {
         for (size_t i = 0; i < l.names.size(); i++)
@@ -348,26 +323,6 @@ void migration::wait_registered() {
     _r.source_pages_total = e->outgoing_registered->pages_total;
 }
 
-// One notification from CRIU after post-dump, answered at once; the only one
-// that matters is status-ready (its page server listens). A final response
-// here means the dump ended early, and CRIU has resumed the tasks.
-void migration::handle_criu_notification() {
-    auto r = _criu->receive(net::after(control_timeout));
-    if (r->type != CRIU_REQ_TYPE__NOTIFY) {
-        _dump_response_seen = true;
-        throw error("CRIU ended the dump before its page server was ready: " +
-                    criu::describe_failure(*r, (_dir / "dump.log").string()));
-    }
-    _criu->ack_notify(true);
-    if (r->notify && r->notify->script && std::string(r->notify->script) == "status-ready")
-        _status_ready = true;
-}
-
-void migration::read_criu_until_status_ready() {
-    while (!_status_ready)
-        handle_criu_notification();
-}
-
 // The destination has restored the tasks and waits at post-restore. Make sure
 // the source can stay frozen (CRIU's page server is up, so CLOSE will work),
 // commit it, then let the destination resume.
@@ -389,7 +344,7 @@ void migration::handle_resume_request() {
 
 // From here on the source tasks must never run again.
 void migration::commit_source() {
-    read_criu_until_status_ready();
+    _dump->wait_page_server();
     FerryControl__OutgoingCommit c = FERRY_CONTROL__OUTGOING_COMMIT__INIT;
     control::send_message(_src.get(), c, net::after(control_timeout));
     auto e = control::receive(_src.get(), net::after(control_timeout));
@@ -403,15 +358,16 @@ void migration::wait_resumed() {
     for (;;) {
         // While waiting for the destination, answer CRIU's notifications
         // promptly so its page server comes up in parallel.
-        pollfd fds[2] = {{_dest.get(), POLLIN, 0}, {_criu ? _criu->fd() : -1, POLLIN, 0}};
-        const int nfds = _status_ready || !_criu ? 1 : 2;
+        const int dump_fd = _dump ? _dump->event_fd() : -1;
+        pollfd fds[2] = {{_dest.get(), POLLIN, 0}, {dump_fd, POLLIN, 0}};
+        const int nfds = dump_fd < 0 ? 1 : 2;
         if (::poll(fds, nfds_t(nfds), 100) < 0 && errno != EINTR)
             throw sys_error("poll");
         if (std::chrono::steady_clock::now() > until)
             throw error("the destination did not restore in time");
         check_interrupt();
         if (nfds == 2 && fds[1].revents)
-            handle_criu_notification();
+            _dump->on_event();
         if (!fds[0].revents)
             continue;
         auto e = control::receive(_dest.get(), net::after(control_timeout));
@@ -429,7 +385,10 @@ void migration::wait_resumed() {
             throw error(fmt::format("restore failed on the destination: {}",
                                     res.error ? res.error : "unknown"));
         }
-        _r.t_resumed = monotonic_ns();
+        // An engine's restore returns a little after the tasks resumed; the
+        // destination measured by how much (network latency not counted).
+        _r.dest_engine_settle_ns = res.has_engine_settle_ns ? res.engine_settle_ns : 0;
+        _r.t_resumed = monotonic_ns() - _r.dest_engine_settle_ns;
         _r.destination_pid = res.has_root_pid ? res.root_pid : -1;
         _r.dest_images_check_ns = res.images_check_ns;
         _r.dest_lazy_start_ns = res.lazy_start_ns;
@@ -541,38 +500,22 @@ void migration::finish_source() {
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISHED, "local daemon");
     _r.source_pages_served = e->outgoing_finished->pages_served;
     _r.source_bytes_sent = e->outgoing_finished->bytes_sent;
-    for (;;) {
-        auto r = _criu->receive(net::after(control_timeout));
-        if (r->type == CRIU_REQ_TYPE__NOTIFY) {
-            _criu->ack_notify(true);
-            continue;
-        }
-        _dump_response_seen = true;
-        _dump_succeeded = r->success;
-        if (!r->success)
-            _log->warn("CRIU reported the dump as failed after CLOSE: {}",
-                       criu::describe_failure(*r, (_dir / "dump.log").string()));
-        break;
-    }
-    _criu->wait();
-    _criu.reset();
+    if (!_dump->wait_end(control_timeout))
+        _log->warn("CRIU reported the dump as failed after CLOSE: {}", _dump->end_error());
     _r.t_finished = monotonic_ns();
 }
 
 // Before the commit (or after it, when the destination's restore failed
 // before its tasks ran): make CRIU resume the frozen source tasks.
 void migration::abort_source(const std::string& reason) {
-    if (!_dump_started || _dump_response_seen) {
-        _criu.reset();
+    if (!_dump_started || _dump->ended())
         return; // CRIU never froze the tasks, or already resumed them after its own failure
-    }
     try {
         // The abort goes through CRIU's page server, which only listens
         // once this process has answered status-ready.
-        read_criu_until_status_ready();
+        _dump->wait_page_server();
     } catch (const std::exception& e) {
         _log->warn("{}", e.what());
-        _criu.reset();
         return;
     }
     bool aborted = false;
@@ -595,20 +538,12 @@ void migration::abort_source(const std::string& reason) {
         if (!aborted) {
             criu::abort_lazy_dump(_criu_port, std::chrono::seconds(10));
         }
-        for (;;) {
-            auto r = _criu->receive(net::after(control_timeout));
-            if (r->type == CRIU_REQ_TYPE__NOTIFY) {
-                _criu->ack_notify(true);
-                continue;
-            }
-            break; // the dump's final (failed) response: the tasks were resumed
-        }
+        (void)_dump->wait_end(control_timeout); // failed, by design: the tasks were resumed
     } catch (const std::exception& e) {
         _log->error("aborting CRIU's dump: {}; killing CRIU so the kernel detaches the tasks",
                     e.what());
-        _criu->kill();
+        _dump->kill();
     }
-    _criu.reset();
 }
 
 // A failed migration keeps CRIU's logs for the post-mortem, not its images
@@ -742,7 +677,7 @@ migration_result migration::run() {
         connect_local_daemon();
         check_interrupt();
         start_dump();
-        wait_dumped();
+        _dump->wait_dumped(_r);
         if (_opt.mode == migrate_mode::park) {
             park();
             _r.ok = true;
@@ -775,6 +710,8 @@ migration_result migration::run() {
         if (!_r.handed_off)
             finish_source();
         _r.ok = true;
+        if (_container)
+            _r.source_removed = _dump->remove_source();
         if (!process_gone(_opt.pid))
             _log->warn("source pid {} is still present after the dump ended", _opt.pid);
     } catch (const std::exception& e) {

@@ -34,6 +34,9 @@ struct migrate_options {
     migrate_mode mode = migrate_mode::migrate;
     std::string park_name; // park, unpark: the parked workload's name
     pid_t pid = 0;
+    // A container instead of a bare tree: its engine ("podman") and name.
+    std::string engine;
+    std::string container;
     net::endpoint destination;
     net::endpoint local_daemon;
     std::optional<net::endpoint>
@@ -69,6 +72,8 @@ struct migration_result {
     bool source_running = false; // after a failure: did the source survive?
     pid_t source_pid = 0;
     pid_t destination_pid = -1;
+    std::string engine, container; // container migrations
+    bool source_removed = false;   // the source container is gone (after the resume)
 
     // Moments on this host's monotonic clock, ns; 0 when not reached.
     uint64_t t_start = 0, t_freeze = 0, t_dumped = 0, t_images_sent = 0, t_ready_to_resume = 0;
@@ -76,6 +81,7 @@ struct migration_result {
     uint64_t prepare_ns = 0; // before the freeze: registering memory for the fabric
     // Destination phases, on its clock.
     uint64_t dest_images_check_ns = 0, dest_lazy_start_ns = 0, dest_criu_restore_ns = 0;
+    uint64_t dest_engine_settle_ns = 0; // engine restores: resume -> engine command done
 
     uint64_t images_bytes = 0;
     uint32_t image_files = 0;

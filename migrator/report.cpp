@@ -57,6 +57,12 @@ nlohmann::json to_json(const migration_result& r) {
     }
     j["source_pid"] = r.source_pid;
     j["destination_pid"] = r.destination_pid;
+    if (!r.container.empty()) {
+        j["engine"] = r.engine;
+        j["container"] = r.container;
+        j["source_container_removed"] = r.source_removed;
+        j["engine_settle_ms"] = ns_to_ms(r.dest_engine_settle_ns);
+    }
     j["downtime_ms"] = r.downtime_ms();
     j["total_ms"] = r.total_ms();
     const auto& t = r.transfer.stats;
@@ -131,6 +137,9 @@ std::string human_summary(const migration_result& r) {
             s += fmt::format("  '{}' {}\n", r.park_name,
                              r.committed ? "was restored but did not finish: check the destination"
                                          : "stays parked in the pool");
+        else if (!r.committed && !r.container.empty())
+            s += fmt::format("  the source container '{}' {}\n", r.container,
+                             r.source_running ? "keeps running" : "is NOT running: check it");
         else if (!r.committed)
             s += fmt::format("  the source (pid {}) {}\n", r.source_pid,
                              r.source_running ? "keeps running" : "is NOT running: check it");
@@ -142,6 +151,11 @@ std::string human_summary(const migration_result& r) {
     if (r.mode == migrate_mode::unpark)
         s += fmt::format("restored '{}' from the pool -> pid {} in {:.1f} ms (migration {})\n",
                          r.park_name, r.destination_pid, r.downtime_ms(), r.id);
+    else if (!r.container.empty())
+        s += fmt::format("migrated {} container '{}' -> destination pid {} (migration {}); source "
+                         "container {}\n",
+                         r.engine, r.container, r.destination_pid, r.id,
+                         r.source_removed ? "removed" : "NOT removed");
     else
         s += fmt::format("migrated pid {} -> destination pid {} (migration {})\n", r.source_pid,
                          r.destination_pid, r.id);

@@ -6,12 +6,14 @@
 #include "criu_image.hpp"
 #include "criu_rpc.hpp"
 #include "daemon.hpp"
+#include "engine_restore.hpp"
 #include "error.hpp"
 #include "fabric.hpp"
 #include "fault_inject.hpp"
 #include "log.hpp"
 #include "pool_layout.hpp"
 #include "proc.hpp"
+#include "subprocess.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -97,7 +99,9 @@ class incoming_session {
         : _d(d), _fd(fd), _id(prepare.migration_id),
           _source(prepare.source_addr ? prepare.source_addr : ""),
           _fabric(prepare.fabric && *prepare.fabric ? prepare.fabric : "tcp"),
-          _pool(prepare.pool ? prepare.pool : ""), _log(make_logger("pagesrv")) {}
+          _pool(prepare.pool ? prepare.pool : ""), _engine(prepare.engine ? prepare.engine : ""),
+          _container(prepare.container_name ? prepare.container_name : ""),
+          _log(make_logger("pagesrv")) {}
 
     void run();
     // Once the session is over the images are of no use; the logs stay.
@@ -108,6 +112,8 @@ class incoming_session {
     bool receive_images();
     bool start_lazy_pages();
     bool restore();
+    bool restore_with_engine();
+    bool engine_restore_failed(const std::string& why, bool tasks_ran);
     void spawn_lazy_pages();
     void relay_transfer();
     std::optional<std::string> lazy_report_before_resume();
@@ -121,7 +127,8 @@ class incoming_session {
     std::string _id;
     std::string _source;
     std::string _fabric;
-    std::string _pool; // pool mode: the pool_spec lazy-pages reads from
+    std::string _pool;               // pool mode: the pool_spec lazy-pages reads from
+    std::string _engine, _container; // a container, restored through its engine
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;
@@ -160,12 +167,17 @@ void incoming_session::prepare() {
     // No source: a restore from the pool, which must hold every page.
     if (!_source.empty() || _pool.empty())
         net::parse_endpoint(_source); // validates
+    if (!_engine.empty()) {
+        engine_restore::check_engine(_engine, _container);
+        engine_restore::check_name_free(_container);
+    }
     _dir = _d.config().state_dir / "incoming" / _id;
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
-    // Both helpers start now, before the source freezes.
+    // The helpers start now, before the source freezes.
     spawn_lazy_pages();
-    _criu.emplace(criu::service::start());
+    if (_engine.empty())
+        _criu.emplace(criu::service::start());
     FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
     ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
     control::send_message(_fd, ok, net::after(control_timeout));
@@ -206,6 +218,12 @@ bool incoming_session::receive_images() {
             if (!out)
                 throw error(fmt::format("cannot write {}", (_dir / f.name).string()));
         }
+    }
+    if (!_engine.empty() &&
+        !std::filesystem::exists(
+            _dir / (std::string(engine_restore::engine_file_prefix) + "config.dump"))) {
+        send_restore_failure("a container migration without the engine's config.dump");
+        return false;
     }
     try {
         (void)criu::image_set::load(_dir);
@@ -307,6 +325,8 @@ bool incoming_session::start_lazy_pages() {
 }
 
 bool incoming_session::restore() {
+    if (!_engine.empty())
+        return restore_with_engine();
     const uint64_t t0 = monotonic_ns();
     unique_fd dir(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
     if (!dir)
@@ -383,6 +403,106 @@ bool incoming_session::restore() {
         }
         criu.ack_notify(ok);
     }
+}
+
+// The engine restores; CRIU inside it asks the gate (the shim, as CRIU's
+// post-restore action script) before the tasks run, as in restore() above.
+bool incoming_session::restore_with_engine() {
+    const uint64_t t0 = monotonic_ns();
+    const auto tar = _dir / "podman-import.tar";
+    try {
+        engine_restore::build_podman_import(_dir, _id, tar);
+    } catch (const std::exception& ex) {
+        send_restore_failure(ex.what());
+        return false;
+    }
+    unique_fd gate = engine_restore::listen_gate(_dir);
+    auto podman = child_process::spawn(engine_restore::podman_restore_command(tar, _container),
+                                       _dir / "podman-restore.log");
+    bool gated = false, resume = false;
+    uint64_t t_resume = 0;
+    const auto until = net::after(restore_timeout);
+    for (;;) {
+        pollfd fds[3] = {{gate.get(), POLLIN, 0},
+                         {podman.exit_fd(), POLLIN, 0},
+                         {_lazy.report.get(), POLLIN, 0}};
+        if (::poll(fds, 3, 1000) < 0 && errno != EINTR)
+            throw sys_error("poll engine restore");
+        _lazy.take_uffds();
+        if (std::chrono::steady_clock::now() > until) {
+            podman.signal(SIGKILL);
+            (void)podman.wait_for(std::chrono::seconds(10));
+            return engine_restore_failed("the engine did not restore in time", resume);
+        }
+        if (fds[2].revents && !resume) {
+            if (auto e = lazy_report_before_resume()) {
+                podman.signal(SIGKILL);
+                (void)podman.wait_for(std::chrono::seconds(10));
+                return engine_restore_failed(*e, false);
+            }
+        }
+        if (fds[0].revents && !gated) {
+            unique_fd conn(::accept4(gate.get(), nullptr, nullptr, SOCK_CLOEXEC));
+            if (!conn)
+                continue;
+            gated = true;
+            try {
+                _root_pid = engine_restore::read_gate_request(conn.get());
+                resume = ask_to_resume();
+            } catch (const std::exception& ex) {
+                _log->warn("migration {}: {}", _id, ex.what());
+            }
+            engine_restore::answer_gate(conn.get(), resume, resume ? "" : "not committed");
+            t_resume = monotonic_ns();
+        }
+        if (!fds[1].revents)
+            continue;
+        const auto status = podman.wait_for(std::chrono::milliseconds(0));
+        if (!status)
+            continue;
+        const bool ok = WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+        if (!ok)
+            return engine_restore_failed(fmt::format("podman container restore failed ({}): {}",
+                                                     describe_wait_status(*status),
+                                                     podman.log_tail()),
+                                         resume);
+        if (!resume)
+            // Restored without asking the gate: podman did not run Ferry's shim.
+            return engine_restore_failed(
+                "podman restored without Ferry's runc shim (is its runc runtime ferry-runc?)",
+                true);
+        _resumed = true;
+        if (const pid_t p = engine_restore::container_pid(_container); p > 0)
+            _root_pid = p;
+        FerryControl__RestoreResult res = FERRY_CONTROL__RESTORE_RESULT__INIT;
+        res.ok = true;
+        res.has_root_pid = true;
+        res.root_pid = _root_pid;
+        res.has_images_check_ns = true;
+        res.images_check_ns = _images_check_ns;
+        res.has_lazy_start_ns = true;
+        res.lazy_start_ns = _lazy_start_ns;
+        res.has_criu_restore_ns = true;
+        res.criu_restore_ns = t_resume - t0;
+        res.has_engine_settle_ns = true;
+        res.engine_settle_ns = monotonic_ns() - t_resume;
+        try {
+            control::send_message(_fd, res, net::after(control_timeout));
+        } catch (const std::exception& ex) {
+            _log->warn("migration {}: cannot report the resume: {}", _id, ex.what());
+        }
+        return true;
+    }
+}
+
+// Before the migrator hears of a resume, the source can take over again, so
+// nothing of the destination's copy may keep running.
+bool incoming_session::engine_restore_failed(const std::string& why, bool tasks_ran) {
+    if (tasks_ran && _root_pid > 0)
+        ::kill(_root_pid, SIGKILL);
+    engine_restore::remove_container(_container);
+    send_restore_failure(why);
+    return false;
 }
 
 bool incoming_session::ask_to_resume() {

@@ -1,0 +1,93 @@
+#include "engine_request.hpp"
+
+#include "error.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+namespace ferry::engine {
+
+namespace {
+
+using json = nlohmann::json;
+
+void write_json(const std::filesystem::path& file, const json& j) {
+    const auto tmp = file.string() + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << j.dump(2) << "\n";
+        if (!out)
+            throw error(fmt::format("cannot write {}", tmp));
+    }
+    std::filesystem::rename(tmp, file); // the shim never sees half a request
+}
+
+std::optional<json> read_json(const std::filesystem::path& file) {
+    std::ifstream in(file);
+    if (!in)
+        return std::nullopt;
+    try {
+        return json::parse(in);
+    } catch (const std::exception& e) {
+        throw error(fmt::format("{} is malformed: {}", file.string(), e.what()));
+    }
+}
+
+template <typename T>
+T field(const json& j, const char* key, const std::filesystem::path& file) {
+    try {
+        return j.at(key).get<T>();
+    } catch (const std::exception&) {
+        throw error(fmt::format("{} lacks a valid '{}'", file.string(), key));
+    }
+}
+
+} // namespace
+
+void write_request(const std::filesystem::path& file, const checkpoint_request& r) {
+    write_json(file, {{"migration_id", r.migration_id},
+                      {"migrator_pid", r.migrator_pid},
+                      {"page_server_port", r.page_server_port},
+                      {"status_fifo", r.status_fifo},
+                      {"criu_config", r.criu_config}});
+}
+
+void write_request(const std::filesystem::path& file, const restore_request& r) {
+    write_json(file, {{"migration_id", r.migration_id},
+                      {"lazy_socket", r.lazy_socket},
+                      {"gate_socket", r.gate_socket},
+                      {"criu_config", r.criu_config}});
+}
+
+std::optional<checkpoint_request> read_checkpoint_request(const std::filesystem::path& file) {
+    auto j = read_json(file);
+    if (!j)
+        return std::nullopt;
+    checkpoint_request r;
+    r.migration_id = field<std::string>(*j, "migration_id", file);
+    r.migrator_pid = field<pid_t>(*j, "migrator_pid", file);
+    r.page_server_port = field<uint16_t>(*j, "page_server_port", file);
+    r.status_fifo = field<std::string>(*j, "status_fifo", file);
+    r.criu_config = field<std::string>(*j, "criu_config", file);
+    if (r.migrator_pid <= 0 || r.page_server_port == 0 || r.status_fifo.empty())
+        throw error(fmt::format("{} holds an invalid request", file.string()));
+    return r;
+}
+
+std::optional<restore_request> read_restore_request(const std::filesystem::path& file) {
+    auto j = read_json(file);
+    if (!j)
+        return std::nullopt;
+    restore_request r;
+    r.migration_id = field<std::string>(*j, "migration_id", file);
+    r.lazy_socket = field<std::string>(*j, "lazy_socket", file);
+    r.gate_socket = field<std::string>(*j, "gate_socket", file);
+    r.criu_config = field<std::string>(*j, "criu_config", file);
+    if (r.lazy_socket.empty() || r.gate_socket.empty())
+        throw error(fmt::format("{} holds an invalid request", file.string()));
+    return r;
+}
+
+} // namespace ferry::engine

@@ -1,0 +1,187 @@
+// ferry-runc: the runc that container engines run when Ferry is installed.
+// It passes every command to the real runc unchanged, except a checkpoint or
+// restore for which Ferry left a request (lib/engine_request.hpp): those get
+// runc's lazy-pages options. CRIU also runs this binary as its action
+// script during such a restore; its post-restore step is Ferry's commit
+// gate: the tasks resume only if the destination daemon says so.
+#include "engine_request.hpp"
+#include "net.hpp"
+#include "unique_fd.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace ferry;
+
+constexpr int gate_timeout_ms = 120'000; // the migrator commits the source meanwhile
+
+void say(const std::string& what) {
+    std::fprintf(stderr, "ferry-runc: %s\n", what.c_str());
+}
+
+std::string real_runc() {
+    const fs::path self = fs::read_symlink("/proc/self/exe");
+    for (const char* c :
+         {"/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc"}) {
+        std::error_code ec;
+        if (fs::exists(c, ec) && fs::canonical(c, ec) != self)
+            return c;
+    }
+    say("cannot find runc");
+    std::exit(127);
+}
+
+// The value of `--name VALUE` or `--name=VALUE` in args.
+std::optional<std::string> option_value(const std::vector<std::string>& args,
+                                        const std::string& name) {
+    for (size_t i = 0; i < args.size(); i++) {
+        if (args[i] == name && i + 1 < args.size())
+            return args[i + 1];
+        if (args[i].rfind(name + "=", 0) == 0)
+            return args[i].substr(name.size() + 1);
+    }
+    return std::nullopt;
+}
+
+// runc's global options that take a value; the first other non-option
+// argument is the command.
+size_t command_index(const std::vector<std::string>& args) {
+    for (size_t i = 0; i < args.size(); i++) {
+        const auto& a = args[i];
+        if (a == "--log" || a == "--log-format" || a == "--root" || a == "--criu" ||
+            a == "--rootless") {
+            i++;
+            continue;
+        }
+        if (a.rfind("-", 0) != 0)
+            return i;
+    }
+    return args.size();
+}
+
+void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
+    const auto work = option_value(args, "--work-path");
+    if (!work)
+        return;
+    auto req = engine::read_checkpoint_request(fs::path(*work) / engine::checkpoint_request_file);
+    if (!req)
+        return;
+    if (::kill(req->migrator_pid, 0) != 0) {
+        say("ignoring a stale Ferry request (its migrator is gone): a plain checkpoint");
+        return;
+    }
+    const int fd = ::open(req->status_fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd < 0)
+        throw std::runtime_error("cannot open the migrator's status fifo " + req->status_fifo +
+                                 ": " + std::strerror(errno));
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    const std::vector<std::string> lazy = {"--lazy-pages", "--page-server",
+                                           "127.0.0.1:" + std::to_string(req->page_server_port),
+                                           "--status-fd", std::to_string(fd)};
+    args.insert(args.begin() + long(cmd) + 1, lazy.begin(), lazy.end());
+    ::setenv("FERRY_MIGRATION_ID", req->migration_id.c_str(), 1);
+    if (!req->criu_config.empty())
+        ::setenv("CRIU_CONFIG_FILE", req->criu_config.c_str(), 1);
+}
+
+void lazy_restore(std::vector<std::string>& args, size_t cmd) {
+    const auto images = option_value(args, "--image-path");
+    if (!images)
+        return;
+    auto req = engine::read_restore_request(fs::path(*images) / engine::restore_request_file);
+    if (!req)
+        return;
+    // CRIU connects to lazy-pages.socket in its work dir; Ferry's lazy-pages
+    // listens in its own.
+    const fs::path work = option_value(args, "--work-path").value_or(*images);
+    const auto link = work / "lazy-pages.socket";
+    std::error_code ec;
+    fs::remove(link, ec);
+    fs::create_symlink(req->lazy_socket, link);
+    args.insert(args.begin() + long(cmd) + 1, "--lazy-pages");
+    ::setenv("FERRY_MIGRATION_ID", req->migration_id.c_str(), 1);
+    ::setenv("FERRY_GATE", req->gate_socket.c_str(), 1);
+    if (!req->criu_config.empty())
+        ::setenv("CRIU_CONFIG_FILE", req->criu_config.c_str(), 1);
+}
+
+// As CRIU's action script. Only post-restore of a Ferry restore matters.
+int action_script(const std::string& action) {
+    const char* gate = std::getenv("FERRY_GATE");
+    if (action != "post-restore" || !gate)
+        return 0;
+    const char* pid = std::getenv("CRTOOLS_INIT_PID");
+    try {
+        unique_fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        if (std::strlen(gate) >= sizeof addr.sun_path)
+            throw std::runtime_error("gate socket path too long");
+        std::strcpy(addr.sun_path, gate);
+        if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr))
+            throw std::runtime_error(std::string("connect to the gate: ") + std::strerror(errno));
+        const std::string ask = std::string("post-restore ") + (pid ? pid : "0") + "\n";
+        if (::write(s.get(), ask.data(), ask.size()) != ssize_t(ask.size()))
+            throw std::runtime_error("write to the gate failed");
+        std::string answer;
+        char c;
+        while (answer.size() < 4096) {
+            pollfd p{s.get(), POLLIN, 0};
+            if (::poll(&p, 1, gate_timeout_ms) <= 0)
+                throw std::runtime_error("no answer from the gate");
+            if (::read(s.get(), &c, 1) != 1 || c == '\n')
+                break;
+            answer += c;
+        }
+        if (answer == engine::gate_resume)
+            return 0;
+        say("the restored tasks may not resume: " + (answer.empty() ? "no answer" : answer));
+    } catch (const std::exception& e) {
+        say(std::string("commit gate: ") + e.what());
+    }
+    return 1; // CRIU kills the restored tasks
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (const char* action = std::getenv("CRTOOLS_SCRIPT_ACTION"))
+        return action_script(action);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    try {
+        const size_t cmd = command_index(args);
+        if (cmd < args.size() && args[cmd] == "checkpoint")
+            lazy_checkpoint(args, cmd);
+        else if (cmd < args.size() && args[cmd] == "restore")
+            lazy_restore(args, cmd);
+    } catch (const std::exception& e) {
+        // A request Ferry cannot honour must fail the command: a plain
+        // checkpoint would stop the container, not migrate it.
+        say(e.what());
+        return 1;
+    }
+    const std::string runc = real_runc();
+    std::vector<char*> cargv = {const_cast<char*>(runc.c_str())};
+    for (auto& a : args)
+        cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    ::execv(runc.c_str(), cargv.data());
+    say("exec " + runc + ": " + std::strerror(errno));
+    return 127;
+}

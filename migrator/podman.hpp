@@ -1,0 +1,53 @@
+// Podman underneath a migration.
+//
+// Source: Ferry runs podman's own `container checkpoint --export`, so podman
+// writes the container's configuration (config.dump, spec.dump) and drives
+// runc as usual. Ferry's runc shim (ferry-runc, podman's "runc" runtime) finds
+// Ferry's request in the container's bundle and adds --lazy-pages,
+// --page-server and --status-fd to runc's checkpoint. CRIU then keeps the
+// tasks frozen until Ferry's daemon sends CLOSE, so podman's command lasts the
+// whole migration; Ferry takes the images and podman's files as soon as CRIU's
+// page server is up, and builds the writable layer's diff itself.
+//
+// Destination (pagesrv/engine_restore.cpp): `podman container restore
+// --import` of a tar in podman's export format, made lazy by the shim too.
+#pragma once
+
+#include "dump_driver.hpp"
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::migrator::podman {
+
+struct container {
+    std::string id;
+    std::string name;
+    pid_t pid = 0; // its init, on the host
+    bool running = false;
+    std::filesystem::path bundle; // runc's --work-path: podman's config.dump lands here
+    std::filesystem::path upper_dir;
+    std::vector<std::filesystem::path> lower_dirs; // topmost first
+    std::string runtime;
+};
+
+// Throws a clear error when there is no such container.
+container inspect(const std::string& name);
+
+// Throws unless podman's "runc" runtime is Ferry's shim.
+void require_ferry_runtime();
+
+// The overlay upper dir's changes as podman's export carries them: a tar of
+// what was added or changed, and the container paths that were deleted
+// (whiteouts, and what opaque directories hide).
+void write_rootfs_diff(const container& c, const std::filesystem::path& tar_out,
+                       std::vector<std::string>& deleted);
+
+std::unique_ptr<dump_driver> make_dump(const container& c, const std::filesystem::path& dir,
+                                       const std::string& migration_id);
+
+} // namespace ferry::migrator::podman
