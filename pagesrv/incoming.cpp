@@ -109,6 +109,7 @@ class incoming_session {
 
   private:
     void prepare();
+    void check_prepare();
     bool receive_images();
     bool start_lazy_pages();
     bool restore();
@@ -158,7 +159,27 @@ void incoming_session::kill_restored(const std::string& why) {
     ::kill(_root_pid, SIGKILL);
 }
 
+// Refusals go back to the migrator as an error frame, before the source freezes.
 void incoming_session::prepare() {
+    try {
+        check_prepare();
+    } catch (const std::exception& e) {
+        try {
+            control::send_error(_fd, e.what(), net::after(control_timeout));
+        } catch (const std::exception&) {
+        }
+        throw;
+    }
+    // The helpers start now, before the source freezes.
+    spawn_lazy_pages();
+    if (_engine.empty())
+        _criu.emplace(criu::service::start());
+    FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
+    ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
+    control::send_message(_fd, ok, net::after(control_timeout));
+}
+
+void incoming_session::check_prepare() {
     if (!valid_migration_id(_id))
         throw error(fmt::format("'{}' is not a migration id", _id));
     (void)fabric_spec::parse(_fabric);
@@ -174,13 +195,6 @@ void incoming_session::prepare() {
     _dir = _d.config().state_dir / "incoming" / _id;
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
-    // The helpers start now, before the source freezes.
-    spawn_lazy_pages();
-    if (_engine.empty())
-        _criu.emplace(criu::service::start());
-    FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
-    ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
-    control::send_message(_fd, ok, net::after(control_timeout));
 }
 
 bool incoming_session::receive_images() {
