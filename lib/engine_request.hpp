@@ -48,4 +48,14 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
 //   daemon -> shim: "resume\n" or "refuse <reason>\n"
 inline constexpr const char* gate_resume = "resume";
 
+// The directory holding Ferry's CRIU plugin (ferry_criu.so), for CRIU's
+// `libdir`: $FERRY_CRIU_PLUGIN_DIR, the build tree beside this binary, or the
+// installed lib/ferry/criu. Nothing if it is not there (CRIU runs without it).
+std::optional<std::filesystem::path> criu_plugin_dir();
+
+// Writes a CRIU config file that loads Ferry's plugin (if found), plus `extra`
+// lines; returns its path.
+std::filesystem::path write_criu_config(const std::filesystem::path& file,
+                                        const std::string& extra = "");
+
 } // namespace ferry::engine

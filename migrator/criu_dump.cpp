@@ -4,10 +4,12 @@
 #include "clock.hpp"
 #include "criu_rpc.hpp"
 #include "dump_driver.hpp"
+#include "engine_request.hpp"
 #include "error.hpp"
 #include "unique_fd.hpp"
 
 #include <fcntl.h>
+#include <stdlib.h>
 
 #include <optional>
 
@@ -20,7 +22,8 @@ constexpr auto dump_timeout = std::chrono::minutes(5);
 
 class criu_dump final : public dump_driver {
   public:
-    criu_dump(pid_t pid, std::filesystem::path dir) : _pid(pid), _dir(std::move(dir)) {}
+    criu_dump(pid_t pid, std::filesystem::path dir, std::string id)
+        : _pid(pid), _dir(std::move(dir)), _id(std::move(id)) {}
 
     void start(uint16_t port) override {
         _dir_fd.reset(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
@@ -42,6 +45,10 @@ class criu_dump final : public dump_driver {
         opts.ps = &ps;
         opts.has_notify_scripts = true;
         opts.notify_scripts = true;
+        // Ferry's CRIU plugin tags its reports with the migration id.
+        const auto config = engine::write_criu_config(_dir / "criu-dump.conf").string();
+        opts.config_file = const_cast<char*>(config.c_str());
+        ::setenv("FERRY_MIGRATION_ID", _id.c_str(), 1);
         CriuReq req = CRIU_REQ__INIT;
         req.type = CRIU_REQ_TYPE__DUMP;
         req.opts = &opts;
@@ -125,6 +132,7 @@ class criu_dump final : public dump_driver {
 
     pid_t _pid;
     std::filesystem::path _dir;
+    std::string _id;
     unique_fd _dir_fd;
     std::optional<criu::service> _criu;
     bool _status_ready = false;
@@ -136,8 +144,8 @@ class criu_dump final : public dump_driver {
 } // namespace
 
 std::unique_ptr<dump_driver> make_criu_dump(pid_t pid, const std::filesystem::path& dir,
-                                            const std::string&) {
-    return std::make_unique<criu_dump>(pid, dir);
+                                            const std::string& migration_id) {
+    return std::make_unique<criu_dump>(pid, dir, migration_id);
 }
 
 } // namespace ferry::migrator

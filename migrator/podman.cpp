@@ -187,6 +187,7 @@ class podman_dump final : public dump_driver {
         req.migrator_pid = ::getpid();
         req.page_server_port = port;
         req.status_fifo = fifo.string();
+        req.criu_config = engine::write_criu_config(_dir / "criu-dump.conf").string();
         engine::write_request(request_path(), req);
         _t_start = monotonic_ns();
         // The export's rootfs and volumes are never used: Ferry ships the

@@ -68,9 +68,13 @@ void daemon::run() {
     ::signal(SIGPIPE, SIG_IGN);
     _log->info("listening on {}, state in {}, CRIU {}", _cfg.listen.to_string(),
                _cfg.state_dir.string(), _criu_version);
+    if (_criu_events.fd() < 0)
+        _log->warn("another daemon in this network namespace receives the CRIU plugin's reports");
     for (;;) {
-        pollfd fds[2] = {{_listener.get(), POLLIN, 0}, {signals.get(), POLLIN, 0}};
-        int r = ::poll(fds, 2, 1000);
+        pollfd fds[3] = {{_listener.get(), POLLIN, 0},
+                         {signals.get(), POLLIN, 0},
+                         {_criu_events.fd(), POLLIN, 0}};
+        int r = ::poll(fds, 3, 1000);
         if (r < 0 && errno != EINTR)
             throw sys_error("poll");
         reap_finished_connections();
@@ -82,6 +86,10 @@ void daemon::run() {
             _log->info("signal {}: stopping", si.ssi_signo);
             break;
         }
+        if (fds[2].revents)
+            for (const auto& [id, e] : _criu_events.receive())
+                _log->info("migration {}: CRIU {} (pid {}, ret {}) at {} ns", id, e.name, e.pid,
+                           e.ret, e.monotonic_ns);
         if (fds[0].revents) {
             unique_fd fd(::accept4(_listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
             if (!fd)

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "control.hpp"
+#include "criu_events.hpp"
 #include "net.hpp"
 #include "outgoing.hpp"
 #include "pool_store.hpp"
@@ -43,6 +44,7 @@ class daemon {
 
     [[nodiscard]] const daemon_config& config() const noexcept { return _cfg; }
     [[nodiscard]] const std::string& criu_version() const noexcept { return _criu_version; }
+    [[nodiscard]] const criu_event_log& criu_events() const noexcept { return _criu_events; }
 
   private:
     struct connection {
@@ -67,6 +69,7 @@ class daemon {
     std::string _criu_version;
     unique_fd _listener;
     std::unique_ptr<pool_store> _pool;
+    criu_event_log _criu_events;
 
     std::mutex _mutex;
     std::condition_variable _registry_changed;

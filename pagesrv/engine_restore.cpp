@@ -141,15 +141,8 @@ void build_podman_import(const fs::path& dir, const std::string& migration_id,
     req.lazy_socket = (dir / "lazy-pages.socket").string();
     req.gate_socket = gate_path(dir).string();
     req.criu_config = (dir / "criu-restore.conf").string();
-    {
-        const auto conf = fmt::format("# Ferry: CRIU options for this restore\n"
-                                      "action-script {}\n",
-                                      shim_binary());
-        std::ofstream out(dir / "criu-restore.conf", std::ios::trunc);
-        out << conf;
-        if (!out)
-            throw error("cannot write " + (dir / "criu-restore.conf").string());
-    }
+    engine::write_criu_config(dir / "criu-restore.conf",
+                              fmt::format("action-script {}\n", shim_binary()));
     engine::write_request(dir / engine::restore_request_file, req);
     tar.add_path(std::string("checkpoint/") + engine::restore_request_file,
                  dir / engine::restore_request_file);
