@@ -1,6 +1,8 @@
 #include "engine_request.hpp"
 
 #include "error.hpp"
+#include "proc.hpp"
+#include "subprocess.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -92,12 +94,22 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
     return r;
 }
 
+std::string podman_binary() {
+    const char* env = std::getenv("FERRY_PODMAN");
+    return env && *env ? env : "podman";
+}
+
+void podman_remove(const std::string& name_or_id) {
+    (void)run_capture({podman_binary(), "container", "rm", "--force", "--time", "0", name_or_id},
+                      std::chrono::minutes(1));
+}
+
 std::optional<std::filesystem::path> criu_plugin_dir() {
     namespace fs = std::filesystem;
     std::vector<fs::path> candidates;
     if (const char* env = std::getenv("FERRY_CRIU_PLUGIN_DIR"); env && *env)
         candidates.emplace_back(env);
-    const auto self = fs::read_symlink("/proc/self/exe").parent_path();
+    const auto self = proc::self_dir();
     candidates.push_back(self / ".." / "criu-plugin");
     for (const char* lib : {"lib", "lib64", "lib/x86_64-linux-gnu"})
         candidates.push_back(self / ".." / lib / "ferry" / "criu");

@@ -48,6 +48,11 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
 //   daemon -> shim: "resume\n" or "refuse <reason>\n"
 inline constexpr const char* gate_resume = "resume";
 
+// The podman command: $FERRY_PODMAN, else `podman` from PATH.
+std::string podman_binary();
+// `podman container rm --force --time 0 NAME_OR_ID`; throws ferry::error.
+void podman_remove(const std::string& name_or_id);
+
 // The directory holding Ferry's CRIU plugin (ferry_criu.so), for CRIU's
 // `libdir`: $FERRY_CRIU_PLUGIN_DIR, the build tree beside this binary, or the
 // installed lib/ferry/criu. Nothing if it is not there (CRIU runs without it).

@@ -78,4 +78,8 @@ void kill_descendants(pid_t pid) {
     }
 }
 
+std::filesystem::path self_dir() {
+    return std::filesystem::read_symlink("/proc/self/exe").parent_path();
+}
+
 } // namespace ferry::proc

@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <vector>
@@ -25,6 +26,9 @@ std::vector<pid_t> children(pid_t pid);
 // Maps each process of the tree rooted at `root` (host pids) from its pid in
 // the innermost namespace to its host pid.
 std::map<pid_t, pid_t> map_tree_by_inner_pid(pid_t root);
+
+// The directory of the running executable (to find Ferry's other binaries).
+std::filesystem::path self_dir();
 
 // SIGKILLs every descendant of `pid` (deepest first), but not `pid` itself.
 void kill_descendants(pid_t pid);

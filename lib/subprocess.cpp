@@ -30,6 +30,21 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 
 extern "C" char** environ;
 
+// In the forked child: stdout/stderr to the given fds, stdin from /dev/null,
+// no blocked signals, then exec.
+[[noreturn]] void exec_child(int out_fd, int err_fd, char* const* argv, char* const* envp) {
+    ::dup2(out_fd, STDOUT_FILENO);
+    ::dup2(err_fd, STDERR_FILENO);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0)
+        ::dup2(devnull, STDIN_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execvpe(argv[0], argv, envp);
+    ::_exit(127);
+}
+
 } // namespace
 
 child_process::child_process(child_process&& o) noexcept
@@ -67,18 +82,8 @@ child_process child_process::spawn(const std::vector<std::string>& argv,
     const pid_t pid = ::fork();
     if (pid < 0)
         throw sys_error("fork");
-    if (pid == 0) {
-        ::dup2(out.get(), STDOUT_FILENO);
-        ::dup2(out.get(), STDERR_FILENO);
-        int devnull = ::open("/dev/null", O_RDONLY);
-        if (devnull >= 0)
-            ::dup2(devnull, STDIN_FILENO);
-        sigset_t none;
-        sigemptyset(&none);
-        ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        ::execvpe(args[0], args.data(), envp.data());
-        ::_exit(127);
-    }
+    if (pid == 0)
+        exec_child(out.get(), out.get(), args.data(), envp.data());
     child_process c;
     c._pid = pid;
     c._pidfd.reset(pidfd_open(pid));
@@ -139,15 +144,8 @@ std::string run_capture(const std::vector<std::string>& argv, std::chrono::milli
     const pid_t pid = ::fork();
     if (pid < 0)
         throw sys_error("fork");
-    if (pid == 0) {
-        ::dup2(out_w.get(), STDOUT_FILENO);
-        ::dup2(err_w.get(), STDERR_FILENO);
-        int devnull = ::open("/dev/null", O_RDONLY);
-        if (devnull >= 0)
-            ::dup2(devnull, STDIN_FILENO);
-        ::execvp(args[0], args.data());
-        ::_exit(127);
-    }
+    if (pid == 0)
+        exec_child(out_w.get(), err_w.get(), args.data(), environ);
     out_w.reset();
     err_w.reset();
     std::string stdout_text, stderr_text;

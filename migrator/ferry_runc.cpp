@@ -5,7 +5,6 @@
 // script during such a restore; its post-restore step is Ferry's commit
 // gate: the tasks resume only if the destination daemon says so.
 #include "engine_request.hpp"
-#include "net.hpp"
 #include "unique_fd.hpp"
 
 #include <fcntl.h>
@@ -75,6 +74,14 @@ size_t command_index(const std::vector<std::string>& args) {
     return args.size();
 }
 
+// What CRIU, started by runc, inherits: the migration id (for Ferry's CRIU
+// plugin) and the per-migration CRIU config.
+void export_for_criu(const std::string& migration_id, const std::string& criu_config) {
+    ::setenv("FERRY_MIGRATION_ID", migration_id.c_str(), 1);
+    if (!criu_config.empty())
+        ::setenv("CRIU_CONFIG_FILE", criu_config.c_str(), 1);
+}
+
 void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
     const auto work = option_value(args, "--work-path");
     if (!work)
@@ -95,9 +102,7 @@ void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
                                            "127.0.0.1:" + std::to_string(req->page_server_port),
                                            "--status-fd", std::to_string(fd)};
     args.insert(args.begin() + long(cmd) + 1, lazy.begin(), lazy.end());
-    ::setenv("FERRY_MIGRATION_ID", req->migration_id.c_str(), 1);
-    if (!req->criu_config.empty())
-        ::setenv("CRIU_CONFIG_FILE", req->criu_config.c_str(), 1);
+    export_for_criu(req->migration_id, req->criu_config);
 }
 
 void lazy_restore(std::vector<std::string>& args, size_t cmd) {
@@ -115,10 +120,8 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     fs::remove(link, ec);
     fs::create_symlink(req->lazy_socket, link);
     args.insert(args.begin() + long(cmd) + 1, "--lazy-pages");
-    ::setenv("FERRY_MIGRATION_ID", req->migration_id.c_str(), 1);
     ::setenv("FERRY_GATE", req->gate_socket.c_str(), 1);
-    if (!req->criu_config.empty())
-        ::setenv("CRIU_CONFIG_FILE", req->criu_config.c_str(), 1);
+    export_for_criu(req->migration_id, req->criu_config);
 }
 
 // As CRIU's action script. Only post-restore of a Ferry restore matters.

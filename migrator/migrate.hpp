@@ -1,5 +1,6 @@
-// `migrator migrate`: post-copy migration of a process tree that lives in its
-// own PID namespace, from this host to another host's pagesrv.
+// `migrator migrate`: post-copy migration of a container, or of a process tree in its
+// own PID namespace, from this host to another host's pagesrv (dump_driver.hpp says
+// who runs CRIU's dump).
 //
 //   freeze (criu dump --lazy-pages, tasks stay frozen)
 //   -> register with the local pagesrv (it serves pages from the frozen tasks)

@@ -30,11 +30,6 @@ namespace fs = std::filesystem;
 
 constexpr auto query_timeout = std::chrono::seconds(30);
 
-std::string podman_binary() {
-    const char* env = std::getenv("FERRY_PODMAN");
-    return env && *env ? env : "podman";
-}
-
 std::vector<fs::path> split_lower(const std::string& s) {
     std::vector<fs::path> out;
     size_t start = 0;
@@ -82,7 +77,7 @@ std::vector<uint8_t> bytes_of(const std::string& s) {
 container inspect(const std::string& name) {
     std::string out;
     try {
-        out = run_capture({podman_binary(), "container", "inspect", name}, query_timeout);
+        out = run_capture({engine::podman_binary(), "container", "inspect", name}, query_timeout);
     } catch (const std::exception& e) {
         throw error(fmt::format("podman has no container '{}' ({})", name, e.what()));
     }
@@ -111,8 +106,8 @@ container inspect(const std::string& name) {
 }
 
 void require_ferry_runtime() {
-    const auto out = run_capture({podman_binary(), "info", "--format", "{{.Host.OCIRuntime.Path}}"},
-                                 query_timeout);
+    const auto out = run_capture(
+        {engine::podman_binary(), "info", "--format", "{{.Host.OCIRuntime.Path}}"}, query_timeout);
     const fs::path path = out.substr(0, out.find('\n'));
     if (path.filename() != "ferry-runc")
         throw error(fmt::format("podman runs containers with {}, not Ferry's runc shim; add\n"
@@ -192,9 +187,9 @@ class podman_dump final : public dump_driver {
         _t_start = monotonic_ns();
         // The export's rootfs and volumes are never used: Ferry ships the
         // writable layer itself, during the freeze.
-        _podman = child_process::spawn({podman_binary(), "container", "checkpoint", "--export",
-                                        (_dir / "podman-export.tar").string(), "--ignore-rootfs",
-                                        "--ignore-volumes", _c.id},
+        _podman = child_process::spawn({engine::podman_binary(), "container", "checkpoint",
+                                        "--export", (_dir / "podman-export.tar").string(),
+                                        "--ignore-rootfs", "--ignore-volumes", _c.id},
                                        _dir / "podman-checkpoint.log");
     }
 
@@ -277,8 +272,7 @@ class podman_dump final : public dump_driver {
         std::error_code ec;
         fs::remove(_dir / "podman-export.tar", ec);
         try {
-            (void)run_capture({podman_binary(), "container", "rm", "--force", "--time", "0", _c.id},
-                              std::chrono::minutes(1));
+            engine::podman_remove(_c.id);
             return true;
         } catch (const std::exception& e) {
             _log->warn("cannot remove the source container {}: {}", _c.name, e.what());

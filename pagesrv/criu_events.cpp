@@ -45,38 +45,10 @@ std::vector<std::pair<std::string, criu_event>> criu_event_log::receive() {
         const ssize_t n = ::recv(_sock.get(), buf, sizeof buf - 1, MSG_DONTWAIT);
         if (n <= 0)
             break;
-        auto e = parse_criu_event(std::string(buf, size_t(n)));
-        if (!e)
-            continue;
-        std::lock_guard lock(_mutex);
-        auto [it, fresh] = _events.try_emplace(e->first);
-        if (fresh) {
-            _order.push_back(e->first);
-            if (_order.size() > kept_migrations) {
-                _events.erase(_order.front());
-                _order.pop_front();
-            }
-        }
-        it->second.push_back(e->second);
-        got.push_back(*e);
+        if (auto e = parse_criu_event(std::string(buf, size_t(n))))
+            got.push_back(std::move(*e));
     }
     return got;
-}
-
-std::vector<criu_event> criu_event_log::first_events(const std::string& migration_id) const {
-    std::lock_guard lock(_mutex);
-    std::vector<criu_event> out;
-    auto it = _events.find(migration_id);
-    if (it == _events.end())
-        return out;
-    for (const auto& e : it->second) {
-        bool seen = false;
-        for (const auto& o : out)
-            seen = seen || o.name == e.name;
-        if (!seen)
-            out.push_back(e);
-    }
-    return out;
 }
 
 } // namespace ferry::pagesrv

@@ -1,6 +1,7 @@
 // What Ferry's CRIU plugin (criu-plugin/) reports on this host: datagrams on
 // the abstract unix socket @ferry-criu-events of the daemon's network
-// namespace, one per moment of a dump or restore, kept per migration.
+// namespace, one per moment of a dump or restore. The daemon logs them; the
+// migrator's downtime breakdown does not use them yet.
 #pragma once
 
 #include "unique_fd.hpp"
@@ -8,9 +9,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <deque>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,17 +31,11 @@ class criu_event_log {
     // log stays empty (the plugin's reports go to that daemon).
     criu_event_log();
     [[nodiscard]] int fd() const noexcept { return _sock.get(); }
-    // Reads every pending datagram; returns the ones it kept, for logging.
+    // Reads every pending datagram: (migration id, event) for each valid one.
     std::vector<std::pair<std::string, criu_event>> receive();
-    // The first report of each event of `migration_id`, in arrival order.
-    [[nodiscard]] std::vector<criu_event> first_events(const std::string& migration_id) const;
 
   private:
-    static constexpr size_t kept_migrations = 256;
     unique_fd _sock;
-    mutable std::mutex _mutex;
-    std::map<std::string, std::vector<criu_event>> _events;
-    std::deque<std::string> _order;
 };
 
 } // namespace ferry::pagesrv

@@ -44,7 +44,6 @@ class daemon {
 
     [[nodiscard]] const daemon_config& config() const noexcept { return _cfg; }
     [[nodiscard]] const std::string& criu_version() const noexcept { return _criu_version; }
-    [[nodiscard]] const criu_event_log& criu_events() const noexcept { return _criu_events; }
 
   private:
     struct connection {

@@ -4,6 +4,7 @@
 #include "engine_request.hpp"
 #include "error.hpp"
 #include "log.hpp"
+#include "proc.hpp"
 #include "subprocess.hpp"
 #include "tar_writer.hpp"
 
@@ -25,22 +26,13 @@ using json = nlohmann::json;
 
 constexpr auto query_timeout = std::chrono::seconds(30);
 
-std::string podman_binary() {
-    const char* env = std::getenv("FERRY_PODMAN");
-    return env && *env ? env : "podman";
-}
-
-fs::path self_dir() {
-    return fs::read_symlink("/proc/self/exe").parent_path();
-}
-
 // The shim, which CRIU runs as its action script: $FERRY_RUNC_SHIM, beside
 // pagesrv once installed, or in the build tree.
 std::string shim_binary() {
     if (const char* env = std::getenv("FERRY_RUNC_SHIM"); env && *env)
         return env;
     for (auto candidate :
-         {self_dir() / "ferry-runc", self_dir() / ".." / "migrator" / "ferry-runc"})
+         {proc::self_dir() / "ferry-runc", proc::self_dir() / ".." / "migrator" / "ferry-runc"})
         if (fs::exists(candidate))
             return fs::canonical(candidate).string();
     throw error("cannot find ferry-runc (set FERRY_RUNC_SHIM)");
@@ -48,8 +40,9 @@ std::string shim_binary() {
 
 std::string local_image_id(const std::string& name) {
     try {
-        auto out = run_capture({podman_binary(), "image", "inspect", "--format", "{{.Id}}", name},
-                               query_timeout);
+        auto out =
+            run_capture({engine::podman_binary(), "image", "inspect", "--format", "{{.Id}}", name},
+                        query_timeout);
         return out.substr(0, out.find('\n'));
     } catch (const std::exception&) {
         throw error(fmt::format(
@@ -106,7 +99,8 @@ void check_engine(const std::string& engine, const std::string& container_name) 
 void check_name_free(const std::string& container_name) {
     bool exists = true;
     try {
-        (void)run_capture({podman_binary(), "container", "exists", container_name}, query_timeout);
+        (void)run_capture({engine::podman_binary(), "container", "exists", container_name},
+                          query_timeout);
     } catch (const std::exception&) {
         exists = false; // exit status 1: no such container
     }
@@ -196,15 +190,13 @@ std::vector<std::string> podman_restore_command(const fs::path& tar,
                                                 const std::string& container_name) {
     // --name gives the container a new id: the old one may still be known
     // to a runc root this host shares with the source (as the testbed does).
-    return {podman_binary(), "container", "restore",     "--import",
-            tar.string(),    "--name",    container_name};
+    return {engine::podman_binary(), "container", "restore", "--import", tar.string(), "--name",
+            container_name};
 }
 
 void remove_container(const std::string& container_name) {
     try {
-        (void)run_capture(
-            {podman_binary(), "container", "rm", "--force", "--time", "0", container_name},
-            std::chrono::minutes(1));
+        engine::podman_remove(container_name);
     } catch (const std::exception& e) {
         make_logger("pagesrv")->warn("cannot remove container {}: {}", container_name, e.what());
     }
@@ -212,9 +204,9 @@ void remove_container(const std::string& container_name) {
 
 pid_t container_pid(const std::string& container_name) {
     try {
-        auto out = run_capture(
-            {podman_binary(), "container", "inspect", "--format", "{{.State.Pid}}", container_name},
-            query_timeout);
+        auto out = run_capture({engine::podman_binary(), "container", "inspect", "--format",
+                                "{{.State.Pid}}", container_name},
+                               query_timeout);
         return pid_t(std::stol(out));
     } catch (const std::exception&) {
         return 0;

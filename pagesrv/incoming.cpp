@@ -44,17 +44,13 @@ bool safe_image_name(const std::string& name) {
            name != "." && name != ".." && name != "lazy-pages.socket";
 }
 
-std::filesystem::path self_dir() {
-    return std::filesystem::read_symlink("/proc/self/exe").parent_path();
-}
-
 // The lazy-pages binary: $FERRY_LAZY_PAGES, beside pagesrv once installed,
 // or in the build tree.
 std::string lazy_pages_binary() {
     if (const char* env = std::getenv("FERRY_LAZY_PAGES"); env && *env)
         return env;
     for (auto candidate :
-         {self_dir() / "lazy-pages", self_dir() / ".." / "lazy-pages" / "lazy-pages"})
+         {proc::self_dir() / "lazy-pages", proc::self_dir() / ".." / "lazy-pages" / "lazy-pages"})
         if (std::filesystem::exists(candidate))
             return candidate.string();
     throw error("cannot find the lazy-pages binary (set FERRY_LAZY_PAGES)");
@@ -115,6 +111,7 @@ class incoming_session {
     bool restore();
     bool restore_with_engine();
     bool engine_restore_failed(const std::string& why, bool tasks_ran);
+    void report_resumed(uint64_t restore_ns, std::optional<uint64_t> engine_settle_ns);
     void spawn_lazy_pages();
     void relay_transfer();
     std::optional<std::string> lazy_report_before_resume();
@@ -398,22 +395,7 @@ bool incoming_session::restore() {
                 _root_pid = r->notify->pid;
             ok = ask_to_resume();
         } else if (script == "post-resume") {
-            _resumed = true;
-            FerryControl__RestoreResult res = FERRY_CONTROL__RESTORE_RESULT__INIT;
-            res.ok = true;
-            res.has_root_pid = true;
-            res.root_pid = _root_pid;
-            res.has_images_check_ns = true;
-            res.images_check_ns = _images_check_ns;
-            res.has_lazy_start_ns = true;
-            res.lazy_start_ns = _lazy_start_ns;
-            res.has_criu_restore_ns = true;
-            res.criu_restore_ns = monotonic_ns() - t0;
-            try {
-                control::send_message(_fd, res, net::after(control_timeout));
-            } catch (const std::exception& ex) {
-                _log->warn("migration {}: cannot report the resume: {}", _id, ex.what());
-            }
+            report_resumed(monotonic_ns() - t0, std::nullopt);
         }
         criu.ack_notify(ok);
     }
@@ -437,9 +419,11 @@ bool incoming_session::restore_with_engine() {
     uint64_t t_resume = 0;
     const auto until = net::after(restore_timeout);
     for (;;) {
-        pollfd fds[3] = {{gate.get(), POLLIN, 0},
+        // Once answered, the gate is not watched; once the tasks resumed,
+        // lazy-pages' reports wait for relay_transfer().
+        pollfd fds[3] = {{gated ? -1 : gate.get(), POLLIN, 0},
                          {podman.exit_fd(), POLLIN, 0},
-                         {_lazy.report.get(), POLLIN, 0}};
+                         {resume ? -1 : _lazy.report.get(), POLLIN, 0}};
         if (::poll(fds, 3, 1000) < 0 && errno != EINTR)
             throw sys_error("poll engine restore");
         _lazy.take_uffds();
@@ -448,14 +432,14 @@ bool incoming_session::restore_with_engine() {
             (void)podman.wait_for(std::chrono::seconds(10));
             return engine_restore_failed("the engine did not restore in time", resume);
         }
-        if (fds[2].revents && !resume) {
+        if (fds[2].revents) {
             if (auto e = lazy_report_before_resume()) {
                 podman.signal(SIGKILL);
                 (void)podman.wait_for(std::chrono::seconds(10));
                 return engine_restore_failed(*e, false);
             }
         }
-        if (fds[0].revents && !gated) {
+        if (fds[0].revents) {
             unique_fd conn(::accept4(gate.get(), nullptr, nullptr, SOCK_CLOEXEC));
             if (!conn)
                 continue;
@@ -485,27 +469,33 @@ bool incoming_session::restore_with_engine() {
             return engine_restore_failed(
                 "podman restored without Ferry's runc shim (is its runc runtime ferry-runc?)",
                 true);
-        _resumed = true;
         if (const pid_t p = engine_restore::container_pid(_container); p > 0)
             _root_pid = p;
-        FerryControl__RestoreResult res = FERRY_CONTROL__RESTORE_RESULT__INIT;
-        res.ok = true;
-        res.has_root_pid = true;
-        res.root_pid = _root_pid;
-        res.has_images_check_ns = true;
-        res.images_check_ns = _images_check_ns;
-        res.has_lazy_start_ns = true;
-        res.lazy_start_ns = _lazy_start_ns;
-        res.has_criu_restore_ns = true;
-        res.criu_restore_ns = t_resume - t0;
-        res.has_engine_settle_ns = true;
-        res.engine_settle_ns = monotonic_ns() - t_resume;
-        try {
-            control::send_message(_fd, res, net::after(control_timeout));
-        } catch (const std::exception& ex) {
-            _log->warn("migration {}: cannot report the resume: {}", _id, ex.what());
-        }
+        report_resumed(t_resume - t0, monotonic_ns() - t_resume);
         return true;
+    }
+}
+
+// The tasks run: tell the migrator, with the destination's phases.
+void incoming_session::report_resumed(uint64_t restore_ns,
+                                      std::optional<uint64_t> engine_settle_ns) {
+    _resumed = true;
+    FerryControl__RestoreResult res = FERRY_CONTROL__RESTORE_RESULT__INIT;
+    res.ok = true;
+    res.has_root_pid = true;
+    res.root_pid = _root_pid;
+    res.has_images_check_ns = true;
+    res.images_check_ns = _images_check_ns;
+    res.has_lazy_start_ns = true;
+    res.lazy_start_ns = _lazy_start_ns;
+    res.has_criu_restore_ns = true;
+    res.criu_restore_ns = restore_ns;
+    res.has_engine_settle_ns = engine_settle_ns.has_value();
+    res.engine_settle_ns = engine_settle_ns.value_or(0);
+    try {
+        control::send_message(_fd, res, net::after(control_timeout));
+    } catch (const std::exception& ex) {
+        _log->warn("migration {}: cannot report the resume: {}", _id, ex.what());
     }
 }
 
