@@ -158,6 +158,7 @@ EOF
  "bridge": "none", "storage-driver": "vfs",
  "data-root": "$dir/docker/data", "exec-root": "$dir/docker/exec",
  "pidfile": "$dir/docker/dockerd.pid", "hosts": ["unix://$dir/docker/docker.sock"],
+ "runtimes": {"ferry-runc": {"path": "$build/migrator/ferry-runc"}}, "default-runtime": "ferry-runc",
  "default-ulimits": {"nofile": {"Name": "nofile", "Hard": 1024, "Soft": 1024},
                      "nproc": {"Name": "nproc", "Hard": 1024, "Soft": 1024}}}
 EOF

@@ -3,12 +3,20 @@
 #include "error.hpp"
 #include "proc.hpp"
 #include "subprocess.hpp"
+#include "unique_fd.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <string_view>
 #include <vector>
 
 namespace ferry::engine {
@@ -18,6 +26,7 @@ namespace {
 using json = nlohmann::json;
 
 void write_json(const std::filesystem::path& file, const json& j) {
+    std::filesystem::create_directories(file.parent_path());
     const auto tmp = file.string() + ".tmp";
     {
         std::ofstream out(tmp, std::ios::trunc);
@@ -55,14 +64,24 @@ void write_request(const std::filesystem::path& file, const checkpoint_request& 
                       {"migrator_pid", r.migrator_pid},
                       {"page_server_port", r.page_server_port},
                       {"status_fifo", r.status_fifo},
-                      {"criu_config", r.criu_config}});
+                      {"criu_config", r.criu_config},
+                      {"images_dir", r.images_dir}});
 }
 
 void write_request(const std::filesystem::path& file, const restore_request& r) {
     write_json(file, {{"migration_id", r.migration_id},
                       {"lazy_socket", r.lazy_socket},
                       {"gate_socket", r.gate_socket},
-                      {"criu_config", r.criu_config}});
+                      {"criu_config", r.criu_config},
+                      {"devshm_tar", r.devshm_tar}});
+}
+
+std::filesystem::path checkpoint_request_path(const std::string& container_id) {
+    if (container_id.empty() || container_id.size() > 128 ||
+        container_id.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+        throw error(fmt::format("'{}' is not a container id", container_id));
+    return std::filesystem::path("/run/ferry/engine-requests") /
+           (container_id + ".checkpoint.json");
 }
 
 std::optional<checkpoint_request> read_checkpoint_request(const std::filesystem::path& file) {
@@ -75,6 +94,7 @@ std::optional<checkpoint_request> read_checkpoint_request(const std::filesystem:
     r.page_server_port = field<uint16_t>(*j, "page_server_port", file);
     r.status_fifo = field<std::string>(*j, "status_fifo", file);
     r.criu_config = field<std::string>(*j, "criu_config", file);
+    r.images_dir = j->value("images_dir", "");
     if (r.migrator_pid <= 0 || r.page_server_port == 0 || r.status_fifo.empty())
         throw error(fmt::format("{} holds an invalid request", file.string()));
     return r;
@@ -89,9 +109,28 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
     r.lazy_socket = field<std::string>(*j, "lazy_socket", file);
     r.gate_socket = field<std::string>(*j, "gate_socket", file);
     r.criu_config = field<std::string>(*j, "criu_config", file);
+    r.devshm_tar = j->value("devshm_tar", "");
     if (r.lazy_socket.empty() || r.gate_socket.empty())
         throw error(fmt::format("{} holds an invalid request", file.string()));
     return r;
+}
+
+void report_moment(const std::string& migration_id, const char* event, pid_t pid) noexcept {
+    // The datagram Ferry's CRIU plugin sends (criu-plugin/ferry_criu_plugin.c).
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    const auto msg = fmt::format("ferry-criu 1 {} {} {} {} 0", migration_id, event, pid,
+                                 uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec));
+    unique_fd s(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!s)
+        return;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    constexpr std::string_view name = "ferry-criu-events"; // abstract: leading NUL
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());
+    const auto len = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    (void)::sendto(s.get(), msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
+                   reinterpret_cast<const sockaddr*>(&addr), len);
 }
 
 std::string podman_binary() {

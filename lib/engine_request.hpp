@@ -1,8 +1,11 @@
 // What Ferry asks of its runc shim (ferry-runc), which container engines run
-// in place of runc. The engine knows nothing of Ferry; the request rides in a
-// file where runc's arguments point:
-//   checkpoint: <--work-path>/ferry-checkpoint.json, written by the migrator
-//               -> runc checkpoint gets --lazy-pages --page-server --status-fd
+// in place of runc. The engine knows nothing of Ferry (podman and containerd
+// both drop their callers' environment), so the request rides in a file:
+//   checkpoint: <request_dir>/<container id>.checkpoint.json, written by the
+//               migrator -> runc checkpoint gets --lazy-pages --page-server
+//               --status-fd (and its images land where Ferry says); a runc
+//               pause of that container (docker's checkpoint pauses first)
+//               is reported as the moment the container stopped
 //   restore:    <--image-path>/ferry-restore.json, shipped with the images
 //               -> runc restore gets --lazy-pages, CRIU's lazy-pages socket
 //                  is linked to Ferry's, and CRIU runs the shim as its
@@ -19,8 +22,11 @@
 
 namespace ferry::engine {
 
-inline constexpr const char* checkpoint_request_file = "ferry-checkpoint.json";
 inline constexpr const char* restore_request_file = "ferry-restore.json";
+
+// Where checkpoint requests wait for the shim: one file per container id
+// (ids are unique across engines and hosts sharing this directory).
+std::filesystem::path checkpoint_request_path(const std::string& container_id);
 
 struct checkpoint_request {
     std::string migration_id;
@@ -28,6 +34,10 @@ struct checkpoint_request {
     uint16_t page_server_port = 0;
     std::string status_fifo;
     std::string criu_config; // CRIU_CONFIG_FILE for the dump; may be empty
+    // Where CRIU writes the images instead of the engine's --image-path
+    // (empty: where the engine says). Docker's checkpoint dir only exists
+    // once runc has ended, which a lazy dump does at the migration's end.
+    std::string images_dir;
 };
 
 struct restore_request {
@@ -35,6 +45,10 @@ struct restore_request {
     std::string lazy_socket; // where Ferry's lazy-pages listens
     std::string gate_socket; // where the daemon answers the post-restore step
     std::string criu_config;
+    // A tar of the container's /dev/shm, unpacked into the mount's source
+    // before runc restores (empty: none). Docker mounts that tmpfs only as
+    // the container starts.
+    std::string devshm_tar;
 };
 
 void write_request(const std::filesystem::path& file, const checkpoint_request& r);
@@ -57,6 +71,10 @@ void podman_remove(const std::string& name_or_id);
 // `libdir`: $FERRY_CRIU_PLUGIN_DIR, the build tree beside this binary, or the
 // installed lib/ferry/criu. Nothing if it is not there (CRIU runs without it).
 std::optional<std::filesystem::path> criu_plugin_dir();
+
+// Tells this host's daemon (the socket Ferry's CRIU plugin reports to) that
+// `event` happened now in migration `migration_id`; never fails.
+void report_moment(const std::string& migration_id, const char* event, pid_t pid) noexcept;
 
 // Writes a CRIU config file that loads Ferry's plugin (if found), plus `extra`
 // lines; returns its path.

@@ -5,7 +5,10 @@
 // script during such a restore; its post-restore step is Ferry's commit
 // gate: the tasks resume only if the destination daemon says so.
 #include "engine_request.hpp"
+#include "tar_extract.hpp"
 #include "unique_fd.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -19,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -82,16 +86,54 @@ void export_for_criu(const std::string& migration_id, const std::string& criu_co
         ::setenv("CRIU_CONFIG_FILE", criu_config.c_str(), 1);
 }
 
+// runc's last argument is the container id for every command Ferry changes.
+// A request whose migrator is gone is stale: the command runs plain.
+std::optional<engine::checkpoint_request> pending_checkpoint(const std::vector<std::string>& args) {
+    if (args.empty())
+        return std::nullopt;
+    auto req = engine::read_checkpoint_request(engine::checkpoint_request_path(args.back()));
+    if (req && ::kill(req->migrator_pid, 0) != 0) {
+        say("ignoring a stale Ferry request (its migrator is gone)");
+        return std::nullopt;
+    }
+    return req;
+}
+
+// Docker freezes the container (runc pause) before its checkpoint: that,
+// not CRIU's own freeze, is when the container stopped.
+// A report only: the pause itself must never fail because of Ferry.
+void report_pause(const std::vector<std::string>& args) noexcept {
+    try {
+        if (auto req = pending_checkpoint(args))
+            engine::report_moment(req->migration_id, "engine-pause", 0);
+    } catch (const std::exception& e) {
+        say(e.what());
+    }
+}
+
+void set_option(std::vector<std::string>& args, size_t cmd, const std::string& name,
+                const std::string& value) {
+    for (size_t i = cmd + 1; i < args.size(); i++) {
+        if (args[i] == name && i + 1 < args.size()) {
+            args[i + 1] = value;
+            return;
+        }
+        if (args[i].rfind(name + "=", 0) == 0) {
+            args[i] = name + "=" + value;
+            return;
+        }
+    }
+    args.insert(args.begin() + long(cmd) + 1, {name, value});
+}
+
 void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
-    const auto work = option_value(args, "--work-path");
-    if (!work)
-        return;
-    auto req = engine::read_checkpoint_request(fs::path(*work) / engine::checkpoint_request_file);
+    auto req = pending_checkpoint(args);
     if (!req)
         return;
-    if (::kill(req->migrator_pid, 0) != 0) {
-        say("ignoring a stale Ferry request (its migrator is gone): a plain checkpoint");
-        return;
+    if (!req->images_dir.empty()) {
+        // CRIU's logs go with the images, where Ferry keeps them.
+        set_option(args, cmd, "--image-path", req->images_dir);
+        set_option(args, cmd, "--work-path", req->images_dir);
     }
     const int fd = ::open(req->status_fifo.c_str(), O_WRONLY | O_NONBLOCK);
     if (fd < 0)
@@ -105,6 +147,24 @@ void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
     export_for_criu(req->migration_id, req->criu_config);
 }
 
+// The container's /dev/shm is a tmpfs the engine mounted on the host for it
+// (the bundle's config.json names its source); its files go back there.
+void restore_devshm(const std::vector<std::string>& args, const std::string& tar) {
+    const fs::path bundle = option_value(args, "--bundle").value_or(".");
+    std::ifstream in(bundle / "config.json");
+    const auto spec = nlohmann::json::parse(in);
+    for (const auto& m : spec.value("mounts", nlohmann::json::array())) {
+        if (m.value("destination", "") != "/dev/shm")
+            continue;
+        const fs::path source = m.value("source", "");
+        if (fs::is_directory(source)) {
+            extract_tar(tar, source);
+            return;
+        }
+    }
+    throw std::runtime_error("the container's /dev/shm has no host directory to restore into");
+}
+
 void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     const auto images = option_value(args, "--image-path");
     if (!images)
@@ -112,14 +172,13 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     auto req = engine::read_restore_request(fs::path(*images) / engine::restore_request_file);
     if (!req)
         return;
-    // CRIU connects to lazy-pages.socket in its work dir; Ferry's lazy-pages
-    // listens in its own.
-    const fs::path work = option_value(args, "--work-path").value_or(*images);
-    const auto link = work / "lazy-pages.socket";
-    std::error_code ec;
-    fs::remove(link, ec);
-    fs::create_symlink(req->lazy_socket, link);
+    // CRIU connects to lazy-pages.socket in its work dir: Ferry's session
+    // dir, where lazy-pages listens and where CRIU's restore.log then stays
+    // for the post-mortem (engines remove their own work dirs).
+    set_option(args, cmd, "--work-path", fs::path(req->lazy_socket).parent_path().string());
     args.insert(args.begin() + long(cmd) + 1, "--lazy-pages");
+    if (!req->devshm_tar.empty())
+        restore_devshm(args, req->devshm_tar);
     ::setenv("FERRY_GATE", req->gate_socket.c_str(), 1);
     export_for_criu(req->migration_id, req->criu_config);
 }
@@ -171,6 +230,8 @@ int main(int argc, char** argv) {
         const size_t cmd = command_index(args);
         if (cmd < args.size() && args[cmd] == "checkpoint")
             lazy_checkpoint(args, cmd);
+        else if (cmd < args.size() && args[cmd] == "pause")
+            report_pause(args);
         else if (cmd < args.size() && args[cmd] == "restore")
             lazy_restore(args, cmd);
     } catch (const std::exception& e) {

@@ -124,8 +124,8 @@ int main(int argc, char** argv) {
                                     "a running container of --engine; it keeps its name on the "
                                     "destination and is removed here once it runs there");
     pid_opt->excludes(ctr_opt);
-    mig->add_option("--engine", a.engine, "the container's engine: podman")
-        ->check(CLI::IsMember({"podman"}))
+    mig->add_option("--engine", a.engine, "the container's engine: podman or docker")
+        ->check(CLI::IsMember({"podman", "docker"}))
         ->capture_default_str();
     mig->callback([&] {
         if (a.pid == 0 && a.container.empty())

@@ -6,6 +6,7 @@
 #include "criu_image.hpp"
 #include "criu_page_server.hpp"
 #include "criu_rpc.hpp"
+#include "docker.hpp"
 #include "dump_driver.hpp"
 #include "error.hpp"
 #include "fault_inject.hpp"
@@ -128,7 +129,10 @@ class migration {
     unique_fd _dest;
     unique_fd _src;
     std::unique_ptr<dump_driver> _dump;
-    std::optional<podman::container> _container; // container migrations
+    // Container migrations: the container as its engine describes it.
+    std::optional<podman::container> _podman;
+    std::optional<docker::container> _docker;
+    std::string _container_name, _container_image;
     uint16_t _criu_port = 0;
     std::filesystem::path _dir;
     bool _dump_started = false;
@@ -140,16 +144,27 @@ class migration {
 };
 
 void migration::check_source() {
-    if (!_opt.container.empty()) {
-        if (_opt.engine != "podman")
-            throw error(fmt::format("engine '{}' is not supported (podman is)", _opt.engine));
-        _container = podman::inspect(_opt.container);
-        if (!_container->running || _container->pid <= 0)
+    if (_opt.engine == "podman") {
+        _podman = podman::inspect(_opt.container);
+        if (!_podman->running || _podman->pid <= 0)
             throw error(fmt::format("container '{}' is not running", _opt.container));
         podman::require_ferry_runtime();
-        _opt.pid = _container->pid;
-        _r.source_pid = _opt.pid;
+        _opt.pid = _podman->pid;
+        _container_name = _podman->name;
+        _container_image = _podman->image;
+    } else if (_opt.engine == "docker") {
+        _docker = docker::inspect(_opt.container);
+        if (!_docker->running || _docker->paused || _docker->pid <= 0)
+            throw error(fmt::format("container '{}' is not running", _opt.container));
+        docker::require_ferry_runtime(*_docker);
+        _opt.pid = _docker->pid;
+        _container_name = _docker->name;
+        _container_image = _docker->image;
+    } else if (!_opt.engine.empty()) {
+        throw error(fmt::format("engine '{}' is not supported (podman and docker are)",
+                                _opt.engine));
     }
+    _r.source_pid = _opt.pid;
     const auto pids = proc::ns_pids(_opt.pid);
     if (pids.empty())
         throw error(fmt::format("no process with pid {}", _opt.pid));
@@ -175,9 +190,10 @@ void migration::connect_destination(const std::string& source_addr) {
     const std::string fabric = _opt.fabric.to_string();
     prep.fabric = const_cast<char*>(fabric.c_str());
     prep.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
-    if (_container) {
+    if (!_container_name.empty()) {
         prep.engine = const_cast<char*>(_opt.engine.c_str());
-        prep.container_name = const_cast<char*>(_container->name.c_str());
+        prep.container_name = const_cast<char*>(_container_name.c_str());
+        prep.container_image = const_cast<char*>(_container_image.c_str());
     }
     control::send_message(_dest.get(), prep, net::after(control_timeout));
     auto ok = control::receive(_dest.get(), net::after(control_timeout));
@@ -233,8 +249,12 @@ void migration::start_dump() {
     _dir = _opt.work_root / _r.id;
     std::filesystem::create_directories(_dir);
     _criu_port = net::pick_free_loopback_port();
-    _dump = _container ? podman::make_dump(*_container, _dir, _r.id)
-                       : make_criu_dump(_opt.pid, _dir, _r.id);
+    if (_podman)
+        _dump = podman::make_dump(*_podman, _dir, _r.id);
+    else if (_docker)
+        _dump = docker::make_dump(*_docker, _dir, _r.id);
+    else
+        _dump = make_criu_dump(_opt.pid, _dir, _r.id);
     _dump->start(_criu_port);
     _dump_started = true;
 }
@@ -710,7 +730,7 @@ migration_result migration::run() {
         if (!_r.handed_off)
             finish_source();
         _r.ok = true;
-        if (_container)
+        if (!_container_name.empty())
             _r.source_removed = _dump->remove_source();
         if (!process_gone(_opt.pid))
             _log->warn("source pid {} is still present after the dump ended", _opt.pid);

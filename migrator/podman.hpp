@@ -33,6 +33,7 @@ struct container {
     std::filesystem::path upper_dir;
     std::vector<std::filesystem::path> lower_dirs; // topmost first
     std::string runtime;
+    std::string image; // the image's name, which the destination must have
 };
 
 // Throws a clear error when there is no such container.
@@ -40,12 +41,6 @@ container inspect(const std::string& name);
 
 // Throws unless podman's "runc" runtime is Ferry's shim.
 void require_ferry_runtime();
-
-// The overlay upper dir's changes as podman's export carries them: a tar of
-// what was added or changed, and the container paths that were deleted
-// (whiteouts, and what opaque directories hide).
-void write_rootfs_diff(const container& c, const std::filesystem::path& tar_out,
-                       std::vector<std::string>& deleted);
 
 std::unique_ptr<dump_driver> make_dump(const container& c, const std::filesystem::path& dir,
                                        const std::string& migration_id);

@@ -1,78 +1,22 @@
 #include "engine_restore.hpp"
 
-#include "criu_image.hpp"
 #include "engine_request.hpp"
 #include "error.hpp"
-#include "log.hpp"
 #include "proc.hpp"
-#include "subprocess.hpp"
-#include "tar_writer.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 
-namespace ferry::pagesrv::engine_restore {
+namespace ferry::pagesrv {
 
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
-
-constexpr auto query_timeout = std::chrono::seconds(30);
-
-// The shim, which CRIU runs as its action script: $FERRY_RUNC_SHIM, beside
-// pagesrv once installed, or in the build tree.
-std::string shim_binary() {
-    if (const char* env = std::getenv("FERRY_RUNC_SHIM"); env && *env)
-        return env;
-    for (auto candidate :
-         {proc::self_dir() / "ferry-runc", proc::self_dir() / ".." / "migrator" / "ferry-runc"})
-        if (fs::exists(candidate))
-            return fs::canonical(candidate).string();
-    throw error("cannot find ferry-runc (set FERRY_RUNC_SHIM)");
-}
-
-std::string local_image_id(const std::string& name) {
-    try {
-        auto out =
-            run_capture({engine::podman_binary(), "image", "inspect", "--format", "{{.Id}}", name},
-                        query_timeout);
-        return out.substr(0, out.find('\n'));
-    } catch (const std::exception&) {
-        throw error(fmt::format(
-            "this host has no image '{}': build or load it here first (podman restores a "
-            "container on top of its image)",
-            name));
-    }
-}
-
-std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw) {
-    json c;
-    try {
-        c = json::parse(raw);
-    } catch (const std::exception& e) {
-        throw error(fmt::format("podman's config.dump is malformed: {}", e.what()));
-    }
-    const std::string image = c.value("rootfsImageName", "");
-    if (image.empty())
-        throw error("config.dump names no image (containers from a rootfs are not supported)");
-    c["rootfsImageID"] = local_image_id(image);
-    // Paths of the source host's container directories: podman makes its
-    // own for the new container when they are empty.
-    const std::string old_id = c.value("id", "");
-    for (const char* key : {"conmonPidFile", "pid_file", "logPath"})
-        if (c.contains(key) && c[key].is_string() && !old_id.empty() &&
-            c[key].get<std::string>().find(old_id) != std::string::npos)
-            c[key] = "";
-    const auto text = c.dump();
-    return {text.begin(), text.end()};
-}
 
 sockaddr_un gate_address(const fs::path& dir) {
     sockaddr_un addr{};
@@ -86,62 +30,63 @@ sockaddr_un gate_address(const fs::path& dir) {
 
 } // namespace
 
-void check_engine(const std::string& engine, const std::string& container_name) {
-    if (engine != "podman")
-        throw error(fmt::format("engine '{}' is not supported here (podman is)", engine));
+std::unique_ptr<engine_restore> make_engine_restore(const std::string& engine,
+                                                    const std::string& container_name) {
     if (container_name.empty() || container_name.size() > 200 ||
         container_name.find_first_not_of(
             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
             std::string::npos)
         throw error(fmt::format("'{}' is not a container name", container_name));
+    if (engine == "podman")
+        return engine_restore_detail::make_podman_restore(container_name);
+    if (engine == "docker")
+        return engine_restore_detail::make_docker_restore(container_name);
+    throw error(fmt::format("engine '{}' is not supported here (podman and docker are)", engine));
 }
 
-void check_name_free(const std::string& container_name) {
-    bool exists = true;
-    try {
-        (void)run_capture({engine::podman_binary(), "container", "exists", container_name},
-                          query_timeout);
-    } catch (const std::exception&) {
-        exists = false; // exit status 1: no such container
-    }
-    if (exists)
-        throw error(fmt::format("a container named '{}' already exists on the destination",
-                                container_name));
+namespace engine_restore_detail {
+
+// $FERRY_RUNC_SHIM, beside pagesrv once installed, or in the build tree.
+std::string shim_binary() {
+    if (const char* env = std::getenv("FERRY_RUNC_SHIM"); env && *env)
+        return env;
+    for (auto candidate :
+         {proc::self_dir() / "ferry-runc", proc::self_dir() / ".." / "migrator" / "ferry-runc"})
+        if (fs::exists(candidate))
+            return fs::canonical(candidate).string();
+    throw error("cannot find ferry-runc (set FERRY_RUNC_SHIM)");
 }
 
-void build_podman_import(const fs::path& dir, const std::string& migration_id,
-                         const fs::path& tar_out) {
-    const std::string prefix = engine_file_prefix;
-    if (!fs::exists(dir / (prefix + "config.dump")) || !fs::exists(dir / (prefix + "spec.dump")))
-        throw error("the migrator sent no podman config.dump/spec.dump");
-    tar_writer tar(tar_out);
-    for (const auto& entry : fs::directory_iterator(dir)) {
-        const auto name = entry.path().filename().string();
-        if (!entry.is_regular_file() || entry.path().extension() == ".log" ||
-            entry.path().extension() == ".conf" || entry.path() == tar_out)
-            continue;
-        if (name.rfind(prefix, 0) == 0) {
-            const auto engine_name = name.substr(prefix.size());
-            auto data = criu::read_file(entry.path());
-            if (engine_name == "config.dump")
-                data = patched_config(data);
-            tar.add_bytes(engine_name, data);
-        } else {
-            tar.add_path("checkpoint/" + name, entry.path());
-        }
-    }
+fs::path write_restore_request(const fs::path& dir, const fs::path& images,
+                               const std::string& migration_id, const std::string& devshm_tar) {
     engine::restore_request req;
     req.migration_id = migration_id;
     req.lazy_socket = (dir / "lazy-pages.socket").string();
     req.gate_socket = gate_path(dir).string();
     req.criu_config = (dir / "criu-restore.conf").string();
+    req.devshm_tar = devshm_tar;
     engine::write_criu_config(dir / "criu-restore.conf",
                               fmt::format("action-script {}\n", shim_binary()));
-    engine::write_request(dir / engine::restore_request_file, req);
-    tar.add_path(std::string("checkpoint/") + engine::restore_request_file,
-                 dir / engine::restore_request_file);
-    tar.close();
+    const auto file = images / engine::restore_request_file;
+    engine::write_request(file, req);
+    return file;
 }
+
+fs::path engine_file(const fs::path& dir, const std::string& name) {
+    const auto p = dir / (std::string(engine_file_prefix) + name);
+    if (!fs::exists(p))
+        throw error(fmt::format("the migrator sent no {}", name));
+    return p;
+}
+
+bool is_criu_image(const fs::path& file) {
+    const auto name = file.filename().string();
+    const auto ext = file.extension();
+    return name.rfind(engine_file_prefix, 0) != 0 && ext != ".log" && ext != ".conf" &&
+           ext != ".tar" && ext != ".socket" && name != engine::restore_request_file;
+}
+
+} // namespace engine_restore_detail
 
 fs::path gate_path(const fs::path& dir) {
     return dir / "gate.socket";
@@ -186,31 +131,4 @@ void answer_gate(int conn, bool resume, const std::string& reason) {
     (void)!::write(conn, a.data(), a.size());
 }
 
-std::vector<std::string> podman_restore_command(const fs::path& tar,
-                                                const std::string& container_name) {
-    // --name gives the container a new id: the old one may still be known
-    // to a runc root this host shares with the source (as the testbed does).
-    return {engine::podman_binary(), "container", "restore", "--import", tar.string(), "--name",
-            container_name};
-}
-
-void remove_container(const std::string& container_name) {
-    try {
-        engine::podman_remove(container_name);
-    } catch (const std::exception& e) {
-        make_logger("pagesrv")->warn("cannot remove container {}: {}", container_name, e.what());
-    }
-}
-
-pid_t container_pid(const std::string& container_name) {
-    try {
-        auto out = run_capture({engine::podman_binary(), "container", "inspect", "--format",
-                                "{{.State.Pid}}", container_name},
-                               query_timeout);
-        return pid_t(std::stol(out));
-    } catch (const std::exception&) {
-        return 0;
-    }
-}
-
-} // namespace ferry::pagesrv::engine_restore
+} // namespace ferry::pagesrv

@@ -1,36 +1,68 @@
-// Restoring a container through its engine (podman), post-copy.
+// Restoring a container through its engine, post-copy.
 //
-// The migrator sends CRIU's images plus the engine's files ("engine.*":
-// podman's config.dump and spec.dump, the writable layer's diff, /dev/shm).
-// The daemon packs them as podman's checkpoint export, with Ferry's restore
-// request inside the CRIU images, and runs `podman container restore
-// --import`. Podman runs Ferry's runc shim, which makes runc's restore lazy
-// and, as CRIU's action script, asks the daemon's gate socket at
-// post-restore whether the tasks may resume.
+// The migrator sends CRIU's images plus the engine's files ("engine.*": the
+// container's configuration, its writable layer's diff, its /dev/shm). The
+// engine's part (podman_restore.cpp, docker_restore.cpp) turns them into
+// what that engine restores from, with Ferry's restore request among the
+// CRIU images, and names the engine command that restores. The engine runs
+// Ferry's runc shim, which makes runc's restore lazy and, as CRIU's action
+// script, asks the daemon's gate socket at post-restore whether the tasks
+// may resume.
 #pragma once
 
 #include "unique_fd.hpp"
 
+#include <sys/types.h>
+
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
-namespace ferry::pagesrv::engine_restore {
+namespace ferry::pagesrv {
 
 inline constexpr const char* engine_file_prefix = "engine.";
 
-// The engines the daemon can restore into; throws for others.
-void check_engine(const std::string& engine, const std::string& container_name);
+class engine_restore {
+  public:
+    virtual ~engine_restore() = default;
+    // Before the freeze: throws if this host cannot take the container
+    // (the name is taken, the image or Ferry's shim is missing).
+    virtual void check_ready(const std::string& image) = 0;
+    // Once the images are in `dir`: builds what the engine restores from;
+    // returns the command that restores (it ends once the tasks run).
+    virtual std::vector<std::string> prepare(const std::filesystem::path& dir,
+                                             const std::string& migration_id) = 0;
+    // After a failed restore: removes what prepare() or the engine created.
+    virtual void remove() noexcept = 0;
+    // The container's init on the host, from the engine; 0 if unknown.
+    virtual pid_t container_pid() = 0;
+};
 
-// Throws if the destination's podman already has a container by that name
-// (restoring would fail, and cleaning up after it must not touch it).
-void check_name_free(const std::string& container_name);
+// Throws for an unknown engine or a name that is not a container name.
+std::unique_ptr<engine_restore> make_engine_restore(const std::string& engine,
+                                                    const std::string& container_name);
 
-// Packs `dir`'s images and engine files as a podman export at `tar_out`:
-// config.dump is pointed at the local image of the same name, and the
-// source host's paths in it are dropped so podman makes its own.
-void build_podman_import(const std::filesystem::path& dir, const std::string& migration_id,
-                         const std::filesystem::path& tar_out);
+namespace engine_restore_detail {
+
+std::unique_ptr<engine_restore> make_podman_restore(const std::string& name);
+std::unique_ptr<engine_restore> make_docker_restore(const std::string& name);
+
+// The shim, which CRIU runs as its action script.
+std::string shim_binary();
+// Writes Ferry's restore request (lib/engine_request.hpp) into `images`: the
+// lazy-pages socket and gate of the session in `dir`, and a CRIU config with
+// the shim as action script. `devshm_tar` may be empty.
+std::filesystem::path write_restore_request(const std::filesystem::path& dir,
+                                            const std::filesystem::path& images,
+                                            const std::string& migration_id,
+                                            const std::string& devshm_tar);
+// The session's engine file `name` ("engine.<name>"); throws if it is missing.
+std::filesystem::path engine_file(const std::filesystem::path& dir, const std::string& name);
+// The CRIU images among `dir`'s files (not engine files, logs, configs).
+bool is_criu_image(const std::filesystem::path& file);
+
+} // namespace engine_restore_detail
 
 // The gate: a unix socket in `dir` the shim connects to at post-restore.
 unique_fd listen_gate(const std::filesystem::path& dir);
@@ -39,12 +71,4 @@ std::filesystem::path gate_path(const std::filesystem::path& dir);
 pid_t read_gate_request(int conn);
 void answer_gate(int conn, bool resume, const std::string& reason);
 
-// `podman container restore --import tar --name name`, logged in `dir`.
-std::vector<std::string> podman_restore_command(const std::filesystem::path& tar,
-                                                const std::string& container_name);
-// `podman rm -f name`, after a restore that failed; errors are logged.
-void remove_container(const std::string& container_name);
-// The container's init on the host, from podman; 0 if unknown.
-pid_t container_pid(const std::string& container_name);
-
-} // namespace ferry::pagesrv::engine_restore
+} // namespace ferry::pagesrv

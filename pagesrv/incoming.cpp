@@ -97,6 +97,7 @@ class incoming_session {
           _fabric(prepare.fabric && *prepare.fabric ? prepare.fabric : "tcp"),
           _pool(prepare.pool ? prepare.pool : ""), _engine(prepare.engine ? prepare.engine : ""),
           _container(prepare.container_name ? prepare.container_name : ""),
+          _container_image(prepare.container_image ? prepare.container_image : ""),
           _log(make_logger("pagesrv")) {}
 
     void run();
@@ -127,6 +128,8 @@ class incoming_session {
     std::string _fabric;
     std::string _pool;               // pool mode: the pool_spec lazy-pages reads from
     std::string _engine, _container; // a container, restored through its engine
+    std::string _container_image;
+    std::unique_ptr<engine_restore> _engine_restore;
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;
@@ -186,8 +189,8 @@ void incoming_session::check_prepare() {
     if (!_source.empty() || _pool.empty())
         net::parse_endpoint(_source); // validates
     if (!_engine.empty()) {
-        engine_restore::check_engine(_engine, _container);
-        engine_restore::check_name_free(_container);
+        _engine_restore = make_engine_restore(_engine, _container);
+        _engine_restore->check_ready(_container_image);
     }
     _dir = _d.config().state_dir / "incoming" / _id;
     if (!std::filesystem::create_directory(_dir))
@@ -229,12 +232,6 @@ bool incoming_session::receive_images() {
             if (!out)
                 throw error(fmt::format("cannot write {}", (_dir / f.name).string()));
         }
-    }
-    if (!_engine.empty() &&
-        !std::filesystem::exists(
-            _dir / (std::string(engine_restore::engine_file_prefix) + "config.dump"))) {
-        send_restore_failure("a container migration without the engine's config.dump");
-        return false;
     }
     try {
         (void)criu::image_set::load(_dir);
@@ -336,7 +333,7 @@ bool incoming_session::start_lazy_pages() {
 }
 
 bool incoming_session::restore() {
-    if (!_engine.empty())
+    if (_engine_restore)
         return restore_with_engine();
     const uint64_t t0 = monotonic_ns();
     unique_fd dir(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
@@ -405,16 +402,14 @@ bool incoming_session::restore() {
 // post-restore action script) before the tasks run, as in restore() above.
 bool incoming_session::restore_with_engine() {
     const uint64_t t0 = monotonic_ns();
-    const auto tar = _dir / "podman-import.tar";
+    std::vector<std::string> command;
     try {
-        engine_restore::build_podman_import(_dir, _id, tar);
+        command = _engine_restore->prepare(_dir, _id);
     } catch (const std::exception& ex) {
-        send_restore_failure(ex.what());
-        return false;
+        return engine_restore_failed(ex.what(), false);
     }
-    unique_fd gate = engine_restore::listen_gate(_dir);
-    auto podman = child_process::spawn(engine_restore::podman_restore_command(tar, _container),
-                                       _dir / "podman-restore.log");
+    unique_fd gate = listen_gate(_dir);
+    auto engine_cmd = child_process::spawn(command, _dir / (_engine + "-restore.log"));
     bool gated = false, resume = false;
     uint64_t t_resume = 0;
     const auto until = net::after(restore_timeout);
@@ -422,20 +417,20 @@ bool incoming_session::restore_with_engine() {
         // Once answered, the gate is not watched; once the tasks resumed,
         // lazy-pages' reports wait for relay_transfer().
         pollfd fds[3] = {{gated ? -1 : gate.get(), POLLIN, 0},
-                         {podman.exit_fd(), POLLIN, 0},
+                         {engine_cmd.exit_fd(), POLLIN, 0},
                          {resume ? -1 : _lazy.report.get(), POLLIN, 0}};
         if (::poll(fds, 3, 1000) < 0 && errno != EINTR)
             throw sys_error("poll engine restore");
         _lazy.take_uffds();
         if (std::chrono::steady_clock::now() > until) {
-            podman.signal(SIGKILL);
-            (void)podman.wait_for(std::chrono::seconds(10));
+            engine_cmd.signal(SIGKILL);
+            (void)engine_cmd.wait_for(std::chrono::seconds(10));
             return engine_restore_failed("the engine did not restore in time", resume);
         }
         if (fds[2].revents) {
             if (auto e = lazy_report_before_resume()) {
-                podman.signal(SIGKILL);
-                (void)podman.wait_for(std::chrono::seconds(10));
+                engine_cmd.signal(SIGKILL);
+                (void)engine_cmd.wait_for(std::chrono::seconds(10));
                 return engine_restore_failed(*e, false);
             }
         }
@@ -445,31 +440,32 @@ bool incoming_session::restore_with_engine() {
                 continue;
             gated = true;
             try {
-                _root_pid = engine_restore::read_gate_request(conn.get());
+                _root_pid = read_gate_request(conn.get());
                 resume = ask_to_resume();
             } catch (const std::exception& ex) {
                 _log->warn("migration {}: {}", _id, ex.what());
             }
-            engine_restore::answer_gate(conn.get(), resume, resume ? "" : "not committed");
+            answer_gate(conn.get(), resume, resume ? "" : "not committed");
             t_resume = monotonic_ns();
         }
         if (!fds[1].revents)
             continue;
-        const auto status = podman.wait_for(std::chrono::milliseconds(0));
+        const auto status = engine_cmd.wait_for(std::chrono::milliseconds(0));
         if (!status)
             continue;
         const bool ok = WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
         if (!ok)
-            return engine_restore_failed(fmt::format("podman container restore failed ({}): {}",
+            return engine_restore_failed(fmt::format("{}'s restore failed ({}): {}", _engine,
                                                      describe_wait_status(*status),
-                                                     podman.log_tail()),
+                                                     engine_cmd.log_tail()),
                                          resume);
         if (!resume)
-            // Restored without asking the gate: podman did not run Ferry's shim.
+            // Restored without asking the gate: the engine did not run Ferry's shim.
             return engine_restore_failed(
-                "podman restored without Ferry's runc shim (is its runc runtime ferry-runc?)",
+                fmt::format("{} restored without Ferry's runc shim (is its runtime ferry-runc?)",
+                            _engine),
                 true);
-        if (const pid_t p = engine_restore::container_pid(_container); p > 0)
+        if (const pid_t p = _engine_restore->container_pid(); p > 0)
             _root_pid = p;
         report_resumed(t_resume - t0, monotonic_ns() - t_resume);
         return true;
@@ -504,7 +500,7 @@ void incoming_session::report_resumed(uint64_t restore_ns,
 bool incoming_session::engine_restore_failed(const std::string& why, bool tasks_ran) {
     if (tasks_ran && _root_pid > 0)
         ::kill(_root_pid, SIGKILL);
-    engine_restore::remove_container(_container);
+    _engine_restore->remove();
     send_restore_failure(why);
     return false;
 }

@@ -1,0 +1,171 @@
+#include "docker.hpp"
+
+#include "criu_image.hpp"
+#include "docker_api.hpp"
+#include "engine_dump.hpp"
+#include "error.hpp"
+#include "rootfs_diff.hpp"
+#include "tar_writer.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+namespace ferry::migrator::docker {
+
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string read_line(const fs::path& p) {
+    std::ifstream in(p);
+    std::string s;
+    if (!std::getline(in, s) || s.empty())
+        throw error(fmt::format("cannot read {}", p.string()));
+    return s;
+}
+
+// vfs keeps no paths in inspect: the layer store names the container's
+// directory (mount-id) and its parent, docker's init layer (init-id).
+void locate_vfs_layers(container& c, const fs::path& root) {
+    const auto mounts = root / "image" / "vfs" / "layerdb" / "mounts" / c.id;
+    c.layer_dir = root / "vfs" / "dir" / read_line(mounts / "mount-id");
+    c.base_dir = root / "vfs" / "dir" / read_line(mounts / "init-id");
+    if (!fs::is_directory(c.layer_dir) || !fs::is_directory(c.base_dir))
+        throw error(fmt::format("docker's vfs layers of {} are not where the layer store says",
+                                c.name));
+}
+
+std::vector<uint8_t> bytes_of(const std::string& s) {
+    return {s.begin(), s.end()};
+}
+
+} // namespace
+
+container inspect(const std::string& name) {
+    const auto j = ferry::docker::inspect_container(name);
+    if (!j)
+        throw error(fmt::format("docker has no container '{}'", name));
+    try {
+        container c;
+        c.id = j->at("Id").get<std::string>();
+        c.name = j->at("Name").get<std::string>();
+        if (!c.name.empty() && c.name[0] == '/')
+            c.name.erase(0, 1);
+        const auto& state = j->at("State");
+        c.pid = state.at("Pid").get<pid_t>();
+        c.running = state.at("Running").get<bool>();
+        c.paused = state.value("Paused", false);
+        c.runtime = j->at("HostConfig").value("Runtime", "");
+        c.config = {{"Name", c.name}, {"Config", j->at("Config")}, {"HostConfig", j->at("HostConfig")}};
+        c.image = j->at("Config").value("Image", "");
+        c.storage_driver = j->at("GraphDriver").at("Name").get<std::string>();
+        const fs::path root = ferry::docker::root_dir();
+        if (c.storage_driver == "overlay2") {
+            const auto& data = j->at("GraphDriver").at("Data");
+            c.upper_dir = data.at("UpperDir").get<std::string>();
+            c.lower_dirs = split_lower_dirs(data.value("LowerDir", ""));
+        } else if (c.storage_driver == "vfs") {
+            locate_vfs_layers(c, root);
+        } else {
+            throw error(fmt::format("docker's storage driver {} is not supported (overlay2 and "
+                                    "vfs are)",
+                                    c.storage_driver));
+        }
+        const auto ipc = j->at("HostConfig").value("IpcMode", "");
+        if (ipc == "private" || ipc == "shareable" || ipc.empty())
+            c.shm_dir = root / "containers" / c.id / "mounts" / "shm";
+        return c;
+    } catch (const ferry::error&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw error(fmt::format("cannot read docker's description of '{}': {}", name, e.what()));
+    }
+}
+
+void require_ferry_runtime(const container& c) {
+    const auto info = ferry::docker::call("GET", "/info");
+    std::string path;
+    try {
+        path = info.at("Runtimes").at(c.runtime).value("path", "");
+    } catch (const std::exception&) {
+        throw error(fmt::format("dockerd does not know the runtime '{}' of {}", c.runtime, c.name));
+    }
+    if (fs::path(path).filename() != "ferry-runc")
+        throw error(fmt::format(
+            "container {} runs under runtime '{}' ({}), not Ferry's runc shim; add to dockerd's "
+            "daemon.json\n  \"runtimes\": {{\"ferry-runc\": {{\"path\": \"/path/to/ferry-runc\"}}}}, "
+            "\"default-runtime\": \"ferry-runc\"\nand create the container again",
+            c.name, c.runtime, path.empty() ? "runc" : path));
+}
+
+namespace {
+
+class docker_dump final : public engine_dump {
+  public:
+    docker_dump(container c, fs::path dir, std::string id)
+        : engine_dump("docker", c.id, c.name, std::move(dir), std::move(id)), _c(std::move(c)) {
+        fs::create_directories(images_dir());
+    }
+
+    fs::path images_dir() const override { return _dir / "images"; }
+
+    std::vector<engine_file> engine_files() override {
+        std::vector<engine_file> files;
+        files.push_back({"docker.json", bytes_of(_c.config.dump())});
+        std::vector<std::string> deleted;
+        const auto diff = _dir / "rootfs-diff.tar";
+        if (_c.storage_driver == "overlay2")
+            overlay_diff(_c.upper_dir, _c.lower_dirs, diff, deleted);
+        else
+            tree_diff(_c.layer_dir, _c.base_dir, diff, deleted);
+        files.push_back({"rootfs-diff.tar", criu::read_file(diff)});
+        files.push_back({"deleted.files", bytes_of(json(deleted).dump())});
+        std::error_code ec;
+        if (!_c.shm_dir.empty() && !fs::is_empty(_c.shm_dir, ec) && !ec) {
+            tar_writer t(_dir / "devshm-checkpoint.tar");
+            t.add_tree("", _c.shm_dir);
+            t.close();
+            files.push_back(
+                {"devshm-checkpoint.tar", criu::read_file(_dir / "devshm-checkpoint.tar")});
+        }
+        return files;
+    }
+
+    bool remove_source() override {
+        try {
+            ferry::docker::remove_container(_c.id);
+            return true;
+        } catch (const std::exception& e) {
+            _log->warn("cannot remove the source container {}: {}", _c.name, e.what());
+            return false;
+        }
+    }
+
+  protected:
+    std::vector<std::string> checkpoint_command() const override {
+        // Docker's copy of the checkpoint is never used (Ferry's images land
+        // in images_dir); it goes to Ferry's work dir, not the container's.
+        return {ferry::docker::cli_binary(), "checkpoint", "create", "--checkpoint-dir",
+                (_dir / "docker-checkpoint").string(), _c.id, "ferry-" + _migration_id};
+    }
+
+    fs::path redirected_images() const override { return images_dir(); }
+
+    std::string log_hint() const override {
+        return fmt::format("CRIU's dump.log in {}", images_dir().string());
+    }
+
+  private:
+    container _c;
+};
+
+} // namespace
+
+std::unique_ptr<dump_driver> make_dump(const container& c, const fs::path& dir,
+                                       const std::string& migration_id) {
+    return std::make_unique<docker_dump>(c, dir, migration_id);
+}
+
+} // namespace ferry::migrator::docker

@@ -1,0 +1,59 @@
+// Docker underneath a migration.
+//
+// Source: Ferry runs `docker checkpoint create`: dockerd asks containerd,
+// which pauses the container (runc pause) and has its shim run runc
+// checkpoint. Docker's runtime is Ferry's runc shim (dockerd's `runtimes`),
+// which makes the checkpoint lazy and writes CRIU's images into Ferry's work
+// dir: docker's own checkpoint directory only fills once runc has ended,
+// which a lazy dump does at the migration's end. Ferry sends the container's
+// configuration (docker inspect's Config and HostConfig), its writable
+// layer's diff and its /dev/shm.
+//
+// Destination (pagesrv/docker_restore.cpp): the container is created through
+// dockerd's API with that configuration, the diff is applied to its layer,
+// the images go to its checkpoint directory, and `docker start --checkpoint`
+// restores it, made lazy by the shim.
+#pragma once
+
+#include "dump_driver.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::migrator::docker {
+
+struct container {
+    std::string id;
+    std::string name;
+    pid_t pid = 0; // its init, on the host
+    bool running = false;
+    bool paused = false;
+    std::string runtime; // HostConfig.Runtime, a name among dockerd's runtimes
+    std::string image; // Config.Image, which the destination must have
+    std::string storage_driver;
+    // overlay2: the upper dir over its lower dirs; vfs: the container's full
+    // tree and the tree it was copied from (the image plus docker's init layer).
+    std::filesystem::path upper_dir;
+    std::vector<std::filesystem::path> lower_dirs;
+    std::filesystem::path layer_dir, base_dir;
+    std::filesystem::path shm_dir; // the tmpfs docker mounts as its /dev/shm; may be empty
+    nlohmann::json config;         // {"Name", "Config", "HostConfig"} as docker inspect says
+};
+
+// Throws a clear error when there is no such container or its storage driver
+// is not supported.
+container inspect(const std::string& name);
+
+// Throws unless the container runs under Ferry's runc shim.
+void require_ferry_runtime(const container& c);
+
+std::unique_ptr<dump_driver> make_dump(const container& c, const std::filesystem::path& dir,
+                                       const std::string& migration_id);
+
+} // namespace ferry::migrator::docker

@@ -1,0 +1,130 @@
+#include "engine_dump.hpp"
+
+#include "clock.hpp"
+#include "engine_request.hpp"
+#include "error.hpp"
+#include "log.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace ferry::migrator {
+
+namespace fs = std::filesystem;
+
+engine_dump::engine_dump(std::string engine, std::string container_id, std::string container_name,
+                         fs::path dir, std::string migration_id)
+    : _engine(std::move(engine)), _id(std::move(container_id)), _name(std::move(container_name)),
+      _dir(std::move(dir)), _migration_id(std::move(migration_id)), _log(make_logger("migrator")) {
+}
+
+engine_dump::~engine_dump() {
+    std::error_code ec;
+    fs::remove(engine::checkpoint_request_path(_id), ec);
+    if (_cmd.running()) {
+        // Only reached when the migration could neither finish nor abort.
+        _log->error("{}'s checkpoint of {} is still running; leaving it", _engine, _name);
+        _cmd.detach();
+    }
+}
+
+void engine_dump::start(uint16_t port) {
+    const auto fifo = _dir / "status.fifo";
+    if (::mkfifo(fifo.c_str(), 0600))
+        throw sys_error("mkfifo " + fifo.string());
+    _status.reset(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    if (!_status)
+        throw sys_error("open " + fifo.string());
+    engine::checkpoint_request req;
+    req.migration_id = _migration_id;
+    req.migrator_pid = ::getpid();
+    req.page_server_port = port;
+    req.status_fifo = fifo.string();
+    req.criu_config = engine::write_criu_config(_dir / "criu-dump.conf").string();
+    req.images_dir = redirected_images().string();
+    engine::write_request(engine::checkpoint_request_path(_id), req);
+    _t_start = monotonic_ns();
+    _cmd = child_process::spawn(checkpoint_command(), _dir / (_engine + "-checkpoint.log"));
+}
+
+void engine_dump::wait_dumped(migration_result& r) {
+    // Until the daemon reports the exact moment (the engine's pause or
+    // CRIU's freeze), the command's start stands for the freeze.
+    r.t_freeze = _t_start;
+    wait_status(std::chrono::minutes(5));
+    r.t_dumped = monotonic_ns();
+}
+
+int engine_dump::event_fd() const {
+    return _cmd.running() ? _cmd.exit_fd() : -1;
+}
+
+void engine_dump::on_event() {
+    if (auto st = _cmd.wait_for(std::chrono::milliseconds(0))) {
+        _ended = true;
+        _end_error = fmt::format("{}'s checkpoint ended early ({}): {}", _engine,
+                                 describe_wait_status(*st), _cmd.log_tail());
+        throw error(_end_error);
+    }
+}
+
+void engine_dump::wait_page_server() {
+    wait_status(std::chrono::seconds(30));
+}
+
+bool engine_dump::wait_end(std::chrono::seconds timeout) {
+    if (!_cmd.running())
+        return _succeeded;
+    auto st = _cmd.wait_for(timeout);
+    if (!st) {
+        _end_error = fmt::format("{}'s checkpoint did not end in time", _engine);
+        return false;
+    }
+    _ended = true;
+    _succeeded = WIFEXITED(*st) && WEXITSTATUS(*st) == 0;
+    if (!_succeeded)
+        _end_error = fmt::format("{} checkpoint: {}: {}", _engine, describe_wait_status(*st),
+                                 _cmd.log_tail());
+    return _succeeded;
+}
+
+void engine_dump::kill() noexcept {
+    // CRIU runs under runc under the engine; stopping the engine's command
+    // does not stop it. What is left frozen needs a person: say where.
+    _log->error("cannot end the lazy dump of {}: see {} and {}", _name, _cmd.log().string(),
+                log_hint());
+}
+
+// Until runc's status byte (CRIU's page server listens, every image is
+// written) or the engine command's end.
+void engine_dump::wait_status(std::chrono::milliseconds timeout) {
+    if (_status_ready)
+        return;
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        if (!_cmd.running() || _ended)
+            throw error(_end_error.empty() ? fmt::format("{}'s checkpoint is over", _engine)
+                                           : _end_error);
+        pollfd fds[2] = {{_status.get(), POLLIN, 0}, {_cmd.exit_fd(), POLLIN, 0}};
+        if (::poll(fds, 2, 100) < 0 && errno != EINTR)
+            throw sys_error("poll");
+        if (fds[0].revents & POLLIN) {
+            char b = 1;
+            if (::read(_status.get(), &b, 1) == 1) {
+                _status_ready = true;
+                return;
+            }
+        }
+        if (fds[1].revents)
+            on_event(); // throws: the engine ended without a lazy dump
+        if (std::chrono::steady_clock::now() > until)
+            throw error(
+                fmt::format("{}'s checkpoint of {} did not freeze it in time", _engine, _name));
+    }
+}
+
+} // namespace ferry::migrator

@@ -1,0 +1,70 @@
+// A container engine's own checkpoint command as Ferry's lazy dump.
+//
+// Ferry leaves a checkpoint request for its runc shim (lib/engine_request.hpp)
+// and runs the engine's checkpoint; the shim adds runc's --lazy-pages,
+// --page-server and --status-fd. CRIU then keeps the container frozen until
+// Ferry's daemon sends CLOSE, so the engine's command lasts the whole
+// migration. runc's status byte says CRIU's page server listens and every
+// image is written. An abort makes CRIU resume the tasks: the engine's
+// checkpoint fails and the container runs on.
+//
+// Engines differ in the command, where the images land, what else the
+// destination needs (engine_files) and how the source container goes.
+#pragma once
+
+#include "dump_driver.hpp"
+#include "subprocess.hpp"
+#include "unique_fd.hpp"
+
+#include <spdlog/logger.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::migrator {
+
+class engine_dump : public dump_driver {
+  public:
+    engine_dump(std::string engine, std::string container_id, std::string container_name,
+                std::filesystem::path dir, std::string migration_id);
+    ~engine_dump() override;
+
+    void start(uint16_t port) override;
+    void wait_dumped(migration_result& r) override;
+    [[nodiscard]] int event_fd() const override;
+    void on_event() override;
+    void wait_page_server() override;
+    bool wait_end(std::chrono::seconds timeout) override;
+    [[nodiscard]] std::string end_error() const override { return _end_error; }
+    [[nodiscard]] bool ended() const override { return _ended; }
+    void kill() noexcept override;
+
+  protected:
+    // The engine's checkpoint of the container, which runs runc checkpoint.
+    [[nodiscard]] virtual std::vector<std::string> checkpoint_command() const = 0;
+    // Where CRIU should write the images instead of where the engine says
+    // (empty: where the engine says).
+    [[nodiscard]] virtual std::filesystem::path redirected_images() const { return {}; }
+    // Where runc and CRIU log, for a person to look at.
+    [[nodiscard]] virtual std::string log_hint() const = 0;
+
+    const std::string _engine, _id, _name;
+    const std::filesystem::path _dir;
+    const std::string _migration_id;
+    std::shared_ptr<spdlog::logger> _log;
+
+  private:
+    void wait_status(std::chrono::milliseconds timeout);
+
+    unique_fd _status;
+    child_process _cmd;
+    uint64_t _t_start = 0;
+    bool _status_ready = false;
+    bool _ended = false;
+    bool _succeeded = false;
+    std::string _end_error;
+};
+
+} // namespace ferry::migrator

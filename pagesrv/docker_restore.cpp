@@ -1,0 +1,195 @@
+// Docker: the container is created through dockerd's API with the source's
+// configuration (Config and HostConfig, the runtime swapped for this host's
+// Ferry shim), the writable layer's diff is applied to its layer, the images
+// go to its checkpoint directory (docker refuses any other for a restore),
+// and `docker start --checkpoint` restores it.
+#include "criu_image.hpp"
+#include "docker_api.hpp"
+#include "engine_request.hpp"
+#include "engine_restore.hpp"
+#include "error.hpp"
+#include "log.hpp"
+#include "tar_extract.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <fstream>
+
+namespace ferry::pagesrv::engine_restore_detail {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// The name of this dockerd's runtime that is Ferry's shim.
+std::string ferry_runtime() {
+    const auto info = docker::call("GET", "/info");
+    const auto runtimes = info.value("Runtimes", json::object());
+    for (const auto& [name, rt] : runtimes.items())
+        if (fs::path(rt.value("path", "")).filename() == "ferry-runc")
+            return name;
+    throw error("this host's dockerd has no runtime that is Ferry's runc shim; add to its "
+                "daemon.json \"runtimes\": {\"ferry-runc\": {\"path\": \"/path/to/ferry-runc\"}}");
+}
+
+void require_image(const std::string& image) {
+    const auto r = docker::request("GET", "/images/" + docker::encode(image) + "/json");
+    if (r.status == 404)
+        throw error(fmt::format(
+            "this host has no image '{}': build or load it here first (docker restores a "
+            "container on top of its image)",
+            image));
+    if (r.status != 200)
+        throw error(fmt::format("dockerd: image {}: HTTP {}", image, r.status));
+}
+
+std::string read_line(const fs::path& p) {
+    std::ifstream in(p);
+    std::string s;
+    if (!std::getline(in, s) || s.empty())
+        throw error(fmt::format("cannot read {}", p.string()));
+    return s;
+}
+
+// An overlay whiteout: a 0/0 character device hides the lower file.
+void whiteout(const fs::path& p) {
+    std::error_code ec;
+    fs::remove_all(p, ec);
+    fs::create_directories(p.parent_path());
+    if (::mknod(p.c_str(), S_IFCHR | 0000, makedev(0, 0)))
+        throw sys_error("mknod whiteout " + p.string());
+}
+
+class docker_restore final : public engine_restore {
+  public:
+    explicit docker_restore(std::string name) : _name(std::move(name)) {}
+
+    void check_ready(const std::string& image) override {
+        if (docker::inspect_container(_name))
+            throw error(
+                fmt::format("a container named '{}' already exists on the destination", _name));
+        (void)ferry_runtime();
+        if (!image.empty())
+            require_image(image);
+    }
+
+    std::vector<std::string> prepare(const fs::path& dir,
+                                     const std::string& migration_id) override {
+        json source;
+        try {
+            source = json::parse(criu::read_file(engine_file(dir, "docker.json")));
+        } catch (const ferry::error&) {
+            throw;
+        } catch (const std::exception& e) {
+            throw error(fmt::format("docker.json is malformed: {}", e.what()));
+        }
+        create(source);
+        apply_rootfs_diff(dir);
+        const std::string checkpoint = "ferry-" + migration_id;
+        const auto images = fs::path(docker::root_dir()) / "containers" / _id / "checkpoints" /
+                            checkpoint;
+        fs::create_directories(images);
+        for (const auto& entry : fs::directory_iterator(dir))
+            if (entry.is_regular_file() && is_criu_image(entry.path()))
+                fs::copy_file(entry.path(), images / entry.path().filename());
+        const auto shm = dir / (std::string(engine_file_prefix) + "devshm-checkpoint.tar");
+        write_restore_request(dir, images, migration_id,
+                              fs::exists(shm) ? shm.string() : std::string());
+        return {docker::cli_binary(), "start", "--checkpoint", checkpoint, _id};
+    }
+
+    void remove() noexcept override {
+        if (_id.empty())
+            return;
+        try {
+            docker::remove_container(_id);
+        } catch (const std::exception& e) {
+            make_logger("pagesrv")->warn("cannot remove container {}: {}", _name, e.what());
+        }
+    }
+
+    pid_t container_pid() override {
+        try {
+            const auto j = docker::inspect_container(_id.empty() ? _name : _id);
+            return j ? j->at("State").at("Pid").get<pid_t>() : 0;
+        } catch (const std::exception&) {
+            return 0;
+        }
+    }
+
+  private:
+    void create(const json& source) {
+        json body;
+        try {
+            body = source.at("Config");
+            body["HostConfig"] = source.at("HostConfig");
+        } catch (const std::exception&) {
+            throw error("docker.json lacks Config or HostConfig");
+        }
+        // dockerd sets this itself when it has no default bridge; passed in,
+        // it makes dockerd skip the container's /etc/hosts and resolv.conf,
+        // which the dumped mount namespace has.
+        body.erase("NetworkDisabled");
+        require_image(body.value("Image", ""));
+        body["HostConfig"]["Runtime"] = ferry_runtime();
+        const auto reply =
+            docker::call("POST", "/containers/create?name=" + docker::encode(_name), body);
+        _id = reply.value("Id", "");
+        if (_id.empty())
+            throw error("dockerd created the container but gave no id");
+    }
+
+    // The source's writable-layer changes, onto this container's layer.
+    void apply_rootfs_diff(const fs::path& dir) {
+        const auto j = docker::inspect_container(_id);
+        if (!j)
+            throw error(fmt::format("the container {} vanished after its creation", _name));
+        const auto driver = j->at("GraphDriver").value("Name", "");
+        fs::path layer;
+        if (driver == "overlay2") {
+            layer = j->at("GraphDriver").at("Data").at("UpperDir").get<std::string>();
+        } else if (driver == "vfs") {
+            const fs::path root = docker::root_dir();
+            layer = root / "vfs" / "dir" /
+                    read_line(root / "image" / "vfs" / "layerdb" / "mounts" / _id / "mount-id");
+        } else {
+            throw error(fmt::format("docker's storage driver {} is not supported here", driver));
+        }
+        std::vector<std::string> deleted;
+        try {
+            deleted = json::parse(criu::read_file(engine_file(dir, "deleted.files")))
+                          .get<std::vector<std::string>>();
+        } catch (const ferry::error&) {
+            throw;
+        } catch (const std::exception& e) {
+            throw error(fmt::format("deleted.files is malformed: {}", e.what()));
+        }
+        for (const auto& d : deleted) {
+            const auto p = path_below(layer, d);
+            if (driver == "overlay2") {
+                whiteout(p);
+            } else {
+                std::error_code ec;
+                fs::remove_all(p, ec);
+                if (ec)
+                    throw error(fmt::format("cannot delete {}: {}", p.string(), ec.message()));
+            }
+        }
+        extract_tar(engine_file(dir, "rootfs-diff.tar"), layer);
+    }
+
+    std::string _name;
+    std::string _id; // once created
+};
+
+} // namespace
+
+std::unique_ptr<engine_restore> make_docker_restore(const std::string& name) {
+    return std::make_unique<docker_restore>(name);
+}
+
+} // namespace ferry::pagesrv::engine_restore_detail

@@ -1,0 +1,143 @@
+// Podman: the images and podman's files are packed as podman's checkpoint
+// export (config.dump pointed at the local image of the same name, the
+// source host's paths cleared) and restored with `podman container restore
+// --import --name NAME`.
+#include "criu_image.hpp"
+#include "engine_request.hpp"
+#include "engine_restore.hpp"
+#include "error.hpp"
+#include "log.hpp"
+#include "subprocess.hpp"
+#include "tar_writer.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace ferry::pagesrv::engine_restore_detail {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr auto query_timeout = std::chrono::seconds(30);
+
+std::string local_image_id(const std::string& name) {
+    try {
+        auto out =
+            run_capture({engine::podman_binary(), "image", "inspect", "--format", "{{.Id}}", name},
+                        query_timeout);
+        return out.substr(0, out.find('\n'));
+    } catch (const std::exception&) {
+        throw error(fmt::format(
+            "this host has no image '{}': build or load it here first (podman restores a "
+            "container on top of its image)",
+            name));
+    }
+}
+
+std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw) {
+    json c;
+    try {
+        c = json::parse(raw);
+    } catch (const std::exception& e) {
+        throw error(fmt::format("podman's config.dump is malformed: {}", e.what()));
+    }
+    const std::string image = c.value("rootfsImageName", "");
+    if (image.empty())
+        throw error("config.dump names no image (containers from a rootfs are not supported)");
+    c["rootfsImageID"] = local_image_id(image);
+    // Paths of the source host's container directories: podman makes its
+    // own for the new container when they are empty.
+    const std::string old_id = c.value("id", "");
+    for (const char* key : {"conmonPidFile", "pid_file", "logPath"})
+        if (c.contains(key) && c[key].is_string() && !old_id.empty() &&
+            c[key].get<std::string>().find(old_id) != std::string::npos)
+            c[key] = "";
+    const auto text = c.dump();
+    return {text.begin(), text.end()};
+}
+
+class podman_restore final : public engine_restore {
+  public:
+    explicit podman_restore(std::string name) : _name(std::move(name)) {}
+
+    void check_ready(const std::string& image) override {
+        bool exists = true;
+        try {
+            (void)run_capture({engine::podman_binary(), "container", "exists", _name},
+                              query_timeout);
+        } catch (const std::exception&) {
+            exists = false; // exit status 1: no such container
+        }
+        if (exists)
+            throw error(
+                fmt::format("a container named '{}' already exists on the destination", _name));
+        if (!image.empty())
+            (void)local_image_id(image);
+    }
+
+    std::vector<std::string> prepare(const fs::path& dir,
+                                     const std::string& migration_id) override {
+        (void)engine_file(dir, "config.dump");
+        (void)engine_file(dir, "spec.dump");
+        const auto tar_out = dir / "podman-import.tar";
+        tar_writer tar(tar_out);
+        for (const auto& entry : fs::directory_iterator(dir)) {
+            const auto name = entry.path().filename().string();
+            if (!entry.is_regular_file())
+                continue;
+            if (name.rfind(engine_file_prefix, 0) == 0) {
+                const auto engine_name = name.substr(std::strlen(engine_file_prefix));
+                auto data = criu::read_file(entry.path());
+                if (engine_name == "config.dump")
+                    data = patched_config(data);
+                tar.add_bytes(engine_name, data);
+            } else if (is_criu_image(entry.path())) {
+                tar.add_path("checkpoint/" + name, entry.path());
+            }
+        }
+        const auto req = write_restore_request(dir, dir, migration_id, "");
+        tar.add_path(std::string("checkpoint/") + engine::restore_request_file, req);
+        tar.close();
+        _created = true;
+        // --name gives the container a new id: the old one may still be
+        // known to a runc root this host shares with the source (as the
+        // testbed does).
+        return {engine::podman_binary(), "container", "restore", "--import", tar_out.string(),
+                "--name", _name};
+    }
+
+    void remove() noexcept override {
+        if (!_created)
+            return;
+        try {
+            engine::podman_remove(_name);
+        } catch (const std::exception& e) {
+            make_logger("pagesrv")->warn("cannot remove container {}: {}", _name, e.what());
+        }
+    }
+
+    pid_t container_pid() override {
+        try {
+            auto out = run_capture({engine::podman_binary(), "container", "inspect", "--format",
+                                    "{{.State.Pid}}", _name},
+                                   query_timeout);
+            return pid_t(std::stol(out));
+        } catch (const std::exception&) {
+            return 0;
+        }
+    }
+
+  private:
+    std::string _name;
+    bool _created = false; // podman may have created it, even if its restore failed
+};
+
+} // namespace
+
+std::unique_ptr<engine_restore> make_podman_restore(const std::string& name) {
+    return std::make_unique<podman_restore>(name);
+}
+
+} // namespace ferry::pagesrv::engine_restore_detail
