@@ -22,7 +22,9 @@
 # NAME-a, NAME-b, NAME-pK and NAME-sw), FERRY_TESTBED_NET picks the /24
 # (default 10.77.0), FERRY_BUILD points at the build dir (default
 # <repo>/build), FERRY_POOL_CAPACITY (default 256M) and FERRY_POOL_EVICTION
-# (default lru) configure the pool nodes.
+# (default lru) configure the pool nodes, FERRY_DOCKER_STORAGE picks dockerd's
+# storage driver (default overlay2; vfs works too, but copies the whole image
+# for every container).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -155,7 +157,7 @@ runroot = "$dir/podman/run"
 EOF
   cat >"$dir/docker/daemon.json" <<EOF
 {"experimental": true, "iptables": false, "ip-forward": false, "ip-masq": false,
- "bridge": "none", "storage-driver": "vfs",
+ "bridge": "none", "storage-driver": "${FERRY_DOCKER_STORAGE:-overlay2}",
  "data-root": "$dir/docker/data", "exec-root": "$dir/docker/exec",
  "pidfile": "$dir/docker/dockerd.pid", "hosts": ["unix://$dir/docker/docker.sock"],
  "runtimes": {"ferry-runc": {"path": "$build/migrator/ferry-runc"}}, "default-runtime": "ferry-runc",

@@ -78,8 +78,8 @@ api_reply request(const std::string& method, const std::string& path, const std:
     }
     const CURLcode rc = curl_easy_perform(c.get());
     if (rc != CURLE_OK)
-        throw error(fmt::format("dockerd at {}: {} {}: {}", sock, method, path,
-                                curl_easy_strerror(rc)));
+        throw error(
+            fmt::format("dockerd at {}: {} {}: {}", sock, method, path, curl_easy_strerror(rc)));
     curl_easy_getinfo(c.get(), CURLINFO_RESPONSE_CODE, &reply.status);
     return reply;
 }

@@ -22,8 +22,7 @@ std::string socket_path();
 
 // One request; throws ferry::error when dockerd cannot be reached. Any HTTP
 // status is returned as is.
-api_reply request(const std::string& method, const std::string& path,
-                  const std::string& body = "",
+api_reply request(const std::string& method, const std::string& path, const std::string& body = "",
                   std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 // A request whose reply must be 2xx JSON (or empty: null); throws

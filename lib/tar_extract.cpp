@@ -47,15 +47,16 @@ void extract_tar(const std::filesystem::path& tar, const std::filesystem::path& 
                       ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_UNLINK;
     archive_write_disk_set_options(out.get(), flags);
     if (archive_read_open_filename(in.get(), tar.c_str(), 1 << 16) != ARCHIVE_OK)
-        throw error(fmt::format("cannot open {}: {}", tar.string(), archive_error_string(in.get())));
+        throw error(
+            fmt::format("cannot open {}: {}", tar.string(), archive_error_string(in.get())));
     for (;;) {
         archive_entry* e = nullptr;
         const int r = archive_read_next_header(in.get(), &e);
         if (r == ARCHIVE_EOF)
             break;
         if (r != ARCHIVE_OK)
-            throw error(fmt::format("{} is malformed: {}", tar.string(),
-                                    archive_error_string(in.get())));
+            throw error(
+                fmt::format("{} is malformed: {}", tar.string(), archive_error_string(in.get())));
         const std::string name = archive_entry_pathname(e);
         if (name.find_first_not_of("./") == std::string::npos)
             continue; // the archive's own top directory: dest is already there

@@ -33,8 +33,8 @@ void locate_vfs_layers(container& c, const fs::path& root) {
     c.layer_dir = root / "vfs" / "dir" / read_line(mounts / "mount-id");
     c.base_dir = root / "vfs" / "dir" / read_line(mounts / "init-id");
     if (!fs::is_directory(c.layer_dir) || !fs::is_directory(c.base_dir))
-        throw error(fmt::format("docker's vfs layers of {} are not where the layer store says",
-                                c.name));
+        throw error(
+            fmt::format("docker's vfs layers of {} are not where the layer store says", c.name));
 }
 
 std::vector<uint8_t> bytes_of(const std::string& s) {
@@ -58,7 +58,8 @@ container inspect(const std::string& name) {
         c.running = state.at("Running").get<bool>();
         c.paused = state.value("Paused", false);
         c.runtime = j->at("HostConfig").value("Runtime", "");
-        c.config = {{"Name", c.name}, {"Config", j->at("Config")}, {"HostConfig", j->at("HostConfig")}};
+        c.config = {
+            {"Name", c.name}, {"Config", j->at("Config")}, {"HostConfig", j->at("HostConfig")}};
         c.image = j->at("Config").value("Image", "");
         c.storage_driver = j->at("GraphDriver").at("Name").get<std::string>();
         const fs::path root = ferry::docker::root_dir();
@@ -95,7 +96,8 @@ void require_ferry_runtime(const container& c) {
     if (fs::path(path).filename() != "ferry-runc")
         throw error(fmt::format(
             "container {} runs under runtime '{}' ({}), not Ferry's runc shim; add to dockerd's "
-            "daemon.json\n  \"runtimes\": {{\"ferry-runc\": {{\"path\": \"/path/to/ferry-runc\"}}}}, "
+            "daemon.json\n  \"runtimes\": {{\"ferry-runc\": {{\"path\": "
+            "\"/path/to/ferry-runc\"}}}}, "
             "\"default-runtime\": \"ferry-runc\"\nand create the container again",
             c.name, c.runtime, path.empty() ? "runc" : path));
 }
@@ -104,22 +106,26 @@ namespace {
 
 class docker_dump final : public engine_dump {
   public:
+    // Runs before the freeze: the tree the container's layer was copied
+    // from is indexed now, so the freeze only walks the layer itself.
     docker_dump(container c, fs::path dir, std::string id)
         : engine_dump("docker", c.id, c.name, std::move(dir), std::move(id)), _c(std::move(c)) {
         fs::create_directories(images_dir());
+        if (_c.storage_driver == "vfs")
+            _base = tree_index::scan(_c.base_dir);
     }
 
     fs::path images_dir() const override { return _dir / "images"; }
 
     std::vector<engine_file> engine_files() override {
+        // The configuration went ahead, with the prepare (docker.hpp).
         std::vector<engine_file> files;
-        files.push_back({"docker.json", bytes_of(_c.config.dump())});
         std::vector<std::string> deleted;
         const auto diff = _dir / "rootfs-diff.tar";
         if (_c.storage_driver == "overlay2")
             overlay_diff(_c.upper_dir, _c.lower_dirs, diff, deleted);
         else
-            tree_diff(_c.layer_dir, _c.base_dir, diff, deleted);
+            tree_diff(_c.layer_dir, _base, diff, deleted);
         files.push_back({"rootfs-diff.tar", criu::read_file(diff)});
         files.push_back({"deleted.files", bytes_of(json(deleted).dump())});
         std::error_code ec;
@@ -147,8 +153,13 @@ class docker_dump final : public engine_dump {
     std::vector<std::string> checkpoint_command() const override {
         // Docker's copy of the checkpoint is never used (Ferry's images land
         // in images_dir); it goes to Ferry's work dir, not the container's.
-        return {ferry::docker::cli_binary(), "checkpoint", "create", "--checkpoint-dir",
-                (_dir / "docker-checkpoint").string(), _c.id, "ferry-" + _migration_id};
+        return {ferry::docker::cli_binary(),
+                "checkpoint",
+                "create",
+                "--checkpoint-dir",
+                (_dir / "docker-checkpoint").string(),
+                _c.id,
+                "ferry-" + _migration_id};
     }
 
     fs::path redirected_images() const override { return images_dir(); }
@@ -159,6 +170,7 @@ class docker_dump final : public engine_dump {
 
   private:
     container _c;
+    tree_index _base;
 };
 
 } // namespace

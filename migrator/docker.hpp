@@ -35,7 +35,7 @@ struct container {
     bool running = false;
     bool paused = false;
     std::string runtime; // HostConfig.Runtime, a name among dockerd's runtimes
-    std::string image; // Config.Image, which the destination must have
+    std::string image;   // Config.Image, which the destination must have
     std::string storage_driver;
     // overlay2: the upper dir over its lower dirs; vfs: the container's full
     // tree and the tree it was copied from (the image plus docker's init layer).

@@ -19,8 +19,7 @@ namespace fs = std::filesystem;
 engine_dump::engine_dump(std::string engine, std::string container_id, std::string container_name,
                          fs::path dir, std::string migration_id)
     : _engine(std::move(engine)), _id(std::move(container_id)), _name(std::move(container_name)),
-      _dir(std::move(dir)), _migration_id(std::move(migration_id)), _log(make_logger("migrator")) {
-}
+      _dir(std::move(dir)), _migration_id(std::move(migration_id)), _log(make_logger("migrator")) {}
 
 engine_dump::~engine_dump() {
     std::error_code ec;

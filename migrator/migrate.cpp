@@ -132,7 +132,7 @@ class migration {
     // Container migrations: the container as its engine describes it.
     std::optional<podman::container> _podman;
     std::optional<docker::container> _docker;
-    std::string _container_name, _container_image;
+    std::string _container_name, _container_image, _container_config;
     uint16_t _criu_port = 0;
     std::filesystem::path _dir;
     bool _dump_started = false;
@@ -161,8 +161,8 @@ void migration::check_source() {
         _container_name = _docker->name;
         _container_image = _docker->image;
     } else if (!_opt.engine.empty()) {
-        throw error(fmt::format("engine '{}' is not supported (podman and docker are)",
-                                _opt.engine));
+        throw error(
+            fmt::format("engine '{}' is not supported (podman and docker are)", _opt.engine));
     }
     _r.source_pid = _opt.pid;
     const auto pids = proc::ns_pids(_opt.pid);
@@ -194,6 +194,12 @@ void migration::connect_destination(const std::string& source_addr) {
         prep.engine = const_cast<char*>(_opt.engine.c_str());
         prep.container_name = const_cast<char*>(_container_name.c_str());
         prep.container_image = const_cast<char*>(_container_image.c_str());
+        if (_docker) {
+            _container_config = _docker->config.dump();
+            prep.has_container_config = true;
+            prep.container_config.data = reinterpret_cast<uint8_t*>(_container_config.data());
+            prep.container_config.len = _container_config.size();
+        }
     }
     control::send_message(_dest.get(), prep, net::after(control_timeout));
     auto ok = control::receive(_dest.get(), net::after(control_timeout));
@@ -282,7 +288,10 @@ image_list migration::collect_images() {
         l.names.push_back(entry.path().filename().string());
         l.contents.push_back(criu::read_file(entry.path()));
     }
-    for (auto& f : _dump->engine_files()) {
+    const uint64_t t0 = monotonic_ns();
+    auto engine_files = _dump->engine_files();
+    _r.engine_files_ns = monotonic_ns() - t0;
+    for (auto& f : engine_files) {
         l.names.push_back("engine." + f.name);
         l.contents.push_back(std::move(f.data));
     }

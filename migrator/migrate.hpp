@@ -79,7 +79,8 @@ struct migration_result {
     // Moments on this host's monotonic clock, ns; 0 when not reached.
     uint64_t t_start = 0, t_freeze = 0, t_dumped = 0, t_images_sent = 0, t_ready_to_resume = 0;
     uint64_t t_committed = 0, t_resumed = 0, t_transferred = 0, t_finished = 0;
-    uint64_t prepare_ns = 0; // before the freeze: registering memory for the fabric
+    uint64_t prepare_ns = 0;      // before the freeze: registering memory for the fabric
+    uint64_t engine_files_ns = 0; // during the freeze: the writable layer's diff and /dev/shm
     // Destination phases, on its clock.
     uint64_t dest_images_check_ns = 0, dest_lazy_start_ns = 0, dest_criu_restore_ns = 0;
     uint64_t dest_engine_settle_ns = 0; // engine restores: resume -> engine command done

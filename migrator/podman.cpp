@@ -1,11 +1,11 @@
 #include "podman.hpp"
 
 #include "criu_image.hpp"
+#include "engine_dump.hpp"
 #include "engine_request.hpp"
 #include "error.hpp"
-#include "engine_dump.hpp"
-#include "subprocess.hpp"
 #include "rootfs_diff.hpp"
+#include "subprocess.hpp"
 #include "tar_writer.hpp"
 
 #include <fmt/format.h>
@@ -120,8 +120,13 @@ class podman_dump final : public engine_dump {
     std::vector<std::string> checkpoint_command() const override {
         // The export's rootfs and volumes are never used: Ferry ships the
         // writable layer itself, during the freeze.
-        return {engine::podman_binary(), "container", "checkpoint",  "--export",
-                (_dir / "podman-export.tar").string(), "--ignore-rootfs", "--ignore-volumes",
+        return {engine::podman_binary(),
+                "container",
+                "checkpoint",
+                "--export",
+                (_dir / "podman-export.tar").string(),
+                "--ignore-rootfs",
+                "--ignore-volumes",
                 _c.id};
     }
 

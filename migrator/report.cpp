@@ -115,6 +115,7 @@ nlohmann::json to_json(const migration_result& r) {
     j["phases_ms"] = {
         {"dump", span_ms(r.t_freeze, r.t_dumped)},
         {"ship_images", span_ms(r.t_dumped, r.t_images_sent)},
+        {"engine_files", ns_to_ms(r.engine_files_ns)}, // part of ship_images
         {"restore_until_gate", span_ms(r.t_images_sent, r.t_ready_to_resume)},
         {"commit", span_ms(r.t_ready_to_resume, r.t_committed)},
         {"resume", span_ms(r.t_committed, r.t_resumed)},

@@ -3,11 +3,19 @@
 #include "error.hpp"
 #include "tar_writer.hpp"
 
+#include <fmt/format.h>
+#include <fts.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
 #include <set>
+#include <unordered_set>
 
 namespace ferry::migrator {
 
@@ -20,10 +28,9 @@ namespace fs = std::filesystem;
 // and podman's restore refuses a symlink that points out of the rootfs.
 bool engine_init_path(const std::string& rel) {
     static const std::set<std::string> paths = {
-        "dev",         "dev/shm",          "etc/hostname",      "etc/hosts",
-        "etc/mtab",    "etc/resolv.conf",  "proc",              "run",
-        "run/notify",  "run/secrets",      "run/.containerenv", "run/podman-init",
-        "sys",         ".dockerenv"};
+        "dev",  "dev/shm",   "etc/hostname", "etc/hosts",   "etc/mtab",          "etc/resolv.conf",
+        "proc", "run",       "run/notify",   "run/secrets", "run/.containerenv", "run/podman-init",
+        "sys",  ".dockerenv"};
     return paths.count(rel) != 0;
 }
 
@@ -50,17 +57,59 @@ bool same_time(const timespec& a, const timespec& b) {
     return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
-bool differs(const fs::path& a, const struct stat& sa, const fs::path& b, const struct stat& sb) {
-    if ((sa.st_mode & S_IFMT) != (sb.st_mode & S_IFMT) || sa.st_mode != sb.st_mode ||
-        sa.st_uid != sb.st_uid || sa.st_gid != sb.st_gid)
+std::string link_target(const char* path, const struct stat& st) {
+    std::string target(size_t(st.st_size > 0 ? st.st_size : 4095) + 1, '\0');
+    const ssize_t n = ::readlink(path, target.data(), target.size());
+    if (n < 0)
+        throw sys_error(fmt::format("readlink {}", path));
+    target.resize(size_t(n));
+    return target;
+}
+
+bool differs(const char* path, const struct stat& now, const tree_index::entry& was) {
+    if (now.st_mode != was.mode || now.st_uid != was.uid || now.st_gid != was.gid)
         return true;
-    if (S_ISDIR(sa.st_mode))
+    if (S_ISDIR(now.st_mode))
         return false; // its mtime moves with every entry added or removed
-    if (S_ISLNK(sa.st_mode))
-        return fs::read_symlink(a) != fs::read_symlink(b);
-    if (S_ISCHR(sa.st_mode) || S_ISBLK(sa.st_mode))
-        return sa.st_rdev != sb.st_rdev;
-    return sa.st_size != sb.st_size || !same_time(sa.st_mtim, sb.st_mtim);
+    if (S_ISLNK(now.st_mode))
+        return link_target(path, now) != was.link_target;
+    if (S_ISCHR(now.st_mode) || S_ISBLK(now.st_mode))
+        return now.st_rdev != was.rdev;
+    return now.st_size != was.size || !same_time(now.st_mtim, was.mtime);
+}
+
+// Walks `root` without following symlinks (fts: one lstat per entry, far
+// cheaper than std::filesystem's iterator); `visit(rel, path, st)` returns
+// false to skip a directory's contents.
+template <typename Visit>
+void walk(const fs::path& root, Visit visit) {
+    char* roots[] = {const_cast<char*>(root.c_str()), nullptr};
+    std::unique_ptr<FTS, decltype(&fts_close)> fts(
+        ::fts_open(roots, FTS_PHYSICAL | FTS_NOCHDIR, nullptr), fts_close);
+    if (!fts)
+        throw sys_error("fts_open " + root.string());
+    const size_t skip = root.string().size() + 1;
+    errno = 0;
+    while (FTSENT* e = ::fts_read(fts.get())) {
+        switch (e->fts_info) {
+        case FTS_DP:
+            continue; // a directory again, after its contents
+        case FTS_DNR:
+        case FTS_ERR:
+        case FTS_NS:
+            throw error(fmt::format("walking {}: {}: {}", root.string(), e->fts_path,
+                                    std::strerror(e->fts_errno)));
+        default:
+            break;
+        }
+        if (e->fts_level == 0)
+            continue;
+        const std::string rel(e->fts_path + skip);
+        if (!visit(rel, e->fts_path, *e->fts_statp))
+            ::fts_set(fts.get(), e, FTS_SKIP);
+    }
+    if (errno)
+        throw sys_error("fts_read " + root.string());
 }
 
 } // namespace
@@ -84,8 +133,8 @@ std::vector<fs::path> split_lower_dirs(const std::string& s) {
 void overlay_diff(const fs::path& upper, const std::vector<fs::path>& lowers,
                   const fs::path& tar_out, std::vector<std::string>& deleted) {
     tar_writer tar(tar_out);
-    for (auto it = fs::recursive_directory_iterator(upper); it != fs::recursive_directory_iterator();
-         ++it) {
+    for (auto it = fs::recursive_directory_iterator(upper);
+         it != fs::recursive_directory_iterator(); ++it) {
         const auto rel = it->path().lexically_relative(upper).string();
         if (engine_init_path(rel))
             continue;
@@ -115,39 +164,57 @@ void overlay_diff(const fs::path& upper, const std::vector<fs::path>& lowers,
     tar.close();
 }
 
-void tree_diff(const fs::path& layer, const fs::path& base, const fs::path& tar_out,
+tree_index tree_index::scan(const fs::path& root) {
+    tree_index index;
+    walk(root, [&](const std::string& rel, const char* path, const struct stat& st) {
+        entry e{st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtim, st.st_rdev, {}};
+        if (S_ISLNK(st.st_mode))
+            e.link_target = link_target(path, st);
+        index._entries.emplace(rel, std::move(e));
+        return true;
+    });
+    return index;
+}
+
+const tree_index::entry* tree_index::find(const std::string& rel) const {
+    auto it = _entries.find(rel);
+    return it == _entries.end() ? nullptr : &it->second;
+}
+
+void tree_diff(const fs::path& layer, const tree_index& base, const fs::path& tar_out,
                std::vector<std::string>& deleted) {
     tar_writer tar(tar_out);
-    for (auto it = fs::recursive_directory_iterator(layer); it != fs::recursive_directory_iterator();
-         ++it) {
-        const auto rel = it->path().lexically_relative(layer).string();
-        if (engine_init_path(rel)) {
-            it.disable_recursion_pending();
-            continue;
-        }
-        const auto st = lstat_or_throw(it->path());
+    std::unordered_set<std::string> present;
+    present.reserve(base.entries().size());
+    walk(layer, [&](const std::string& rel, const char* path, const struct stat& st) {
+        if (engine_init_path(rel))
+            return false;
+        const auto* was = base.find(rel);
+        if (was)
+            present.insert(rel);
         if (S_ISSOCK(st.st_mode))
-            continue;
-        struct stat old {};
-        if (::lstat((base / rel).c_str(), &old) == 0 && !differs(it->path(), st, base / rel, old))
-            continue;
-        tar.add_path(rel, it->path());
-    }
+            return true; // the process that bound it recreates it (CRIU rebinds)
+        if (!was || differs(path, st, *was))
+            tar.add_path(rel, path);
+        return true;
+    });
     tar.close();
-    for (auto it = fs::recursive_directory_iterator(base); it != fs::recursive_directory_iterator();
-         ++it) {
-        const auto rel = it->path().lexically_relative(base).string();
-        if (engine_init_path(rel)) {
-            it.disable_recursion_pending();
+    // Deleted: in the base, not in the layer, and not below a deleted directory.
+    std::vector<std::string> gone;
+    for (const auto& [rel, e] : base.entries())
+        if (!present.count(rel) && !engine_init_path(rel))
+            gone.push_back(rel);
+    std::sort(gone.begin(), gone.end());
+    std::unordered_set<std::string> gone_dirs;
+    for (const auto& rel : gone) {
+        bool under_gone = false;
+        for (size_t slash = rel.find('/'); slash != std::string::npos && !under_gone;
+             slash = rel.find('/', slash + 1))
+            under_gone = gone_dirs.count(rel.substr(0, slash)) != 0;
+        if (under_gone)
             continue;
-        }
-        struct stat now {};
-        if (::lstat((layer / rel).c_str(), &now) == 0)
-            continue;
-        if (errno != ENOENT)
-            throw sys_error("lstat " + (layer / rel).string());
+        gone_dirs.insert(rel);
         deleted.push_back("/" + rel);
-        it.disable_recursion_pending(); // the directory went with everything in it
     }
 }
 

@@ -17,6 +17,7 @@
 #include <sys/sysmacros.h>
 
 #include <fstream>
+#include <utility>
 
 namespace ferry::pagesrv::engine_restore_detail {
 
@@ -68,30 +69,35 @@ class docker_restore final : public engine_restore {
   public:
     explicit docker_restore(std::string name) : _name(std::move(name)) {}
 
-    void check_ready(const std::string& image) override {
+    // Creating the container copies the image's whole tree with the vfs
+    // driver (seconds): it must happen before the freeze.
+    void reserve(const std::string& image, const std::vector<uint8_t>& config) override {
         if (docker::inspect_container(_name))
             throw error(
                 fmt::format("a container named '{}' already exists on the destination", _name));
         (void)ferry_runtime();
         if (!image.empty())
             require_image(image);
+        if (config.empty())
+            throw error("the migrator sent no docker configuration for the container");
+        json source;
+        try {
+            source = json::parse(config);
+        } catch (const std::exception& e) {
+            throw error(
+                fmt::format("the container's docker configuration is malformed: {}", e.what()));
+        }
+        create(source);
     }
 
     std::vector<std::string> prepare(const fs::path& dir,
                                      const std::string& migration_id) override {
-        json source;
-        try {
-            source = json::parse(criu::read_file(engine_file(dir, "docker.json")));
-        } catch (const ferry::error&) {
-            throw;
-        } catch (const std::exception& e) {
-            throw error(fmt::format("docker.json is malformed: {}", e.what()));
-        }
-        create(source);
+        if (_id.empty())
+            throw error("the container was not created before the freeze");
         apply_rootfs_diff(dir);
         const std::string checkpoint = "ferry-" + migration_id;
-        const auto images = fs::path(docker::root_dir()) / "containers" / _id / "checkpoints" /
-                            checkpoint;
+        const auto images =
+            fs::path(docker::root_dir()) / "containers" / _id / "checkpoints" / checkpoint;
         fs::create_directories(images);
         for (const auto& entry : fs::directory_iterator(dir))
             if (entry.is_regular_file() && is_criu_image(entry.path()))
@@ -105,8 +111,9 @@ class docker_restore final : public engine_restore {
     void remove() noexcept override {
         if (_id.empty())
             return;
+        const auto id = std::exchange(_id, std::string());
         try {
-            docker::remove_container(_id);
+            docker::remove_container(id);
         } catch (const std::exception& e) {
             make_logger("pagesrv")->warn("cannot remove container {}: {}", _name, e.what());
         }

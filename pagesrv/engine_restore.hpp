@@ -27,13 +27,16 @@ class engine_restore {
   public:
     virtual ~engine_restore() = default;
     // Before the freeze: throws if this host cannot take the container
-    // (the name is taken, the image or Ferry's shim is missing).
-    virtual void check_ready(const std::string& image) = 0;
+    // (the name is taken, the image or Ferry's shim is missing), and does
+    // what needs no frozen state: docker creates the container from its
+    // configuration (`config`, as the migrator sent it; may be empty).
+    virtual void reserve(const std::string& image, const std::vector<uint8_t>& config) = 0;
     // Once the images are in `dir`: builds what the engine restores from;
     // returns the command that restores (it ends once the tasks run).
     virtual std::vector<std::string> prepare(const std::filesystem::path& dir,
                                              const std::string& migration_id) = 0;
-    // After a failed restore: removes what prepare() or the engine created.
+    // After a failed restore: removes what reserve(), prepare() or the
+    // engine created. Once is enough; later calls do nothing.
     virtual void remove() noexcept = 0;
     // The container's init on the host, from the engine; 0 if unknown.
     virtual pid_t container_pid() = 0;

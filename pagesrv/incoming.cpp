@@ -98,7 +98,18 @@ class incoming_session {
           _pool(prepare.pool ? prepare.pool : ""), _engine(prepare.engine ? prepare.engine : ""),
           _container(prepare.container_name ? prepare.container_name : ""),
           _container_image(prepare.container_image ? prepare.container_image : ""),
+          _container_config(prepare.has_container_config
+                                ? std::vector<uint8_t>(prepare.container_config.data,
+                                                       prepare.container_config.data +
+                                                           prepare.container_config.len)
+                                : std::vector<uint8_t>()),
           _log(make_logger("pagesrv")) {}
+
+    // A container reserved here that never ran is removed.
+    ~incoming_session() {
+        if (_engine_restore && !_resumed)
+            _engine_restore->remove();
+    }
 
     void run();
     // Once the session is over the images are of no use; the logs stay.
@@ -129,6 +140,7 @@ class incoming_session {
     std::string _pool;               // pool mode: the pool_spec lazy-pages reads from
     std::string _engine, _container; // a container, restored through its engine
     std::string _container_image;
+    std::vector<uint8_t> _container_config;
     std::unique_ptr<engine_restore> _engine_restore;
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
@@ -188,13 +200,13 @@ void incoming_session::check_prepare() {
     // No source: a restore from the pool, which must hold every page.
     if (!_source.empty() || _pool.empty())
         net::parse_endpoint(_source); // validates
-    if (!_engine.empty()) {
-        _engine_restore = make_engine_restore(_engine, _container);
-        _engine_restore->check_ready(_container_image);
-    }
     _dir = _d.config().state_dir / "incoming" / _id;
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
+    if (!_engine.empty()) {
+        _engine_restore = make_engine_restore(_engine, _container);
+        _engine_restore->reserve(_container_image, _container_config);
+    }
 }
 
 bool incoming_session::receive_images() {

@@ -62,7 +62,7 @@ class podman_restore final : public engine_restore {
   public:
     explicit podman_restore(std::string name) : _name(std::move(name)) {}
 
-    void check_ready(const std::string& image) override {
+    void reserve(const std::string& image, const std::vector<uint8_t>& /*config*/) override {
         bool exists = true;
         try {
             (void)run_capture({engine::podman_binary(), "container", "exists", _name},
@@ -104,13 +104,14 @@ class podman_restore final : public engine_restore {
         // --name gives the container a new id: the old one may still be
         // known to a runc root this host shares with the source (as the
         // testbed does).
-        return {engine::podman_binary(), "container", "restore", "--import", tar_out.string(),
-                "--name", _name};
+        return {engine::podman_binary(), "container", "restore", "--import",
+                tar_out.string(),        "--name",    _name};
     }
 
     void remove() noexcept override {
         if (!_created)
             return;
+        _created = false;
         try {
             engine::podman_remove(_name);
         } catch (const std::exception& e) {
