@@ -89,7 +89,8 @@ void export_for_criu(const std::string& migration_id, const std::string& criu_co
 // runc's last argument is the container id for every command Ferry changes.
 // A request whose migrator is gone is stale: the command runs plain.
 std::optional<engine::checkpoint_request> pending_checkpoint(const std::vector<std::string>& args) {
-    if (args.empty())
+    // Engines probe runc ("checkpoint --help"); Ferry's containers have hex ids.
+    if (args.empty() || args.back().find_first_not_of("0123456789abcdef") != std::string::npos)
         return std::nullopt;
     auto req = engine::read_checkpoint_request(engine::checkpoint_request_path(args.back()));
     if (req && ::kill(req->migrator_pid, 0) != 0) {

@@ -2,6 +2,7 @@
 
 #include "control.hpp"
 #include "criu_rpc.hpp"
+#include "engine_restore.hpp"
 #include "error.hpp"
 #include "incoming.hpp"
 #include "log.hpp"
@@ -49,6 +50,7 @@ unique_fd block_stop_signals() {
 
 daemon::daemon(daemon_config cfg) : _cfg(std::move(cfg)), _log(make_logger("pagesrv")) {
     std::filesystem::create_directories(_cfg.state_dir / "incoming");
+    remove_stale_reservations(_cfg.state_dir / "incoming");
     _criu_version = criu::require_supported_criu().to_string();
     if (_cfg.pool) {
         _pool = std::make_unique<pool_store>(*_cfg.pool);

@@ -71,7 +71,8 @@ class docker_restore final : public engine_restore {
 
     // Creating the container copies the image's whole tree with the vfs
     // driver (seconds): it must happen before the freeze.
-    void reserve(const std::string& image, const std::vector<uint8_t>& config) override {
+    void reserve(const fs::path& dir, const std::string& image,
+                 const std::vector<uint8_t>& config) override {
         if (docker::inspect_container(_name))
             throw error(
                 fmt::format("a container named '{}' already exists on the destination", _name));
@@ -88,6 +89,8 @@ class docker_restore final : public engine_restore {
                 fmt::format("the container's docker configuration is malformed: {}", e.what()));
         }
         create(source);
+        std::ofstream(dir / reservation_file)
+            << json{{"engine", "docker"}, {"name", _name}, {"id", _id}}.dump() << "\n";
     }
 
     std::vector<std::string> prepare(const fs::path& dir,
@@ -194,6 +197,16 @@ class docker_restore final : public engine_restore {
 };
 
 } // namespace
+
+void remove_docker_if_never_started(const std::string& id) {
+    const auto j = docker::inspect_container(id);
+    if (!j)
+        return;
+    const auto status = j->at("State").value("Status", "");
+    if (status != "created")
+        throw error(fmt::format("container {} is {}, not just created: left alone", id, status));
+    docker::remove_container(id);
+}
 
 std::unique_ptr<engine_restore> make_docker_restore(const std::string& name) {
     return std::make_unique<docker_restore>(name);

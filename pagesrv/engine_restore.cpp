@@ -2,7 +2,10 @@
 
 #include "engine_request.hpp"
 #include "error.hpp"
+#include "log.hpp"
 #include "proc.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -11,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 
 namespace ferry::pagesrv {
 
@@ -42,6 +46,29 @@ std::unique_ptr<engine_restore> make_engine_restore(const std::string& engine,
     if (engine == "docker")
         return engine_restore_detail::make_docker_restore(container_name);
     throw error(fmt::format("engine '{}' is not supported here (podman and docker are)", engine));
+}
+
+void remove_stale_reservations(const fs::path& incoming_root) noexcept {
+    auto log = make_logger("pagesrv");
+    std::error_code ec;
+    for (const auto& session : fs::directory_iterator(incoming_root, ec)) {
+        const auto file = session.path() / reservation_file;
+        if (!fs::exists(file, ec))
+            continue;
+        try {
+            std::ifstream in(file);
+            const auto r = nlohmann::json::parse(in);
+            const auto engine = r.at("engine").get<std::string>();
+            const auto id = r.at("id").get<std::string>();
+            if (engine == "docker")
+                engine_restore_detail::remove_docker_if_never_started(id);
+            log->info("removed container {} ({}), created for migration {} that never ran",
+                      r.value("name", ""), engine, session.path().filename().string());
+        } catch (const std::exception& e) {
+            log->warn("stale reservation {}: {}", file.string(), e.what());
+        }
+        fs::remove(file, ec);
+    }
 }
 
 namespace engine_restore_detail {

@@ -29,8 +29,11 @@ class engine_restore {
     // Before the freeze: throws if this host cannot take the container
     // (the name is taken, the image or Ferry's shim is missing), and does
     // what needs no frozen state: docker creates the container from its
-    // configuration (`config`, as the migrator sent it; may be empty).
-    virtual void reserve(const std::string& image, const std::vector<uint8_t>& config) = 0;
+    // configuration (`config`, as the migrator sent it; may be empty). What
+    // it creates is recorded in `dir` (reservation_file) until the container
+    // runs, so a daemon that dies meanwhile removes it when it starts again.
+    virtual void reserve(const std::filesystem::path& dir, const std::string& image,
+                         const std::vector<uint8_t>& config) = 0;
     // Once the images are in `dir`: builds what the engine restores from;
     // returns the command that restores (it ends once the tasks run).
     virtual std::vector<std::string> prepare(const std::filesystem::path& dir,
@@ -42,6 +45,13 @@ class engine_restore {
     virtual pid_t container_pid() = 0;
 };
 
+inline constexpr const char* reservation_file = "engine-reservation.json";
+
+// At the daemon's start: removes the containers that sessions below
+// `incoming_root` created before the freeze and that never ran (the daemon
+// died in between). Errors are logged.
+void remove_stale_reservations(const std::filesystem::path& incoming_root) noexcept;
+
 // Throws for an unknown engine or a name that is not a container name.
 std::unique_ptr<engine_restore> make_engine_restore(const std::string& engine,
                                                     const std::string& container_name);
@@ -50,6 +60,8 @@ namespace engine_restore_detail {
 
 std::unique_ptr<engine_restore> make_podman_restore(const std::string& name);
 std::unique_ptr<engine_restore> make_docker_restore(const std::string& name);
+// Removes the docker container `id` if it was created and never started.
+void remove_docker_if_never_started(const std::string& id);
 
 // The shim, which CRIU runs as its action script.
 std::string shim_binary();

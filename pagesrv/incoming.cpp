@@ -109,6 +109,9 @@ class incoming_session {
     ~incoming_session() {
         if (_engine_restore && !_resumed)
             _engine_restore->remove();
+        std::error_code ec;
+        if (!_dir.empty())
+            std::filesystem::remove(_dir / reservation_file, ec);
     }
 
     void run();
@@ -205,7 +208,7 @@ void incoming_session::check_prepare() {
         throw error(fmt::format("migration {} already exists here", _id));
     if (!_engine.empty()) {
         _engine_restore = make_engine_restore(_engine, _container);
-        _engine_restore->reserve(_container_image, _container_config);
+        _engine_restore->reserve(_dir, _container_image, _container_config);
     }
 }
 

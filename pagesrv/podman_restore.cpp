@@ -62,7 +62,8 @@ class podman_restore final : public engine_restore {
   public:
     explicit podman_restore(std::string name) : _name(std::move(name)) {}
 
-    void reserve(const std::string& image, const std::vector<uint8_t>& /*config*/) override {
+    void reserve(const fs::path& /*dir*/, const std::string& image,
+                 const std::vector<uint8_t>& /*config*/) override {
         bool exists = true;
         try {
             (void)run_capture({engine::podman_binary(), "container", "exists", _name},

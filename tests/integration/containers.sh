@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Containers migrate post-copy between the testbed's hosts, each with its own
+# engine instances (testbed up --engines), on a Debian image built here.
+# FERRY_TEST_ENGINE picks the engine: podman (default) or docker.
+#   1. a memload container (64 MiB + a forked child, env, label, writable-layer
+#      changes) arrives on b with its name, config, files and memory; the
+#      source container is gone; logs/stop/rm work on the copy;
+#   2. the destination daemon dies as the images arrive: the source
+#      container keeps running, its memory intact; nothing is left on b once
+#      its daemon is back;
+#   3. a container of that name already exists on b: refused before the
+#      freeze, and neither container is touched.
+. "$(dirname "$0")/lib.sh"
+
+engine=${FERRY_TEST_ENGINE:-podman}
+case "$engine" in
+  podman) image=localhost/ferry-test:latest ;;
+  docker) image=ferry-test:latest ;;
+  *) fail "unknown engine $engine" ;;
+esac
+ctr() { local h=$1; shift; on "$h" "$engine" "$@"; }
+
+"$testbed" up --engines >&2
+log "building a Debian image (debootstrap)"
+"$repo/examples/image.sh" "$work/rootfs.tar" >/dev/null
+for h in a b; do ctr "$h" import "$work/rootfs.tar" "$image" >/dev/null; done
+
+examples=$FERRY_BUILD/examples
+# run_memload HOST NAME: a memload container; waits until both processes are ready.
+run_memload() {
+  ctr "$1" run -d --name "$2" -e FERRY_TEST=yes --label ferry.test="$engine" \
+    -v "$examples:/ferry:ro" "$image" /ferry/memload --mib 64 --child-mib 16 --seed 11 >/dev/null
+  for _ in $(seq 1 200); do
+    ctr "$1" logs "$2" 2>&1 | grep -q "ready child" && return 0
+    sleep 0.1
+  done
+  fail "container $2 on $1 did not get ready"
+}
+# verified HOST NAME: SIGUSR1 makes memload check every page of both processes.
+verified() {
+  local pid out
+  pid=$(ctr "$1" inspect "$2" --format '{{.State.Pid}}')
+  kill -USR1 "$pid"
+  for _ in $(seq 1 100); do
+    out=$(ctr "$1" logs "$2" 2>&1)
+    if grep -q "verify ok parent" <<<"$out" && grep -q "verify ok child" <<<"$out"; then
+      grep -q "verify FAIL" <<<"$out" && return 1
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+state() {
+  local s
+  s=$(ctr "$1" inspect "$2" --format '{{.State.Status}}' 2>/dev/null) && echo "$s" || echo absent
+}
+migrate() { on a migrator migrate --engine "$engine" --container "$1" --to "$(addr b)" --json; }
+
+log "1. migrate a memload $engine container from a to b"
+run_memload a m1
+ctr a exec m1 sh -c 'echo migrated > /etc/ferry-marker && rm /etc/issue.net && rm -r /usr/share/doc/apt'
+migrate m1 >"$work/m1.json" 2>"$work/m1.err" || fail "migration failed: $(cat "$work/m1.json" "$work/m1.err")"
+[ "$(json "$work/m1.json" ok)" = true ] || fail "not ok"
+[ "$(json "$work/m1.json" source_container_removed)" = true ] || fail "source container not removed"
+[ "$(state a m1)" = absent ] || fail "m1 still exists on a: $(state a m1)"
+[ "$(state b m1)" = running ] || fail "m1 is not running on b: $(state b m1)"
+[ "$(ctr b exec m1 printenv FERRY_TEST)" = yes ] || fail "environment lost"
+[ "$(ctr b inspect m1 --format '{{index .Config.Labels "ferry.test"}}')" = "$engine" ] || fail "label lost"
+[ "$(ctr b exec m1 cat /etc/ferry-marker)" = migrated ] || fail "added file lost"
+ctr b exec m1 test ! -e /etc/issue.net || fail "a deleted file came back"
+ctr b exec m1 test ! -e /usr/share/doc/apt || fail "a deleted directory came back"
+ctr b exec m1 test -e /usr/share/doc/dpkg || fail "a directory beside the deleted one is gone"
+verified b m1 || fail "memory does not verify on b: $(ctr b logs --tail 5 m1 2>&1)"
+log "   downtime $(json "$work/m1.json" downtime_ms) ms, $(json "$work/m1.json" pages_faulted) pages faulted"
+ctr b stop -t 1 m1 >/dev/null || fail "$engine stop failed on the copy"
+ctr b rm m1 >/dev/null || fail "$engine rm failed on the copy"
+
+log "2. the destination dies before the restore: the source keeps running"
+run_memload a m2
+"$testbed" stop b
+FERRY_FAULT=dest-die-before-restore "$testbed" start b
+migrate m2 >"$work/m2.json" 2>"$work/m2.err" && fail "migration to a dying destination succeeded"
+[ "$(json "$work/m2.json" source_running)" = true ] || fail "migrator says the source is not running"
+[ "$(state a m2)" = running ] || fail "m2 is not running on a: $(state a m2)"
+verified a m2 || fail "m2's memory does not verify after the abort"
+"$testbed" stop b
+"$testbed" start b
+[ "$(state b m2)" = absent ] || fail "a half-restored m2 was left on b: $(state b m2)"
+
+log "3. a container of the same name on b: refused before the freeze"
+run_memload b m2
+migrate m2 >"$work/m3.json" 2>"$work/m3.err" && fail "migration onto an existing name succeeded"
+grep -q "already exists on the destination" "$work/m3.json" || fail "unclear error: $(cat "$work/m3.json")"
+[ "$(state a m2)" = running ] || fail "the source m2 stopped"
+[ "$(state b m2)" = running ] || fail "b's own m2 was touched"
+log "$engine: all cases passed"
