@@ -350,6 +350,20 @@ void migration::wait_registered() {
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTERED, "local daemon");
     _registered = true;
     _r.source_pages_total = e->outgoing_registered->pages_total;
+    if (const auto* m = e->outgoing_registered->moments) {
+        // The source daemon shares this host's clock. The workload stopped
+        // at the engine's pause (docker) or else at CRIU's freeze.
+        _r.t_engine_pause = m->has_engine_pause_ns ? m->engine_pause_ns : 0;
+        _r.t_criu_freeze = m->has_freeze_start_ns ? m->freeze_start_ns : 0;
+        _r.t_frozen = m->has_frozen_ns ? m->frozen_ns : 0;
+        // Before them the migrator only knew when it asked for the dump.
+        uint64_t exact = 0;
+        for (const uint64_t t : {_r.t_engine_pause, _r.t_criu_freeze})
+            if (t && (!exact || t < exact))
+                exact = t;
+        if (exact)
+            _r.t_freeze = exact;
+    }
 }
 
 // The destination has restored the tasks and waits at post-restore. Make sure
@@ -416,8 +430,16 @@ void migration::wait_resumed() {
         }
         // An engine's restore returns a little after the tasks resumed; the
         // destination measured by how much (network latency not counted).
+        const uint64_t now = monotonic_ns();
         _r.dest_engine_settle_ns = res.has_engine_settle_ns ? res.engine_settle_ns : 0;
-        _r.t_resumed = monotonic_ns() - _r.dest_engine_settle_ns;
+        _r.t_resumed = now - _r.dest_engine_settle_ns;
+        if (const auto* m = res.moments;
+            m && m->has_resumed_ns && m->has_now_ns && m->now_ns >= m->resumed_ns) {
+            // The plugin's resume, by its age when the destination replied
+            // (this over-states the downtime by the reply's one-way trip).
+            _r.t_plugin_resumed = now - (m->now_ns - m->resumed_ns);
+            _r.t_resumed = _r.t_plugin_resumed;
+        }
         _r.destination_pid = res.has_root_pid ? res.root_pid : -1;
         _r.dest_images_check_ns = res.images_check_ns;
         _r.dest_lazy_start_ns = res.lazy_start_ns;
@@ -529,6 +551,8 @@ void migration::finish_source() {
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISHED, "local daemon");
     _r.source_pages_served = e->outgoing_finished->pages_served;
     _r.source_bytes_sent = e->outgoing_finished->bytes_sent;
+    if (const auto* m = e->outgoing_finished->moments; m && m->has_dump_end_ns)
+        _r.t_dump_end = m->dump_end_ns;
     if (!_dump->wait_end(control_timeout))
         _log->warn("CRIU reported the dump as failed after CLOSE: {}", _dump->end_error());
     _r.t_finished = monotonic_ns();

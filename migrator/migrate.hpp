@@ -81,6 +81,11 @@ struct migration_result {
     uint64_t t_committed = 0, t_resumed = 0, t_transferred = 0, t_finished = 0;
     uint64_t prepare_ns = 0;      // before the freeze: registering memory for the fabric
     uint64_t engine_files_ns = 0; // during the freeze: the writable layer's diff and /dev/shm
+    // Reported by Ferry's CRIU plugin and runc shim, placed on this host's
+    // clock; 0 when not reported (no plugin). The freeze and resume above
+    // come from them when they are there.
+    uint64_t t_engine_pause = 0, t_criu_freeze = 0, t_frozen = 0, t_dump_end = 0;
+    uint64_t t_plugin_resumed = 0;
     // Destination phases, on its clock.
     uint64_t dest_images_check_ns = 0, dest_lazy_start_ns = 0, dest_criu_restore_ns = 0;
     uint64_t dest_engine_settle_ns = 0; // engine restores: resume -> engine command done

@@ -122,6 +122,37 @@ nlohmann::json to_json(const migration_result& r) {
         {"post_copy", span_ms(r.t_resumed, r.t_transferred)},
         {"finish_source", span_ms(r.t_transferred, r.t_finished)},
     };
+    // The downtime in five parts that add up to it: the workload stops
+    // (engine pause or CRIU's freeze) until every task is frozen; CRIU
+    // writes the images; they reach the destination (with the writable
+    // layer's diff); the destination restores until the commit; the tasks
+    // are let go.
+    const uint64_t dump_from = r.t_frozen ? r.t_frozen : r.t_freeze;
+    j["downtime_breakdown_ms"] = {
+        {"freeze", span_ms(r.t_freeze, r.t_frozen)},
+        {"dump", span_ms(dump_from, r.t_dumped)},
+        {"images", span_ms(r.t_dumped, r.t_images_sent)},
+        {"restore", span_ms(r.t_images_sent, r.t_committed)},
+        {"resume", span_ms(r.t_committed, r.t_resumed)},
+    };
+    // Where the moments came from: Ferry's CRIU plugin (and runc shim) give
+    // exact ones; without them the migrator's own observations stand in.
+    j["timing_source"] = {
+        {"freeze", r.t_engine_pause  ? "engine-pause"
+                   : r.t_criu_freeze ? "criu-plugin"
+                                     : "migrator"},
+        {"resume", r.t_plugin_resumed ? "criu-plugin" : "destination"},
+    };
+    auto since_freeze = [&](uint64_t t) {
+        return t && r.t_freeze ? (double(t) - double(r.t_freeze)) / 1e6 : 0.0;
+    };
+    j["criu_moments_ms"] = {
+        {"engine_pause", since_freeze(r.t_engine_pause)},
+        {"criu_freeze", since_freeze(r.t_criu_freeze)},
+        {"frozen", since_freeze(r.t_frozen)},
+        {"dump_end", since_freeze(r.t_dump_end)},
+        {"resumed", since_freeze(r.t_plugin_resumed)},
+    };
     j["destination_phases_ms"] = {
         {"images_check", ns_to_ms(r.dest_images_check_ns)},
         {"lazy_pages_start", ns_to_ms(r.dest_lazy_start_ns)},

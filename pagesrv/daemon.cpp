@@ -31,6 +31,8 @@ constexpr auto first_frame_timeout = std::chrono::seconds(10);
 // How long a committed source waits for its destination to report every
 // page installed when the migrator is gone.
 constexpr auto orphaned_commit_wait = std::chrono::hours(1);
+// How long FINISH's reply waits for CRIU's dump-end report after CLOSE.
+constexpr auto dump_end_wait = std::chrono::seconds(2);
 
 unique_fd block_stop_signals() {
     sigset_t set;
@@ -90,8 +92,8 @@ void daemon::run() {
         }
         if (fds[2].revents)
             for (const auto& [id, e] : _criu_events.receive())
-                _log->info("migration {}: CRIU {} (pid {}, ret {}) at {} ns", id, e.name, e.pid,
-                           e.ret, e.monotonic_ns);
+                _log->debug("migration {}: CRIU {} (pid {}, ret {}) at {} ns", id, e.name, e.pid,
+                            e.ret, e.monotonic_ns);
         if (fds[0].revents) {
             unique_fd fd(::accept4(_listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
             if (!fd)
@@ -364,6 +366,9 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
     FerryControl__OutgoingRegistered ok = FERRY_CONTROL__OUTGOING_REGISTERED__INIT;
     ok.pages_total = m->pages_total();
     ok.processes = m->processes();
+    FerryControl__CriuMoments freeze;
+    _criu_events.moments(m->id()).to_message(freeze);
+    ok.moments = &freeze;
     control::send_message(fd, ok, net::after(first_frame_timeout));
 
     for (;;) {
@@ -404,6 +409,14 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
                 FerryControl__OutgoingFinished f = FERRY_CONTROL__OUTGOING_FINISHED__INIT;
                 f.pages_served = m->pages_served();
                 f.bytes_sent = m->bytes_sent();
+                // CRIU exits right after CLOSE; with the plugin loaded (it
+                // reported the freeze), its dump-end is a moment away.
+                auto moments = _criu_events.moments(m->id());
+                if (moments.freeze_start && !moments.dump_end)
+                    moments = _criu_events.wait_for(m->id(), "dump-end", dump_end_wait);
+                FerryControl__CriuMoments cm;
+                moments.to_message(cm);
+                f.moments = &cm;
                 control::send_message(fd, f, until);
             } catch (const std::exception& ex) {
                 control::send_error(fd, ex.what(), until);
@@ -434,6 +447,7 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
         std::lock_guard lock(_mutex);
         _outgoing.erase(m->id());
     }
+    _criu_events.forget(m->id());
     _registry_changed.notify_all();
 }
 

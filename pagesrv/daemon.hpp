@@ -44,6 +44,8 @@ class daemon {
 
     [[nodiscard]] const daemon_config& config() const noexcept { return _cfg; }
     [[nodiscard]] const std::string& criu_version() const noexcept { return _criu_version; }
+    // What the CRIU plugin and the runc shim report on this host.
+    [[nodiscard]] criu_event_log& criu_events() noexcept { return _criu_events; }
 
   private:
     struct connection {

@@ -503,6 +503,9 @@ void incoming_session::report_resumed(uint64_t restore_ns,
     res.criu_restore_ns = restore_ns;
     res.has_engine_settle_ns = engine_settle_ns.has_value();
     res.engine_settle_ns = engine_settle_ns.value_or(0);
+    FerryControl__CriuMoments moments;
+    _d.criu_events().moments(_id).to_message(moments);
+    res.moments = &moments;
     try {
         control::send_message(_fd, res, net::after(control_timeout));
     } catch (const std::exception& ex) {
@@ -657,6 +660,11 @@ void incoming_session::run() {
 
 void serve_incoming(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare) {
     incoming_session session(d, fd, prepare);
+    struct forget_moments {
+        daemon& d;
+        std::string id;
+        ~forget_moments() { d.criu_events().forget(id); }
+    } forget{d, prepare.migration_id};
     try {
         session.run();
     } catch (...) {
