@@ -25,7 +25,16 @@ std::string criu_binary() {
     return env && *env ? env : "criu";
 }
 
-service service::start() {
+service service::start(const std::vector<std::string>& extra_env) {
+    // The environment is built before fork: the child of a threaded
+    // process may only make async-signal-safe calls.
+    std::vector<std::string> env_strings(extra_env);
+    for (char** e = environ; *e; e++)
+        env_strings.emplace_back(*e);
+    std::vector<char*> envp;
+    for (auto& e : env_strings)
+        envp.push_back(e.data());
+    envp.push_back(nullptr);
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
         throw sys_error("socketpair");
@@ -41,7 +50,9 @@ service service::start() {
         // kill CRIU while its parasite sits in the frozen tasks.
         ::setpgid(0, 0);
         ::fcntl(theirs.get(), F_SETFD, 0);
-        ::execlp(bin.c_str(), bin.c_str(), "swrk", fd_arg.c_str(), static_cast<char*>(nullptr));
+        char* const argv[] = {const_cast<char*>(bin.c_str()), const_cast<char*>("swrk"),
+                              const_cast<char*>(fd_arg.c_str()), nullptr};
+        ::execvpe(bin.c_str(), argv, envp.data());
         ::_exit(127);
     }
     return service(pid, std::move(ours));

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ferry::criu {
 
@@ -32,7 +33,8 @@ std::string criu_binary();
 class service {
   public:
     // Starts `criu swrk`. Throws if it cannot be started.
-    static service start();
+    // `extra_env` entries (NAME=VALUE) are added to CRIU's environment.
+    static service start(const std::vector<std::string>& extra_env = {});
 
     service(service&&) noexcept;
     service& operator=(service&&) = delete;

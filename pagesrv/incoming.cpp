@@ -6,6 +6,7 @@
 #include "criu_image.hpp"
 #include "criu_rpc.hpp"
 #include "daemon.hpp"
+#include "engine_request.hpp"
 #include "engine_restore.hpp"
 #include "error.hpp"
 #include "fabric.hpp"
@@ -188,7 +189,8 @@ void incoming_session::prepare() {
     // The helpers start now, before the source freezes.
     spawn_lazy_pages();
     if (_engine.empty())
-        _criu.emplace(criu::service::start());
+        // Ferry's CRIU plugin tags its reports with the migration id.
+        _criu.emplace(criu::service::start({"FERRY_MIGRATION_ID=" + _id}));
     FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
     ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
     control::send_message(_fd, ok, net::after(control_timeout));
@@ -365,6 +367,8 @@ bool incoming_session::restore() {
     opts.lazy_pages = true;
     opts.has_notify_scripts = true;
     opts.notify_scripts = true;
+    const auto config = engine::write_criu_config(_dir / "criu-restore.conf").string();
+    opts.config_file = const_cast<char*>(config.c_str());
     CriuReq req = CRIU_REQ__INIT;
     req.type = CRIU_REQ_TYPE__RESTORE;
     req.opts = &opts;
