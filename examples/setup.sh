@@ -22,6 +22,9 @@ else
   CRIU_RUNDIR=/dev/shm
 fi
 CRIU_STAMP=$CRIU_PREFIX/share/ferry/criu-build
+# Ferry's patches to CRIU (each file says why); a change to them rebuilds CRIU.
+CRIU_PATCHES=$(cd "$(dirname "$0")" && pwd)/criu-patches
+criu_patch_set() { cat "$CRIU_PATCHES"/*.patch 2>/dev/null | sha256sum | cut -c1-16; }
 
 # Build tools and the libraries Ferry links against.
 ferry_packages=(
@@ -29,7 +32,7 @@ ferry_packages=(
   catch2 libprotobuf-c-dev protobuf-c-compiler libnl-3-dev libnl-route-3-dev
   libxxhash-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libisal-dev libarchive-dev libcurl4-openssl-dev
   libbenchmark-dev
-  iproute2 procps util-linux psmisc python3 xz-utils clang-format
+  iproute2 procps util-linux psmisc python3 xz-utils clang-format patch
 )
 # Container engines and the workloads users migrate (issue: containers).
 # crun is not used: it fails on this machine kind's cgroup setup; runc works.
@@ -74,7 +77,7 @@ criu_is_good() {
   # Needs >= 4.1: Debian 12's 3.17 fails on this kernel.
   dpkg --compare-versions "$v" ge 4.1 || return 1
   [ -f "$CRIU_PREFIX/include/criu/criu-plugin.h" ] && [ -f "$CRIU_PREFIX/include/criu/rpc.proto" ] &&
-    [ "$(cat "$CRIU_STAMP" 2>/dev/null)" = "$CRIU_VERSION rundir=$CRIU_RUNDIR" ]
+    [ "$(cat "$CRIU_STAMP" 2>/dev/null)" = "$CRIU_VERSION rundir=$CRIU_RUNDIR patches=$(criu_patch_set)" ]
 }
 
 # The deb-src entry for trixie reuses the URI of the machine's own bookworm
@@ -128,6 +131,12 @@ install_criu() {
   local src
   src=$(find "$work" -maxdepth 1 -type d -name 'criu-*' | head -n1)
   [ -n "$src" ] || die "criu tarball has an unexpected layout"
+  local patch
+  for patch in "$CRIU_PATCHES"/*.patch; do
+    [ -e "$patch" ] || continue
+    log "patching criu: $(basename "$patch")"
+    patch -d "$src" -p1 --quiet <"$patch" || die "$(basename "$patch") does not apply"
+  done
   log "building criu ${CRIU_VERSION} (takes a few minutes)"
   make -C "$src" -j"$(nproc)" RUNDIR="$CRIU_RUNDIR" criu >"$work/build.log" 2>&1 ||
     { tail -n 40 "$work/build.log"; die "criu build failed"; }
@@ -139,7 +148,7 @@ install_criu() {
   ldconfig
   hash -r
   mkdir -p "$(dirname "$CRIU_STAMP")"
-  echo "$CRIU_VERSION rundir=$CRIU_RUNDIR" >"$CRIU_STAMP"
+  echo "$CRIU_VERSION rundir=$CRIU_RUNDIR patches=$(criu_patch_set)" >"$CRIU_STAMP"
 }
 
 apt_install "${ferry_packages[@]}"

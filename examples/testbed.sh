@@ -3,9 +3,11 @@
 # network namespaces joined by a bridge that lives in a namespace of its own
 # (NAME-sw), each running its own pagesrv; pool hosts run it as a pool node.
 #
-#   testbed.sh up [--pool N] [--engines]
+#   testbed.sh up [--pool N] [--engines] [--client]
 #                               create the hosts and start their daemons
-#                               (N pool hosts p1..pN, N <= 8); --engines also
+#                               (N pool hosts p1..pN, N <= 8); --client adds
+#                               host c, which runs no daemon (a workload's
+#                               clients live there); --engines also
 #                               gives a and b container engines of their own:
 #                               podman (own root, runroot, storage) and a
 #                               dockerd (own data root, socket, containerd)
@@ -15,6 +17,7 @@
 #                               engines, plain `podman` and `docker` talk to
 #                               HOST's own instances (runc, ulimits, no network)
 #   testbed.sh addr HOST        print HOST's daemon address, IP:PORT
+#   testbed.sh ip HOST          print HOST's IP address
 #   testbed.sh stop HOST        SIGKILL HOST's daemon (to inject a failure)
 #   testbed.sh start HOST       start HOST's daemon again
 #
@@ -47,8 +50,9 @@ host_index() {
   case "$1" in
     a) echo 1 ;;
     b) echo 2 ;;
+    c) echo 3 ;;
     p[1-8]) echo $((10 + ${1#p})) ;;
-    *) die "unknown host '$1' (hosts: a, b, p1..p8)" ;;
+    *) die "unknown host '$1' (hosts: a, b, c, p1..p8)" ;;
   esac
 }
 # Every host of this testbed, pool hosts included.
@@ -56,7 +60,7 @@ all_hosts() {
   local h
   printf '%s\n' a b
   for h in $(ip netns list | awk '{print $1}'); do
-    case "$h" in "$name"-p[1-8]) echo "${h#"$name"-}" ;; esac
+    case "$h" in "$name"-p[1-8] | "$name"-c) echo "${h#"$name"-}" ;; esac
   done
 }
 ns() { echo "$name-$1"; }
@@ -203,7 +207,7 @@ stop_engines() {
 
 up() {
   [ "$(id -u)" = 0 ] || die "must run as root"
-  local pools=0 engines=0 i
+  local pools=0 engines=0 client=0 i
   while [ $# -gt 0 ]; do
     case "$1" in
       --pool)
@@ -212,10 +216,12 @@ up() {
         shift 2
         ;;
       --engines) engines=1; shift ;;
+      --client) client=1; shift ;;
       *) die "unknown option to up: $1" ;;
     esac
   done
   for ((i = 1; i <= pools; i++)); do hosts+=("p$i"); done
+  [ "$client" = 0 ] || hosts+=(c)
   for h in "${hosts[@]}" sw; do
     ip netns list | grep -qw "$(ns "$h")" && die "$(ns "$h") exists already: run '$0 down' first"
   done
@@ -236,13 +242,15 @@ up() {
     for h in "${engine_hosts[@]}"; do write_engine_config "$h"; done
   fi
   for h in "${hosts[@]}"; do
-    start_daemon "$h"
+    [ "$h" = c ] || start_daemon "$h"
   done
   if [ "$engines" = 1 ]; then
     for h in "${engine_hosts[@]}"; do start_dockerd "$h"; done
   fi
   local summary=""
-  for h in "${hosts[@]}"; do summary+=" $h=$(addr "$h")"; done
+  for h in "${hosts[@]}"; do
+    if [ "$h" = c ]; then summary+=" c=$net.3"; else summary+=" $h=$(addr "$h")"; fi
+  done
   echo "testbed $name up:$summary"
 }
 
@@ -272,6 +280,7 @@ case "$cmd" in
   up) up "$@" ;;
   down) down ;;
   addr) [ $# = 1 ] || die "usage: $0 addr HOST"; addr "$1" ;;
+  ip) [ $# = 1 ] || die "usage: $0 ip HOST"; echo "$net.$(host_index "$1")" ;;
   exec)
     [ $# -ge 2 ] || die "usage: $0 exec HOST CMD..."
     h=$1; shift
@@ -281,5 +290,5 @@ case "$cmd" in
     ;;
   stop) [ $# = 1 ] || die "usage: $0 stop HOST"; stop_daemon "$1" KILL ;;
   start) [ $# = 1 ] || die "usage: $0 start HOST"; start_daemon "$1" ;;
-  *) die "usage: $0 up [--pool N] [--engines]|down|exec HOST CMD...|addr HOST|stop HOST|start HOST" ;;
+  *) die "usage: $0 up [--pool N] [--engines] [--client]|down|exec HOST CMD...|addr HOST|ip HOST|stop HOST|start HOST" ;;
 esac

@@ -22,8 +22,9 @@ constexpr auto dump_timeout = std::chrono::minutes(5);
 
 class criu_dump final : public dump_driver {
   public:
-    criu_dump(pid_t pid, std::filesystem::path dir, std::string id)
-        : _pid(pid), _dir(std::move(dir)), _id(std::move(id)) {}
+    criu_dump(pid_t pid, std::filesystem::path dir, std::string id, std::string criu_options)
+        : _pid(pid), _dir(std::move(dir)), _id(std::move(id)),
+          _criu_options(std::move(criu_options)) {}
 
     void start(uint16_t port) override {
         _dir_fd.reset(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
@@ -46,7 +47,8 @@ class criu_dump final : public dump_driver {
         opts.has_notify_scripts = true;
         opts.notify_scripts = true;
         // Ferry's CRIU plugin tags its reports with the migration id.
-        const auto config = engine::write_criu_config(_dir / "criu-dump.conf").string();
+        const auto config =
+            engine::write_criu_config(_dir / "criu-dump.conf", _criu_options).string();
         opts.config_file = const_cast<char*>(config.c_str());
         ::setenv("FERRY_MIGRATION_ID", _id.c_str(), 1);
         CriuReq req = CRIU_REQ__INIT;
@@ -133,6 +135,7 @@ class criu_dump final : public dump_driver {
     pid_t _pid;
     std::filesystem::path _dir;
     std::string _id;
+    std::string _criu_options;
     unique_fd _dir_fd;
     std::optional<criu::service> _criu;
     bool _status_ready = false;
@@ -144,8 +147,9 @@ class criu_dump final : public dump_driver {
 } // namespace
 
 std::unique_ptr<dump_driver> make_criu_dump(pid_t pid, const std::filesystem::path& dir,
-                                            const std::string& migration_id) {
-    return std::make_unique<criu_dump>(pid, dir, migration_id);
+                                            const std::string& migration_id,
+                                            const std::string& criu_options) {
+    return std::make_unique<criu_dump>(pid, dir, migration_id, criu_options);
 }
 
 } // namespace ferry::migrator

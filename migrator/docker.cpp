@@ -108,8 +108,10 @@ class docker_dump final : public engine_dump {
   public:
     // Runs before the freeze: the tree the container's layer was copied
     // from is indexed now, so the freeze only walks the layer itself.
-    docker_dump(container c, fs::path dir, std::string id)
-        : engine_dump("docker", c.id, c.name, std::move(dir), std::move(id)), _c(std::move(c)) {
+    docker_dump(container c, fs::path dir, std::string id, std::string criu_options)
+        : engine_dump("docker", c.id, c.name, std::move(dir), std::move(id),
+                      std::move(criu_options)),
+          _c(std::move(c)) {
         fs::create_directories(images_dir());
         if (_c.storage_driver == "vfs")
             _base = tree_index::scan(_c.base_dir);
@@ -176,8 +178,9 @@ class docker_dump final : public engine_dump {
 } // namespace
 
 std::unique_ptr<dump_driver> make_dump(const container& c, const fs::path& dir,
-                                       const std::string& migration_id) {
-    return std::make_unique<docker_dump>(c, dir, migration_id);
+                                       const std::string& migration_id,
+                                       const std::string& criu_options) {
+    return std::make_unique<docker_dump>(c, dir, migration_id, criu_options);
 }
 
 } // namespace ferry::migrator::docker

@@ -53,7 +53,9 @@ container inspect(const std::string& name);
 // Throws unless the container runs under Ferry's runc shim.
 void require_ferry_runtime(const container& c);
 
+// `criu_options`: extra lines for CRIU's config file.
 std::unique_ptr<dump_driver> make_dump(const container& c, const std::filesystem::path& dir,
-                                       const std::string& migration_id);
+                                       const std::string& migration_id,
+                                       const std::string& criu_options);
 
 } // namespace ferry::migrator::docker

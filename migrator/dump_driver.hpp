@@ -55,7 +55,9 @@ class dump_driver {
 };
 
 // Bare process tree: CRIU's RPC (criu swrk), images in `dir`.
+// `criu_options`: extra lines for CRIU's config file (e.g. "tcp-close\n").
 std::unique_ptr<dump_driver> make_criu_dump(pid_t pid, const std::filesystem::path& dir,
-                                            const std::string& migration_id);
+                                            const std::string& migration_id,
+                                            const std::string& criu_options);
 
 } // namespace ferry::migrator

@@ -17,9 +17,10 @@ namespace ferry::migrator {
 namespace fs = std::filesystem;
 
 engine_dump::engine_dump(std::string engine, std::string container_id, std::string container_name,
-                         fs::path dir, std::string migration_id)
+                         fs::path dir, std::string migration_id, std::string criu_options)
     : _engine(std::move(engine)), _id(std::move(container_id)), _name(std::move(container_name)),
-      _dir(std::move(dir)), _migration_id(std::move(migration_id)), _log(make_logger("migrator")) {}
+      _dir(std::move(dir)), _migration_id(std::move(migration_id)),
+      _criu_options(std::move(criu_options)), _log(make_logger("migrator")) {}
 
 engine_dump::~engine_dump() {
     std::error_code ec;
@@ -43,7 +44,7 @@ void engine_dump::start(uint16_t port) {
     req.migrator_pid = ::getpid();
     req.page_server_port = port;
     req.status_fifo = fifo.string();
-    req.criu_config = engine::write_criu_config(_dir / "criu-dump.conf").string();
+    req.criu_config = engine::write_criu_config(_dir / "criu-dump.conf", _criu_options).string();
     req.images_dir = redirected_images().string();
     engine::write_request(engine::checkpoint_request_path(_id), req);
     _t_start = monotonic_ns();

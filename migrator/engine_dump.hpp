@@ -28,7 +28,7 @@ namespace ferry::migrator {
 class engine_dump : public dump_driver {
   public:
     engine_dump(std::string engine, std::string container_id, std::string container_name,
-                std::filesystem::path dir, std::string migration_id);
+                std::filesystem::path dir, std::string migration_id, std::string criu_options);
     ~engine_dump() override;
 
     void start(uint16_t port) override;
@@ -53,6 +53,7 @@ class engine_dump : public dump_driver {
     const std::string _engine, _id, _name;
     const std::filesystem::path _dir;
     const std::string _migration_id;
+    const std::string _criu_options; // extra lines for CRIU's config file
     std::shared_ptr<spdlog::logger> _log;
 
   private:

@@ -30,7 +30,7 @@ struct run_args {
     pid_t pid = 0;
     std::string container, engine = "podman";
     pool_args pool;
-    bool json = false, keep_images = false;
+    bool json = false, keep_images = false, tcp_close = false;
 };
 
 int run_migrate(const run_args& a) {
@@ -69,6 +69,7 @@ int run_migrate(const run_args& a) {
     }
     opt.work_root = a.work_root;
     opt.keep_images = a.keep_images;
+    opt.tcp_close = a.tcp_close;
     opt.show_progress = !a.json && ::isatty(STDERR_FILENO);
     auto result = migrator::migrate(opt);
     if (a.json)
@@ -152,6 +153,9 @@ int main(int argc, char** argv) {
                     "whole: whole pages spread over the nodes; split: each page cut across them")
         ->capture_default_str();
     mig->add_flag("--json", a.json, "print one JSON object instead of a summary");
+    mig->add_flag("--tcp-close", a.tcp_close,
+                  "close the workload's established TCP connections instead of failing on "
+                  "them (its clients reconnect to the destination)");
     mig->add_flag("--keep-images", a.keep_images,
                   "keep the dump images after a successful migration");
 

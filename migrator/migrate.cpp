@@ -255,12 +255,17 @@ void migration::start_dump() {
     _dir = _opt.work_root / _r.id;
     std::filesystem::create_directories(_dir);
     _criu_port = net::pick_free_loopback_port();
+    // Established TCP connections cannot move with the workload here (its
+    // addresses stay behind); with --tcp-close they are left out of the
+    // dump and come back closed, and clients reconnect. Connections still
+    // in a listener's queue (clients retrying while it is frozen) go too.
+    const std::string criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
     if (_podman)
-        _dump = podman::make_dump(*_podman, _dir, _r.id);
+        _dump = podman::make_dump(*_podman, _dir, _r.id, criu_options);
     else if (_docker)
-        _dump = docker::make_dump(*_docker, _dir, _r.id);
+        _dump = docker::make_dump(*_docker, _dir, _r.id, criu_options);
     else
-        _dump = make_criu_dump(_opt.pid, _dir, _r.id);
+        _dump = make_criu_dump(_opt.pid, _dir, _r.id, criu_options);
     _dump->start(_criu_port);
     _dump_started = true;
 }

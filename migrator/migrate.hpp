@@ -47,6 +47,7 @@ struct migrate_options {
     std::optional<pool::pool_spec> pool; // pool mode: pages go through the memory pool
                                          // (unpark: just the nodes, to find the record)
     bool keep_images = false;
+    bool tcp_close = false; // established TCP connections are closed, not migrated
     bool show_progress = false;
 };
 

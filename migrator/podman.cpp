@@ -73,8 +73,10 @@ namespace {
 
 class podman_dump final : public engine_dump {
   public:
-    podman_dump(container c, fs::path dir, std::string id)
-        : engine_dump("podman", c.id, c.name, std::move(dir), std::move(id)), _c(std::move(c)) {}
+    podman_dump(container c, fs::path dir, std::string id, std::string criu_options)
+        : engine_dump("podman", c.id, c.name, std::move(dir), std::move(id),
+                      std::move(criu_options)),
+          _c(std::move(c)) {}
 
     fs::path images_dir() const override { return _c.bundle / "checkpoint"; }
 
@@ -141,8 +143,9 @@ class podman_dump final : public engine_dump {
 } // namespace
 
 std::unique_ptr<dump_driver> make_dump(const container& c, const fs::path& dir,
-                                       const std::string& migration_id) {
-    return std::make_unique<podman_dump>(c, dir, migration_id);
+                                       const std::string& migration_id,
+                                       const std::string& criu_options) {
+    return std::make_unique<podman_dump>(c, dir, migration_id, criu_options);
 }
 
 } // namespace ferry::migrator::podman

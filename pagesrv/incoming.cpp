@@ -367,7 +367,9 @@ bool incoming_session::restore() {
     opts.lazy_pages = true;
     opts.has_notify_scripts = true;
     opts.notify_scripts = true;
-    const auto config = engine::write_criu_config(_dir / "criu-restore.conf").string();
+    // tcp-close: see engine_restore.cpp.
+    const auto config =
+        engine::write_criu_config(_dir / "criu-restore.conf", "tcp-close\n").string();
     opts.config_file = const_cast<char*>(config.c_str());
     CriuReq req = CRIU_REQ__INIT;
     req.type = CRIU_REQ_TYPE__RESTORE;

@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""Redis in a container, loaded with known data, migrated between the
+testbed's hosts while a client on a third host keeps reading and writing.
+
+  redis_lab.py example [--engine podman|docker] [--mib 1024]
+      one Ferry migration a -> b, with the client's view and a key check
+  redis_lab.py test [--engine podman|docker] [--mib 64]
+      the same at a reduced size; exits 1 unless every key is intact, no reply
+      was wrong, no acknowledged write was lost and the container runs on b
+  redis_lab.py bench [--mib 1024] [--runs 3]
+      Ferry against podman's own `container checkpoint --export` + `container
+      restore --import`, interleaved in one run: container downtime and
+      client-visible downtime, p50/p99 and ratios
+
+The container shares its host's network (Redis listens on the host's
+address), so after a migration Redis answers at the destination's address.
+The client (ferry-redis-client) knows both addresses and fails over after a
+20 ms silence; established connections cannot follow the container (their
+addresses stay behind), so Ferry migrates with --tcp-close and the client
+reconnects. Podman's checkpoint has no such option: the benchmark gives the
+baseline the same CRIU options through /etc/criu/runc.conf (restored after).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
+import benchlib  # noqa: E402
+from benchlib import pct, sh  # noqa: E402
+
+CLIENT = os.path.join(benchlib.BUILD, "examples", "ferry-redis-client")
+VALUE_BYTES = 4000
+PORT = 6379
+RUNC_CONF = "/etc/criu/runc.conf"
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Lab:
+    def __init__(self, engine, mib, name="ferry-redis", net="10.81.0"):
+        self.engine = engine
+        self.keys = max(1024, mib * 1024 * 1024 // VALUE_BYTES)
+        self.env = dict(benchlib.ENV, FERRY_TESTBED=name, FERRY_TESTBED_NET=net)
+        self.ip = {"a": f"{net}.1", "b": f"{net}.2", "c": f"{net}.3"}
+        self.work = tempfile.mkdtemp(prefix="ferry-redis.")
+        self.image = "localhost/ferry-redis:latest" if engine == "podman" else "ferry-redis:latest"
+        self.where = "a"
+
+    # --- the testbed ---------------------------------------------------
+    def tb(self, *args, **kw):
+        return sh(benchlib.TESTBED, *args, env=self.env, **kw)
+
+    def on(self, host, *args, **kw):
+        return self.tb("exec", host, *args, **kw)
+
+    def ctr(self, host, *args, engine=None, **kw):
+        return self.on(host, engine or self.engine, *args, **kw)
+
+    def up(self):
+        self.tb("down", check=False)
+        self.tb("up", "--engines", "--client", timeout=300)
+        tar = os.path.join(self.work, "redis-rootfs.tar")
+        log("building a Redis image from Debian's redis-server (debootstrap)")
+        sh(os.path.join(benchlib.REPO, "examples", "image.sh"), tar, "redis-server", timeout=900)
+        for h in ("a", "b"):
+            self.ctr(h, "import", tar, self.image)
+        os.unlink(tar)
+
+    def down(self):
+        self.tb("down", check=False)
+
+    # --- Redis -----------------------------------------------------------
+    def start_redis(self):
+        self.ctr("a", "run", "-d", "--name", "redis", "--network", "host", self.image,
+                 "redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no",
+                 "--port", str(PORT))
+        for _ in range(100):
+            if self.client("checksum", "--addr", self.addr("a"), "--keys", "1", check=False).returncode == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("redis did not start")
+
+    def addr(self, host):
+        return f"{self.ip[host]}:{PORT}"
+
+    def client(self, *args, **kw):
+        return self.on("c", CLIENT, *args, **kw)
+
+    def load(self):
+        log(f"loading {self.keys} keys of {VALUE_BYTES} bytes ({self.keys * VALUE_BYTES / 2**20:.0f} MiB)")
+        self.client("load", "--addr", self.addr(self.where), "--keys", str(self.keys),
+                    "--value-bytes", str(VALUE_BYTES), timeout=1800)
+
+    def checksum(self, host):
+        r = self.client("checksum", "--addr", self.addr(host), "--keys", str(self.keys),
+                        "--value-bytes", str(VALUE_BYTES), timeout=600)
+        return json.loads(r.stdout)
+
+    def redis_info(self, host, field):
+        r = self.on("c", "redis-cli", "-h", self.ip[host], "-p", str(PORT), "info", "memory")
+        for line in r.stdout.splitlines():
+            if line.startswith(field + ":"):
+                return line.split(":", 1)[1].strip()
+        return ""
+
+    def counter(self, host):
+        r = self.on("c", "redis-cli", "-h", self.ip[host], "-p", str(PORT), "get", "ferry:counter")
+        return int(r.stdout.strip() or 0)
+
+    # --- a migration under load -------------------------------------------
+    def under_load(self, migrate, settle=2.0, after=3.0):
+        """Runs the client, then migrate() (returns a dict), then lets the
+        client go on for `after` seconds; returns (migration, client)."""
+        stop = os.path.join(self.work, "stop")
+        if os.path.exists(stop):
+            os.unlink(stop)
+        replies = os.path.join(self.work, "replies.log")
+        other = "b" if self.where == "a" else "a"
+        cmd = [benchlib.TESTBED, "exec", "c", CLIENT, "run", "--addrs",
+               f"{self.addr(self.where)},{self.addr(other)}", "--keys", str(self.keys),
+               "--value-bytes", str(VALUE_BYTES), "--seconds", "300", "--max-ops", "100000000",
+               "--timeout-ms", "20", "--out", replies, "--stop-file", stop]
+        proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(settle)
+            m = migrate(self.where, other)
+            time.sleep(after)
+        finally:
+            open(stop, "w").close()
+            out, err = proc.communicate(timeout=60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"client failed: {err.strip()}")
+        c = json.loads(out)
+        c.update(client_phases(replies, m.get("post_copy_ms", 0.0)))
+        self.where = other
+        return m, c
+
+    def ferry(self, src, dst):
+        t0 = time.monotonic()
+        r = self.on(src, "migrator", "migrate", "--engine", self.engine, "--container", "redis",
+                    "--tcp-close", "--to", self.tb("addr", dst).stdout.strip(), "--json",
+                    check=False, timeout=900)
+        wall = time.monotonic() - t0
+        try:
+            j = json.loads(r.stdout)
+        except ValueError:
+            raise RuntimeError(f"migrator printed no JSON: {r.stderr.strip()[-2000:]}")
+        if not j.get("ok"):
+            raise RuntimeError(f"migration failed: {j.get('error')}")
+        return {"method": "ferry", "downtime_ms": j["downtime_ms"], "total_ms": j["total_ms"],
+                "post_copy_ms": j["phases_ms"]["post_copy"], "breakdown": j["downtime_breakdown_ms"],
+                "pages_total": j["pages_total"], "pages_faulted": j["pages_faulted"],
+                "fault_p99_us": j["fault_p99_us"], "wall_s": wall,
+                "source_removed": j.get("source_container_removed", False)}
+
+    def baseline(self, src, dst):
+        """podman's own stop-and-copy: checkpoint --export, copy, restore --import."""
+        export = os.path.join(self.work, "redis-checkpoint.tar")
+        copy = os.path.join(self.work, "redis-checkpoint-copy.tar")
+        t0 = time.monotonic()
+        self.ctr(src, "container", "checkpoint", "--export", export, "--compress", "none",
+                 "redis", engine="podman", timeout=900)
+        t1 = time.monotonic()
+        sh("cp", export, copy, timeout=900)  # the network copy a real migration makes
+        t2 = time.monotonic()
+        self.ctr(dst, "container", "restore", "--import", copy, engine="podman", timeout=900)
+        t3 = time.monotonic()
+        self.ctr(src, "rm", "-f", "redis", engine="podman")
+        size = os.path.getsize(export)
+        os.unlink(export)
+        os.unlink(copy)
+        return {"method": "podman-export-import", "downtime_ms": (t3 - t0) * 1e3,
+                "breakdown": {"checkpoint_export": (t1 - t0) * 1e3, "copy": (t2 - t1) * 1e3,
+                              "restore_import": (t3 - t2) * 1e3},
+                "export_bytes": size, "post_copy_ms": 0.0, "wall_s": t3 - t0}
+
+
+def client_phases(replies_path, post_copy_ms, window_ms=2000.0):
+    """Reply latencies before the longest gap, and right after it: during
+    the post-copy (its length from the migrator) or, for stop-and-copy, the
+    first window_ms."""
+    rows = []
+    with open(replies_path) as f:
+        for line in f:
+            t, lat, _, _ = line.split()
+            rows.append((int(t), int(lat)))
+    if len(rows) < 2:
+        return {}
+    gap_i = max(range(1, len(rows)), key=lambda i: rows[i][0] - rows[i - 1][0])
+    resumed = rows[gap_i][0]
+    span = (post_copy_ms if post_copy_ms > 0 else window_ms) * 1e6
+    before = [lat for t, lat in rows[:gap_i]]
+    after = [lat for t, lat in rows[gap_i:] if t - resumed <= span]
+    us = lambda v: v / 1e3  # noqa: E731
+    return {"before_p50_us": us(pct(before, 50)), "before_p99_us": us(pct(before, 99)),
+            "after_p50_us": us(pct(after, 50)), "after_p99_us": us(pct(after, 99)),
+            "after_window_ms": span / 1e6, "after_replies": len(after)}
+
+
+def check(lab, before, m, c):
+    """What must hold after a migration; returns a list of failures."""
+    bad = []
+    after = lab.checksum(lab.where)
+    if after["missing"] or after["wrong"] or after["xxh64"] != before["xxh64"]:
+        bad.append(f"keys not intact: before {before}, after {after}")
+    if c["wrong_values"]:
+        bad.append(f"{c['wrong_values']} replies carried a wrong value")
+    counter = lab.counter(lab.where)
+    if counter < c["incr_acked"]:
+        bad.append(f"acknowledged INCRs lost: counter {counter} < {c['incr_acked']} acknowledged")
+    c["counter"] = counter
+    return bad, after
+
+
+def summary(m, c):
+    return (f"container downtime {m['downtime_ms']:.1f} ms, client-visible downtime "
+            f"{c['longest_gap_ms']:.1f} ms (longest gap between replies), replies p99 "
+            f"before {c.get('before_p99_us', 0):.0f} us, right after {c.get('after_p99_us', 0):.0f} us "
+            f"over {c.get('after_window_ms', 0):.0f} ms; {c['replies']} replies, {c['failovers']} failovers")
+
+
+def cmd_example(a, test=False):
+    lab = Lab(a.engine, a.mib, a.testbed, a.net.rsplit(".", 1)[0])
+    try:
+        lab.up()
+        lab.start_redis()
+        lab.load()
+        before = lab.checksum("a")
+        log(f"redis on a: {before['dbsize']} keys, used_memory {lab.redis_info('a', 'used_memory_human')}; "
+            f"checksum {before['xxh64']}")
+        log(f"migrating the {a.engine} container redis a -> b with Ferry while the client on c runs")
+        m, c = lab.under_load(lab.ferry)
+        bad, after = check(lab, before, m, c)
+        state = lab.ctr("b", "inspect", "redis", "--format", "{{.State.Status}}", check=False).stdout.strip()
+        if state != "running":
+            bad.append(f"redis is {state or 'absent'} on b")
+        if lab.ctr("a", "inspect", "redis", check=False).returncode == 0:
+            bad.append("the source container is still on a")
+        print(json.dumps({"engine": a.engine, "keys": lab.keys, "migration": m, "client": c,
+                          "checksum_before": before, "checksum_after": after}, indent=1))
+        log(summary(m, c))
+        log(f"downtime breakdown (ms): {json.dumps({k: round(v, 1) for k, v in m['breakdown'].items()})}")
+        log("every key intact" if not bad else "FAILED: " + "; ".join(bad))
+        return 1 if bad else 0
+    finally:
+        if not a.keep:
+            lab.down()
+
+
+def cmd_bench(a):
+    lab = Lab("podman", a.mib, a.testbed, a.net.rsplit(".", 1)[0])
+    saved = open(RUNC_CONF).read() if os.path.exists(RUNC_CONF) else None
+    results = {"ferry": [], "baseline": []}
+    try:
+        os.makedirs(os.path.dirname(RUNC_CONF), exist_ok=True)
+        with open(RUNC_CONF, "w") as f:
+            f.write("# ferry redis benchmark: podman's checkpoint of a server with clients\n"
+                    "tcp-close\nskip-in-flight\n")
+        lab.up()
+        lab.start_redis()
+        lab.load()
+        before = lab.checksum("a")
+        log(f"redis: {before['dbsize']} keys, used_memory {lab.redis_info('a', 'used_memory_human')}")
+        for run in range(a.runs):
+            for method in ("ferry", "baseline"):
+                fn = lab.ferry if method == "ferry" else lab.baseline
+                m, c = lab.under_load(fn)
+                bad, _ = check(lab, before, m, c)
+                if bad:
+                    raise RuntimeError(f"run {run} {method}: " + "; ".join(bad))
+                results[method].append((m, c))
+                log(f"run {run} {method:8s}: " + summary(m, c))
+    finally:
+        if saved is None:
+            if os.path.exists(RUNC_CONF):
+                os.unlink(RUNC_CONF)
+        else:
+            with open(RUNC_CONF, "w") as f:
+                f.write(saved)
+        if not a.keep:
+            lab.down()
+    report_bench(a, results)
+    return 0
+
+
+def report_bench(a, results):
+    def col(method, f):
+        return [f(m, c) for m, c in results[method]]
+    rows = [("container downtime (ms)", lambda m, c: m["downtime_ms"]),
+            ("client-visible downtime (ms)", lambda m, c: c["longest_gap_ms"]),
+            ("reply p99 right after resume (us)", lambda m, c: c.get("after_p99_us", 0.0))]
+    print(f"\nRedis {a.mib} MiB in a podman container, {a.runs} runs each, interleaved; "
+          f"baseline = podman container checkpoint --export + cp + restore --import")
+    print(f"{'':36s} {'Ferry p50':>10s} {'Ferry p99':>10s} {'podman p50':>11s} {'podman p99':>11s} {'ratio p50':>10s} {'ratio p99':>10s}")
+    out = {}
+    for name, f in rows:
+        fe, ba = col("ferry", f), col("baseline", f)
+        r50 = pct(ba, 50) / pct(fe, 50) if pct(fe, 50) else float("nan")
+        r99 = pct(ba, 99) / pct(fe, 99) if pct(fe, 99) else float("nan")
+        print(f"{name:36s} {pct(fe, 50):10.1f} {pct(fe, 99):10.1f} {pct(ba, 50):11.1f} {pct(ba, 99):11.1f} {r50:10.1f} {r99:10.1f}")
+        out[name] = {"ferry": fe, "baseline": ba}
+    print("\nFerry downtime breakdown per run (ms):")
+    for m, _ in results["ferry"]:
+        print("  " + json.dumps({k: round(v, 1) for k, v in m["breakdown"].items()}))
+    print("podman phases per run (ms):")
+    for m, _ in results["baseline"]:
+        print("  " + json.dumps({k: round(v, 1) for k, v in m["breakdown"].items()}) +
+              f"  export {m['export_bytes'] / 2**20:.0f} MiB")
+    print(json.dumps(out))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name, mib in (("example", 1024), ("test", 64), ("bench", 1024)):
+        s = sub.add_parser(name)
+        s.add_argument("--mib", type=int, default=mib)
+        s.add_argument("--keep", action="store_true", help="leave the testbed up")
+        s.add_argument("--testbed", default="ferry-redis", help="the testbed's name")
+        s.add_argument("--net", default="10.81.0.0", help="the testbed's /24")
+        if name != "bench":
+            s.add_argument("--engine", choices=("podman", "docker"), default="podman")
+        else:
+            s.add_argument("--runs", type=int, default=3)
+    a = p.parse_args()
+    if a.cmd == "bench":
+        return cmd_bench(a)
+    return cmd_example(a, test=a.cmd == "test")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
