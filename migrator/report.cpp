@@ -24,6 +24,31 @@ const char* mode_name(migrate_mode m) {
     return "migrate";
 }
 
+// The downtime in five parts that add up to it: the workload stops (engine
+// pause or CRIU's freeze) until every task is frozen; CRIU writes the
+// images; they reach the destination (with the writable layer's diff); the
+// destination restores until the commit; the tasks are let go.
+struct downtime_parts {
+    double freeze, dump, images, restore, resume;
+};
+
+downtime_parts breakdown(const migration_result& r) {
+    const uint64_t dump_from = r.t_frozen ? r.t_frozen : r.t_freeze;
+    return {span_ms(r.t_freeze, r.t_frozen), span_ms(dump_from, r.t_dumped),
+            span_ms(r.t_dumped, r.t_images_sent), span_ms(r.t_images_sent, r.t_committed),
+            span_ms(r.t_committed, r.t_resumed)};
+}
+
+// Where the moments came from: Ferry's CRIU plugin (and runc shim) give
+// exact ones; without them the migrator's own observations stand in.
+const char* freeze_source(const migration_result& r) {
+    return r.t_engine_pause ? "engine-pause" : r.t_criu_freeze ? "criu-plugin" : "migrator";
+}
+
+const char* resume_source(const migration_result& r) {
+    return r.t_plugin_resumed ? "criu-plugin" : "destination";
+}
+
 // checkpoint --to-pool: no destination, so most of a migration's account is empty.
 std::string park_summary(const migration_result& r) {
     return fmt::format(
@@ -122,27 +147,12 @@ nlohmann::json to_json(const migration_result& r) {
         {"post_copy", span_ms(r.t_resumed, r.t_transferred)},
         {"finish_source", span_ms(r.t_transferred, r.t_finished)},
     };
-    // The downtime in five parts that add up to it: the workload stops
-    // (engine pause or CRIU's freeze) until every task is frozen; CRIU
-    // writes the images; they reach the destination (with the writable
-    // layer's diff); the destination restores until the commit; the tasks
-    // are let go.
-    const uint64_t dump_from = r.t_frozen ? r.t_frozen : r.t_freeze;
+    const auto parts = breakdown(r);
     j["downtime_breakdown_ms"] = {
-        {"freeze", span_ms(r.t_freeze, r.t_frozen)},
-        {"dump", span_ms(dump_from, r.t_dumped)},
-        {"images", span_ms(r.t_dumped, r.t_images_sent)},
-        {"restore", span_ms(r.t_images_sent, r.t_committed)},
-        {"resume", span_ms(r.t_committed, r.t_resumed)},
+        {"freeze", parts.freeze},   {"dump", parts.dump},     {"images", parts.images},
+        {"restore", parts.restore}, {"resume", parts.resume},
     };
-    // Where the moments came from: Ferry's CRIU plugin (and runc shim) give
-    // exact ones; without them the migrator's own observations stand in.
-    j["timing_source"] = {
-        {"freeze", r.t_engine_pause  ? "engine-pause"
-                   : r.t_criu_freeze ? "criu-plugin"
-                                     : "migrator"},
-        {"resume", r.t_plugin_resumed ? "criu-plugin" : "destination"},
-    };
+    j["timing_source"] = {{"freeze", freeze_source(r)}, {"resume", resume_source(r)}};
     auto since_freeze = [&](uint64_t t) {
         return t && r.t_freeze ? (double(t) - double(r.t_freeze)) / 1e6 : 0.0;
     };
@@ -191,13 +201,11 @@ std::string human_summary(const migration_result& r) {
     else
         s += fmt::format("migrated pid {} -> destination pid {} (migration {})\n", r.source_pid,
                          r.destination_pid, r.id);
-    s += fmt::format(
-        "  downtime      {:8.1f} ms  (dump {:.1f} | ship images {:.1f} | restore {:.1f} | commit "
-        "{:.1f} "
-        "| resume {:.1f})\n",
-        r.downtime_ms(), span_ms(r.t_freeze, r.t_dumped), span_ms(r.t_dumped, r.t_images_sent),
-        span_ms(r.t_images_sent, r.t_ready_to_resume), span_ms(r.t_ready_to_resume, r.t_committed),
-        span_ms(r.t_committed, r.t_resumed));
+    const auto parts = breakdown(r);
+    s += fmt::format("  downtime      {:8.1f} ms  (freeze {:.1f} | dump {:.1f} | images {:.1f} | "
+                     "restore {:.1f} | resume {:.1f}; from {} to {})\n",
+                     r.downtime_ms(), parts.freeze, parts.dump, parts.images, parts.restore,
+                     parts.resume, freeze_source(r), resume_source(r));
     s += fmt::format("  total         {:8.1f} ms  (post-copy {:.1f} ms)\n", r.total_ms(),
                      span_ms(r.t_resumed, r.t_transferred));
     s += fmt::format(
