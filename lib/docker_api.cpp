@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
 
@@ -124,6 +125,16 @@ std::string cli_binary() {
 
 void remove_container(const std::string& name_or_id) {
     (void)call("DELETE", "/containers/" + encode(name_or_id) + "?force=1&v=0");
+}
+
+std::filesystem::path vfs_layer_dir(const std::filesystem::path& root, const std::string& id,
+                                    const char* which) {
+    const auto file = root / "image" / "vfs" / "layerdb" / "mounts" / id / which;
+    std::ifstream in(file);
+    std::string name;
+    if (!std::getline(in, name) || name.empty() || name.find('/') != std::string::npos)
+        throw error(fmt::format("cannot read docker's layer store at {}", file.string()));
+    return root / "vfs" / "dir" / name;
 }
 
 std::string root_dir() {

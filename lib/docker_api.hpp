@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -43,7 +44,13 @@ std::string cli_binary();
 // DELETE /containers/NAME?force=1 (a running container is killed).
 void remove_container(const std::string& name_or_id);
 
-// Where dockerd keeps a container's files: <DockerRootDir>/containers/<id>.
+// dockerd's root directory (DockerRootDir).
 std::string root_dir();
+
+// The vfs driver keeps no paths in inspect: its layer store names a
+// container's directory ("mount-id") and its parent, docker's init layer
+// ("init-id"). Throws if the store does not say.
+std::filesystem::path vfs_layer_dir(const std::filesystem::path& root, const std::string& id,
+                                    const char* which);
 
 } // namespace ferry::docker

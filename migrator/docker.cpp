@@ -18,20 +18,9 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string read_line(const fs::path& p) {
-    std::ifstream in(p);
-    std::string s;
-    if (!std::getline(in, s) || s.empty())
-        throw error(fmt::format("cannot read {}", p.string()));
-    return s;
-}
-
-// vfs keeps no paths in inspect: the layer store names the container's
-// directory (mount-id) and its parent, docker's init layer (init-id).
 void locate_vfs_layers(container& c, const fs::path& root) {
-    const auto mounts = root / "image" / "vfs" / "layerdb" / "mounts" / c.id;
-    c.layer_dir = root / "vfs" / "dir" / read_line(mounts / "mount-id");
-    c.base_dir = root / "vfs" / "dir" / read_line(mounts / "init-id");
+    c.layer_dir = ferry::docker::vfs_layer_dir(root, c.id, "mount-id");
+    c.base_dir = ferry::docker::vfs_layer_dir(root, c.id, "init-id");
     if (!fs::is_directory(c.layer_dir) || !fs::is_directory(c.base_dir))
         throw error(
             fmt::format("docker's vfs layers of {} are not where the layer store says", c.name));

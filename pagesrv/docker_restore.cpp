@@ -48,14 +48,6 @@ void require_image(const std::string& image) {
         throw error(fmt::format("dockerd: image {}: HTTP {}", image, r.status));
 }
 
-std::string read_line(const fs::path& p) {
-    std::ifstream in(p);
-    std::string s;
-    if (!std::getline(in, s) || s.empty())
-        throw error(fmt::format("cannot read {}", p.string()));
-    return s;
-}
-
 // An overlay whiteout: a 0/0 character device hides the lower file.
 void whiteout(const fs::path& p) {
     std::error_code ec;
@@ -163,9 +155,7 @@ class docker_restore final : public engine_restore {
         if (driver == "overlay2") {
             layer = j->at("GraphDriver").at("Data").at("UpperDir").get<std::string>();
         } else if (driver == "vfs") {
-            const fs::path root = docker::root_dir();
-            layer = root / "vfs" / "dir" /
-                    read_line(root / "image" / "vfs" / "layerdb" / "mounts" / _id / "mount-id");
+            layer = docker::vfs_layer_dir(docker::root_dir(), _id, "mount-id");
         } else {
             throw error(fmt::format("docker's storage driver {} is not supported here", driver));
         }
