@@ -4,7 +4,6 @@
 // runc's lazy-pages options. CRIU also runs this binary as its action
 // script during such a restore; its post-restore step is Ferry's commit
 // gate: the tasks resume only if the destination daemon says so.
-#include "cgroup_freeze.hpp"
 #include "engine_request.hpp"
 #include "tar_extract.hpp"
 #include "unique_fd.hpp"
@@ -16,7 +15,6 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -129,11 +127,10 @@ void set_option(std::vector<std::string>& args, size_t cmd, const std::string& n
     args.insert(args.begin() + long(cmd) + 1, {name, value});
 }
 
-// Returns the container's freezer if the shim froze it (see cgroup_freeze.hpp).
-std::optional<shim::cgroup_freezer> lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
+void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
     auto req = pending_checkpoint(args);
     if (!req)
-        return std::nullopt;
+        return;
     if (!req->images_dir.empty()) {
         // CRIU's logs go with the images, where Ferry keeps them.
         set_option(args, cmd, "--image-path", req->images_dir);
@@ -149,47 +146,6 @@ std::optional<shim::cgroup_freezer> lazy_checkpoint(std::vector<std::string>& ar
                                            "--status-fd", std::to_string(fd)};
     args.insert(args.begin() + long(cmd) + 1, lazy.begin(), lazy.end());
     export_for_criu(req->migration_id, req->criu_config);
-    // Docker paused the container already; podman leaves the freeze to CRIU.
-    auto freezer = shim::cgroup_freezer::of_container(
-        option_value(args, "--root").value_or("/run/runc"), args.back());
-    if (!freezer || freezer->frozen())
-        return std::nullopt;
-    engine::report_moment(req->migration_id, "engine-pause", 0);
-    if (!freezer->freeze(std::chrono::seconds(5)))
-        return std::nullopt; // CRIU tries its own way
-    return freezer;
-}
-
-// runc as a child: if its checkpoint fails before CRIU holds the tasks, the
-// cgroup the shim froze must not stay frozen.
-int run_runc_then_thaw(const std::string& runc, std::vector<char*>& argv,
-                       const shim::cgroup_freezer& freezer) {
-    const pid_t child = ::fork();
-    if (child < 0) {
-        freezer.thaw();
-        say(std::string("fork: ") + std::strerror(errno));
-        return 1;
-    }
-    if (child == 0) {
-        ::execv(runc.c_str(), argv.data());
-        ::_exit(127);
-    }
-    // The engine may stop its checkpoint; runc hears it as it would have.
-    static pid_t runc_pid;
-    runc_pid = child;
-    struct sigaction sa {};
-    sa.sa_handler = [](int sig) { ::kill(runc_pid, sig); };
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT})
-        ::sigaction(sig, &sa, nullptr);
-    int status = 0;
-    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok && freezer.frozen()) {
-        say("runc's checkpoint failed with the container frozen: thawing it");
-        freezer.thaw();
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 // The container's /dev/shm is a tmpfs the engine mounted on the host for it
@@ -271,11 +227,10 @@ int main(int argc, char** argv) {
     if (const char* action = std::getenv("CRTOOLS_SCRIPT_ACTION"))
         return action_script(action);
     std::vector<std::string> args(argv + 1, argv + argc);
-    std::optional<shim::cgroup_freezer> frozen_here;
     try {
         const size_t cmd = command_index(args);
         if (cmd < args.size() && args[cmd] == "checkpoint")
-            frozen_here = lazy_checkpoint(args, cmd);
+            lazy_checkpoint(args, cmd);
         else if (cmd < args.size() && args[cmd] == "pause")
             report_pause(args);
         else if (cmd < args.size() && args[cmd] == "restore")
@@ -291,8 +246,6 @@ int main(int argc, char** argv) {
     for (auto& a : args)
         cargv.push_back(a.data());
     cargv.push_back(nullptr);
-    if (frozen_here)
-        return run_runc_then_thaw(runc, cargv, *frozen_here);
     ::execv(runc.c_str(), cargv.data());
     say("exec " + runc + ": " + std::strerror(errno));
     return 127;
