@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
+
 namespace ferry::pagesrv::engine_restore_detail {
 
 namespace {
@@ -36,7 +38,10 @@ std::string local_image_id(const std::string& name) {
     }
 }
 
-std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw) {
+// `image_ids`: the local ids of image names already looked up (before the
+// freeze: each podman query costs tens of milliseconds of downtime).
+std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw,
+                                    const std::map<std::string, std::string>& image_ids) {
     json c;
     try {
         c = json::parse(raw);
@@ -46,7 +51,8 @@ std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw) {
     const std::string image = c.value("rootfsImageName", "");
     if (image.empty())
         throw error("config.dump names no image (containers from a rootfs are not supported)");
-    c["rootfsImageID"] = local_image_id(image);
+    const auto known = image_ids.find(image);
+    c["rootfsImageID"] = known != image_ids.end() ? known->second : local_image_id(image);
     // Paths of the source host's container directories: podman makes its
     // own for the new container when they are empty.
     const std::string old_id = c.value("id", "");
@@ -75,7 +81,7 @@ class podman_restore final : public engine_restore {
             throw error(
                 fmt::format("a container named '{}' already exists on the destination", _name));
         if (!image.empty())
-            (void)local_image_id(image);
+            _image_ids[image] = local_image_id(image);
     }
 
     std::vector<std::string> prepare(const fs::path& dir,
@@ -92,7 +98,7 @@ class podman_restore final : public engine_restore {
                 const auto engine_name = name.substr(std::strlen(engine_file_prefix));
                 auto data = criu::read_file(entry.path());
                 if (engine_name == "config.dump")
-                    data = patched_config(data);
+                    data = patched_config(data, _image_ids);
                 tar.add_bytes(engine_name, data);
             } else if (is_criu_image(entry.path())) {
                 tar.add_path("checkpoint/" + name, entry.path());
@@ -133,6 +139,7 @@ class podman_restore final : public engine_restore {
 
   private:
     std::string _name;
+    std::map<std::string, std::string> _image_ids;
     bool _created = false; // podman may have created it, even if its restore failed
 };
 
