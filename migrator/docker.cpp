@@ -50,6 +50,10 @@ container inspect(const std::string& name) {
         c.config = {
             {"Name", c.name}, {"Config", j->at("Config")}, {"HostConfig", j->at("HostConfig")}};
         c.image = j->at("Config").value("Image", "");
+        for (const auto& m : j->value("Mounts", json::array()))
+            if (m.value("Type", "") == "volume")
+                c.named_volumes.push_back(m.value("Name", "?") + " at " +
+                                          m.value("Destination", "?"));
         c.storage_driver = j->at("GraphDriver").at("Name").get<std::string>();
         const fs::path root = ferry::docker::root_dir();
         if (c.storage_driver == "overlay2") {

@@ -34,8 +34,9 @@ struct container {
     pid_t pid = 0; // its init, on the host
     bool running = false;
     bool paused = false;
-    std::string runtime; // HostConfig.Runtime, a name among dockerd's runtimes
-    std::string image;   // Config.Image, which the destination must have
+    std::string runtime;                    // HostConfig.Runtime, a name among dockerd's runtimes
+    std::vector<std::string> named_volumes; // the engine's volumes it mounts (not bind mounts)
+    std::string image;                      // Config.Image, which the destination must have
     std::string storage_driver;
     // overlay2: the upper dir over its lower dirs; vfs: the container's full
     // tree and the tree it was copied from (the image plus docker's init layer).

@@ -53,6 +53,19 @@ std::string new_migration_id() {
     return fmt::format("{:08x}{:08x}{:08x}{:08x}", d(rd), d(rd), d(rd), d(rd));
 }
 
+// A named volume lives in the source engine's storage; the destination
+// engine would mount an empty one of that name and the data would be lost.
+void refuse_named_volumes(const std::vector<std::string>& volumes) {
+    if (volumes.empty())
+        return;
+    std::string list;
+    for (const auto& v : volumes)
+        list += (list.empty() ? "" : ", ") + v;
+    throw error(fmt::format("the container mounts named volumes ({}), which Ferry does not move "
+                            "yet; use bind mounts of storage both hosts share",
+                            list));
+}
+
 // A process counts as running if it exists, is not a zombie, and is not
 // stopped by a tracer (CRIU's freeze).
 bool process_running(pid_t pid) {
@@ -165,6 +178,9 @@ void migration::check_source() {
             fmt::format("engine '{}' is not supported (podman and docker are)", _opt.engine));
     }
     _r.source_pid = _opt.pid;
+    refuse_named_volumes(_podman   ? _podman->named_volumes
+                         : _docker ? _docker->named_volumes
+                                   : std::vector<std::string>());
     const auto pids = proc::ns_pids(_opt.pid);
     if (pids.empty())
         throw error(fmt::format("no process with pid {}", _opt.pid));

@@ -44,6 +44,10 @@ container inspect(const std::string& name) {
         c.bundle = j.at("StaticDir").get<std::string>();
         c.runtime = j.value("OCIRuntime", "");
         c.image = j.value("ImageName", "");
+        for (const auto& m : j.value("Mounts", json::array()))
+            if (m.value("Type", "") == "volume")
+                c.named_volumes.push_back(m.value("Name", "?") + " at " +
+                                          m.value("Destination", "?"));
         const auto& data = j.at("GraphDriver").at("Data");
         if (j.at("GraphDriver").at("Name").get<std::string>() != "overlay")
             throw error("only podman's overlay storage driver is supported");

@@ -33,7 +33,8 @@ struct container {
     std::filesystem::path upper_dir;
     std::vector<std::filesystem::path> lower_dirs; // topmost first
     std::string runtime;
-    std::string image; // the image's name, which the destination must have
+    std::vector<std::string> named_volumes; // the engine's volumes it mounts (not bind mounts)
+    std::string image;                      // the image's name, which the destination must have
 };
 
 // Throws a clear error when there is no such container.

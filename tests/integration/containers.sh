@@ -9,7 +9,9 @@
 #      container keeps running, its memory intact; nothing is left on b once
 #      its daemon is back;
 #   3. a container of that name already exists on b: refused before the
-#      freeze, and neither container is touched.
+#      freeze, and neither container is touched;
+#   4. a container with a named volume (which Ferry does not move): refused
+#      before the freeze, and it keeps running.
 . "$(dirname "$0")/lib.sh"
 
 engine=${FERRY_TEST_ENGINE:-podman}
@@ -94,4 +96,11 @@ migrate m2 >"$work/m3.json" 2>"$work/m3.err" && fail "migration onto an existing
 grep -q "already exists on the destination" "$work/m3.json" || fail "unclear error: $(cat "$work/m3.json")"
 [ "$(state a m2)" = running ] || fail "the source m2 stopped"
 [ "$(state b m2)" = running ] || fail "b's own m2 was touched"
+
+log "4. a named volume: refused before the freeze"
+ctr a run -d --name m4 -v ferry-test-volume:/data "$image" sleep 600 >/dev/null
+migrate m4 >"$work/m4.json" 2>"$work/m4.err" && fail "migration of a container with a named volume succeeded"
+grep -q "named volumes (ferry-test-volume at /data)" "$work/m4.json" || fail "unclear error: $(cat "$work/m4.json")"
+[ "$(state a m4)" = running ] || fail "m4 stopped: $(state a m4)"
+[ "$(json "$work/m4.json" committed)" = false ] || fail "m4's migration says it committed"
 log "$engine: all cases passed"
