@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -100,16 +101,74 @@ std::optional<engine::checkpoint_request> pending_checkpoint(const std::vector<s
     return req;
 }
 
-// Docker freezes the container (runc pause) before its checkpoint: that,
-// not CRIU's own freeze, is when the container stopped.
-// A report only: the pause itself must never fail because of Ferry.
-void report_pause(const std::vector<std::string>& args) noexcept {
+// The file whose content changes when runc starts freezing the container:
+// freezer.state (cgroup v1) or cgroup.freeze (v2), from runc's state.json.
+std::optional<fs::path> freezer_file(const std::vector<std::string>& args) {
+    const fs::path root = option_value(args, "--root").value_or("/run/runc");
+    std::ifstream in(root / args.back() / "state.json");
     try {
-        if (auto req = pending_checkpoint(args))
-            engine::report_moment(req->migration_id, "engine-pause", 0);
+        const auto paths = nlohmann::json::parse(in).at("cgroup_paths");
+        if (paths.contains("freezer"))
+            return fs::path(paths.at("freezer").get<std::string>()) / "freezer.state";
+        if (paths.contains(""))
+            return fs::path(paths.at("").get<std::string>()) / "cgroup.freeze";
+    } catch (const std::exception&) {
+    }
+    return std::nullopt;
+}
+
+bool freeze_started(const fs::path& file) {
+    std::ifstream in(file);
+    std::string s;
+    in >> s;
+    return !s.empty() && s != "THAWED" && s != "0";
+}
+
+// Docker freezes the container (runc pause) before its checkpoint: that, not
+// CRIU's own freeze, is when the container stopped. runc runs as a child
+// while the shim watches the freezer, so the moment reported is when the
+// freeze began, not runc's start-up (tens of milliseconds) before it.
+// Returns runc's exit status, or nothing if this is not a Ferry migration's
+// pause (then runc is exec'ed as usual). The pause never fails because of
+// Ferry.
+std::optional<int> watched_pause(const std::vector<std::string>& args, std::vector<char*>& argv) {
+    std::optional<engine::checkpoint_request> req;
+    std::optional<fs::path> freezer;
+    try {
+        req = pending_checkpoint(args);
+        if (req)
+            freezer = freezer_file(args);
     } catch (const std::exception& e) {
         say(e.what());
     }
+    if (!req)
+        return std::nullopt;
+    if (!freezer) {
+        engine::report_moment(req->migration_id, "engine-pause", 0); // early rather than late
+        return std::nullopt;
+    }
+    const pid_t child = ::fork();
+    if (child < 0)
+        return std::nullopt;
+    if (child == 0) {
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+    }
+    bool reported = false;
+    int status = 0;
+    for (;;) {
+        const pid_t done = ::waitpid(child, &status, WNOHANG);
+        if (!reported && (done == child || freeze_started(*freezer))) {
+            engine::report_moment(req->migration_id, "engine-pause", 0);
+            reported = true;
+        }
+        if (done == child)
+            break;
+        if (done < 0 && errno != EINTR)
+            return 1;
+        ::usleep(reported ? 1000 : 100);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 void set_option(std::vector<std::string>& args, size_t cmd, const std::string& name,
@@ -231,8 +290,6 @@ int main(int argc, char** argv) {
         const size_t cmd = command_index(args);
         if (cmd < args.size() && args[cmd] == "checkpoint")
             lazy_checkpoint(args, cmd);
-        else if (cmd < args.size() && args[cmd] == "pause")
-            report_pause(args);
         else if (cmd < args.size() && args[cmd] == "restore")
             lazy_restore(args, cmd);
     } catch (const std::exception& e) {
@@ -246,6 +303,10 @@ int main(int argc, char** argv) {
     for (auto& a : args)
         cargv.push_back(a.data());
     cargv.push_back(nullptr);
+    const size_t cmd = command_index(args);
+    if (cmd < args.size() && args[cmd] == "pause")
+        if (auto status = watched_pause(args, cargv))
+            return *status;
     ::execv(runc.c_str(), cargv.data());
     say("exec " + runc + ": " + std::strerror(errno));
     return 127;
