@@ -3,20 +3,12 @@
 #include "error.hpp"
 #include "proc.hpp"
 #include "subprocess.hpp"
-#include "unique_fd.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
-
-#include <cstddef>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <string_view>
 #include <vector>
 
 namespace ferry::engine {
@@ -76,9 +68,13 @@ void write_request(const std::filesystem::path& file, const restore_request& r) 
                       {"devshm_tar", r.devshm_tar}});
 }
 
+bool is_container_id(const std::string& s) noexcept {
+    return !s.empty() && s.size() <= 128 &&
+           s.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+}
+
 std::filesystem::path checkpoint_request_path(const std::string& container_id) {
-    if (container_id.empty() || container_id.size() > 128 ||
-        container_id.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+    if (!is_container_id(container_id))
         throw error(fmt::format("'{}' is not a container id", container_id));
     return std::filesystem::path("/run/ferry/engine-requests") /
            (container_id + ".checkpoint.json");
@@ -113,24 +109,6 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
     if (r.lazy_socket.empty() || r.gate_socket.empty())
         throw error(fmt::format("{} holds an invalid request", file.string()));
     return r;
-}
-
-void report_moment(const std::string& migration_id, const char* event, pid_t pid) noexcept {
-    // The datagram Ferry's CRIU plugin sends (criu-plugin/ferry_criu_plugin.c).
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    const auto msg = fmt::format("ferry-criu 1 {} {} {} {} 0", migration_id, event, pid,
-                                 uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec));
-    unique_fd s(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!s)
-        return;
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    constexpr std::string_view name = "ferry-criu-events"; // abstract: leading NUL
-    std::memcpy(addr.sun_path + 1, name.data(), name.size());
-    const auto len = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-    (void)::sendto(s.get(), msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
-                   reinterpret_cast<const sockaddr*>(&addr), len);
 }
 
 std::string podman_binary() {

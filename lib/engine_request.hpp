@@ -24,8 +24,13 @@ namespace ferry::engine {
 
 inline constexpr const char* restore_request_file = "ferry-restore.json";
 
+// Podman's and docker's container ids: hex. Engines also call runc with other
+// last arguments ("checkpoint --help" probes).
+[[nodiscard]] bool is_container_id(const std::string& s) noexcept;
+
 // Where checkpoint requests wait for the shim: one file per container id
-// (ids are unique across engines and hosts sharing this directory).
+// (ids are unique across engines and hosts sharing this directory); throws
+// unless `container_id` is one.
 std::filesystem::path checkpoint_request_path(const std::string& container_id);
 
 struct checkpoint_request {
@@ -72,9 +77,10 @@ void podman_remove(const std::string& name_or_id);
 // installed lib/ferry/criu. Nothing if it is not there (CRIU runs without it).
 std::optional<std::filesystem::path> criu_plugin_dir();
 
-// Tells this host's daemon (the socket Ferry's CRIU plugin reports to) that
-// `event` happened now in migration `migration_id`; never fails.
-void report_moment(const std::string& migration_id, const char* event, pid_t pid) noexcept;
+// CRIU options of every restore, whatever drives it: connections that a
+// `--tcp-close` dump left out come back closed (CRIU insists on the option
+// for such images; other images have no such connections).
+inline constexpr const char* criu_restore_options = "tcp-close\n";
 
 // Writes a CRIU config file that loads Ferry's plugin (if found), plus `extra`
 // lines; returns its path.

@@ -5,7 +5,6 @@
 #include "engine_dump.hpp"
 #include "error.hpp"
 #include "rootfs_diff.hpp"
-#include "tar_writer.hpp"
 
 #include <fmt/format.h>
 
@@ -26,10 +25,6 @@ void locate_vfs_layers(container& c, const fs::path& root) {
             fmt::format("docker's vfs layers of {} are not where the layer store says", c.name));
 }
 
-std::vector<uint8_t> bytes_of(const std::string& s) {
-    return {s.begin(), s.end()};
-}
-
 } // namespace
 
 container inspect(const std::string& name) {
@@ -47,13 +42,10 @@ container inspect(const std::string& name) {
         c.running = state.at("Running").get<bool>();
         c.paused = state.value("Paused", false);
         c.runtime = j->at("HostConfig").value("Runtime", "");
+        c.named_volumes = named_volumes(j->value("Mounts", json::array()));
         c.config = {
             {"Name", c.name}, {"Config", j->at("Config")}, {"HostConfig", j->at("HostConfig")}};
         c.image = j->at("Config").value("Image", "");
-        for (const auto& m : j->value("Mounts", json::array()))
-            if (m.value("Type", "") == "volume")
-                c.named_volumes.push_back(m.value("Name", "?") + " at " +
-                                          m.value("Destination", "?"));
         c.storage_driver = j->at("GraphDriver").at("Name").get<std::string>();
         const fs::path root = ferry::docker::root_dir();
         if (c.storage_driver == "overlay2") {
@@ -102,8 +94,7 @@ class docker_dump final : public engine_dump {
     // Runs before the freeze: the tree the container's layer was copied
     // from is indexed now, so the freeze only walks the layer itself.
     docker_dump(container c, fs::path dir, std::string id, std::string criu_options)
-        : engine_dump("docker", c.id, c.name, std::move(dir), std::move(id),
-                      std::move(criu_options)),
+        : engine_dump("docker", c, std::move(dir), std::move(id), std::move(criu_options)),
           _c(std::move(c)) {
         fs::create_directories(images_dir());
         if (_c.storage_driver == "vfs")
@@ -113,38 +104,24 @@ class docker_dump final : public engine_dump {
     fs::path images_dir() const override { return _dir / "images"; }
 
     std::vector<engine_file> engine_files() override {
-        // The configuration went ahead, with the prepare (docker.hpp).
-        std::vector<engine_file> files;
-        std::vector<std::string> deleted;
-        const auto diff = _dir / "rootfs-diff.tar";
-        if (_c.storage_driver == "overlay2")
-            overlay_diff(_c.upper_dir, _c.lower_dirs, diff, deleted);
-        else
-            tree_diff(_c.layer_dir, _base, diff, deleted);
-        files.push_back({"rootfs-diff.tar", criu::read_file(diff)});
-        files.push_back({"deleted.files", bytes_of(json(deleted).dump())});
+        // The configuration went ahead, with the prepare (docker.hpp). An
+        // empty /dev/shm is not sent: the shim would need its mount to
+        // restore into, which not every IPC mode has.
         std::error_code ec;
-        if (!_c.shm_dir.empty() && !fs::is_empty(_c.shm_dir, ec) && !ec) {
-            tar_writer t(_dir / "devshm-checkpoint.tar");
-            t.add_tree("", _c.shm_dir);
-            t.close();
-            files.push_back(
-                {"devshm-checkpoint.tar", criu::read_file(_dir / "devshm-checkpoint.tar")});
-        }
-        return files;
-    }
-
-    bool remove_source() override {
-        try {
-            ferry::docker::remove_container(_c.id);
-            return true;
-        } catch (const std::exception& e) {
-            _log->warn("cannot remove the source container {}: {}", _c.name, e.what());
-            return false;
-        }
+        const bool shm_has_files = !_c.shm_dir.empty() && !fs::is_empty(_c.shm_dir, ec) && !ec;
+        return writable_layer_files(
+            [&](const fs::path& tar, std::vector<std::string>& deleted) {
+                if (_c.storage_driver == "overlay2")
+                    overlay_diff(_c.upper_dir, _c.lower_dirs, tar, deleted);
+                else
+                    tree_diff(_c.layer_dir, _base, tar, deleted);
+            },
+            shm_has_files ? _c.shm_dir : fs::path());
     }
 
   protected:
+    void remove_container() override { ferry::docker::remove_container(_c.id); }
+
     std::vector<std::string> checkpoint_command() const override {
         // Docker's copy of the checkpoint is never used (Ferry's images land
         // in images_dir); it goes to Ferry's work dir, not the container's.

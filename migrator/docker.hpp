@@ -15,11 +15,9 @@
 // restores it, made lazy by the shim.
 #pragma once
 
-#include "dump_driver.hpp"
+#include "engine_dump.hpp"
 
 #include <nlohmann/json.hpp>
-
-#include <sys/types.h>
 
 #include <filesystem>
 #include <memory>
@@ -28,15 +26,8 @@
 
 namespace ferry::migrator::docker {
 
-struct container {
-    std::string id;
-    std::string name;
-    pid_t pid = 0; // its init, on the host
-    bool running = false;
-    bool paused = false;
-    std::string runtime;                    // HostConfig.Runtime, a name among dockerd's runtimes
-    std::vector<std::string> named_volumes; // the engine's volumes it mounts (not bind mounts)
-    std::string image;                      // Config.Image, which the destination must have
+struct container : engine_container {
+    std::string runtime; // HostConfig.Runtime, a name among dockerd's runtimes
     std::string storage_driver;
     // overlay2: the upper dir over its lower dirs; vfs: the container's full
     // tree and the tree it was copied from (the image plus docker's init layer).

@@ -1,9 +1,11 @@
 #include "engine_dump.hpp"
 
 #include "clock.hpp"
+#include "criu_image.hpp"
 #include "engine_request.hpp"
 #include "error.hpp"
 #include "log.hpp"
+#include "tar_writer.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -16,11 +18,21 @@ namespace ferry::migrator {
 
 namespace fs = std::filesystem;
 
-engine_dump::engine_dump(std::string engine, std::string container_id, std::string container_name,
-                         fs::path dir, std::string migration_id, std::string criu_options)
-    : _engine(std::move(engine)), _id(std::move(container_id)), _name(std::move(container_name)),
-      _dir(std::move(dir)), _migration_id(std::move(migration_id)),
-      _criu_options(std::move(criu_options)), _log(make_logger("migrator")) {}
+std::vector<std::string> named_volumes(const nlohmann::json& mounts) {
+    std::vector<std::string> out;
+    if (!mounts.is_array())
+        return out;
+    for (const auto& m : mounts)
+        if (m.value("Type", "") == "volume")
+            out.push_back(m.value("Name", "?") + " at " + m.value("Destination", "?"));
+    return out;
+}
+
+engine_dump::engine_dump(std::string engine, const engine_container& c, fs::path dir,
+                         std::string migration_id, std::string criu_options)
+    : _engine(std::move(engine)), _id(c.id), _name(c.name), _dir(std::move(dir)),
+      _migration_id(std::move(migration_id)), _criu_options(std::move(criu_options)),
+      _log(make_logger("migrator")) {}
 
 engine_dump::~engine_dump() {
     std::error_code ec;
@@ -125,6 +137,35 @@ void engine_dump::wait_status(std::chrono::milliseconds timeout) {
             throw error(
                 fmt::format("{}'s checkpoint of {} did not freeze it in time", _engine, _name));
     }
+}
+
+bool engine_dump::remove_source() {
+    try {
+        remove_container();
+        return true;
+    } catch (const std::exception& e) {
+        _log->warn("cannot remove the source container {}: {}", _name, e.what());
+        return false;
+    }
+}
+
+std::vector<engine_file> engine_dump::writable_layer_files(const layer_diff& diff,
+                                                           const fs::path& shm) const {
+    std::vector<engine_file> files;
+    std::vector<std::string> deleted;
+    diff(_dir / "rootfs-diff.tar", deleted);
+    files.push_back({"rootfs-diff.tar", criu::read_file(_dir / "rootfs-diff.tar")});
+    const auto list = nlohmann::json(deleted).dump();
+    files.push_back({"deleted.files", {list.begin(), list.end()}});
+    // The container's own /dev/shm: a tmpfs the engine mounts for it, which
+    // CRIU leaves alone as an external mount.
+    if (!shm.empty() && fs::is_directory(shm)) {
+        tar_writer t(_dir / "devshm-checkpoint.tar");
+        t.add_tree("", shm);
+        t.close();
+        files.push_back({"devshm-checkpoint.tar", criu::read_file(_dir / "devshm-checkpoint.tar")});
+    }
+    return files;
 }
 
 } // namespace ferry::migrator

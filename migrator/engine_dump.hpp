@@ -16,19 +16,37 @@
 #include "subprocess.hpp"
 #include "unique_fd.hpp"
 
+#include <nlohmann/json.hpp>
 #include <spdlog/logger.h>
 
+#include <sys/types.h>
+
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace ferry::migrator {
 
+// What every engine says of a container that a migration needs.
+struct engine_container {
+    std::string id;
+    std::string name;
+    pid_t pid = 0; // its init, on the host
+    bool running = false;
+    bool paused = false;
+    std::string image;                      // its image's name, which the destination must have
+    std::vector<std::string> named_volumes; // "NAME at /dest": the engine's volumes it mounts
+};
+
+// The engine volumes among inspect's "Mounts" (bind mounts are not).
+std::vector<std::string> named_volumes(const nlohmann::json& mounts);
+
 class engine_dump : public dump_driver {
   public:
-    engine_dump(std::string engine, std::string container_id, std::string container_name,
-                std::filesystem::path dir, std::string migration_id, std::string criu_options);
+    engine_dump(std::string engine, const engine_container& c, std::filesystem::path dir,
+                std::string migration_id, std::string criu_options);
     ~engine_dump() override;
 
     void start(uint16_t port) override;
@@ -40,8 +58,19 @@ class engine_dump : public dump_driver {
     [[nodiscard]] std::string end_error() const override { return _end_error; }
     [[nodiscard]] bool ended() const override { return _ended; }
     void kill() noexcept override;
+    bool remove_source() final;
 
   protected:
+    // Removes the source container through its engine; throws on failure.
+    virtual void remove_container() = 0;
+    // The writable layer's changes as the destination applies them:
+    // `diff(tar, deleted)` writes what was added or changed and lists what
+    // was deleted; with the container's /dev/shm if `shm` is a directory.
+    using layer_diff =
+        std::function<void(const std::filesystem::path& tar, std::vector<std::string>& deleted)>;
+    [[nodiscard]] std::vector<engine_file>
+    writable_layer_files(const layer_diff& diff, const std::filesystem::path& shm) const;
+
     // The engine's checkpoint of the container, which runs runc checkpoint.
     [[nodiscard]] virtual std::vector<std::string> checkpoint_command() const = 0;
     // Where CRIU should write the images instead of where the engine says

@@ -4,6 +4,7 @@
 // runc's lazy-pages options. CRIU also runs this binary as its action
 // script during such a restore; its post-restore step is Ferry's commit
 // gate: the tasks resume only if the destination daemon says so.
+#include "criu_event_wire.hpp"
 #include "engine_request.hpp"
 #include "tar_extract.hpp"
 #include "unique_fd.hpp"
@@ -90,8 +91,7 @@ void export_for_criu(const std::string& migration_id, const std::string& criu_co
 // runc's last argument is the container id for every command Ferry changes.
 // A request whose migrator is gone is stale: the command runs plain.
 std::optional<engine::checkpoint_request> pending_checkpoint(const std::vector<std::string>& args) {
-    // Engines probe runc ("checkpoint --help"); Ferry's containers have hex ids.
-    if (args.empty() || args.back().find_first_not_of("0123456789abcdef") != std::string::npos)
+    if (args.empty() || !engine::is_container_id(args.back()))
         return std::nullopt;
     auto req = engine::read_checkpoint_request(engine::checkpoint_request_path(args.back()));
     if (req && ::kill(req->migrator_pid, 0) != 0) {
@@ -144,7 +144,7 @@ std::optional<int> watched_pause(const std::vector<std::string>& args, std::vect
     if (!req)
         return std::nullopt;
     if (!freezer) {
-        engine::report_moment(req->migration_id, "engine-pause", 0); // early rather than late
+        criu_events::report(req->migration_id, "engine-pause", 0); // early rather than late
         return std::nullopt;
     }
     const pid_t child = ::fork();
@@ -159,7 +159,7 @@ std::optional<int> watched_pause(const std::vector<std::string>& args, std::vect
     for (;;) {
         const pid_t done = ::waitpid(child, &status, WNOHANG);
         if (!reported && (done == child || freeze_started(*freezer))) {
-            engine::report_moment(req->migration_id, "engine-pause", 0);
+            criu_events::report(req->migration_id, "engine-pause", 0);
             reported = true;
         }
         if (done == child)
@@ -286,11 +286,13 @@ int main(int argc, char** argv) {
     if (const char* action = std::getenv("CRTOOLS_SCRIPT_ACTION"))
         return action_script(action);
     std::vector<std::string> args(argv + 1, argv + argc);
+    // Ferry's options go after the command, so its index stays valid.
+    const size_t cmd = command_index(args);
+    const std::string command = cmd < args.size() ? args[cmd] : "";
     try {
-        const size_t cmd = command_index(args);
-        if (cmd < args.size() && args[cmd] == "checkpoint")
+        if (command == "checkpoint")
             lazy_checkpoint(args, cmd);
-        else if (cmd < args.size() && args[cmd] == "restore")
+        else if (command == "restore")
             lazy_restore(args, cmd);
     } catch (const std::exception& e) {
         // A request Ferry cannot honour must fail the command: a plain
@@ -303,8 +305,7 @@ int main(int argc, char** argv) {
     for (auto& a : args)
         cargv.push_back(a.data());
     cargv.push_back(nullptr);
-    const size_t cmd = command_index(args);
-    if (cmd < args.size() && args[cmd] == "pause")
+    if (command == "pause")
         if (auto status = watched_pause(args, cargv))
             return *status;
     ::execv(runc.c_str(), cargv.data());

@@ -145,7 +145,8 @@ class migration {
     // Container migrations: the container as its engine describes it.
     std::optional<podman::container> _podman;
     std::optional<docker::container> _docker;
-    std::string _container_name, _container_image, _container_config;
+    const engine_container* _container = nullptr; // whichever of the two
+    std::string _container_config;                // docker's, as sent with the prepare
     uint16_t _criu_port = 0;
     std::filesystem::path _dir;
     bool _dump_started = false;
@@ -159,28 +160,23 @@ class migration {
 void migration::check_source() {
     if (_opt.engine == "podman") {
         _podman = podman::inspect(_opt.container);
-        if (!_podman->running || _podman->pid <= 0)
-            throw error(fmt::format("container '{}' is not running", _opt.container));
         podman::require_ferry_runtime();
-        _opt.pid = _podman->pid;
-        _container_name = _podman->name;
-        _container_image = _podman->image;
+        _container = &*_podman;
     } else if (_opt.engine == "docker") {
         _docker = docker::inspect(_opt.container);
-        if (!_docker->running || _docker->paused || _docker->pid <= 0)
-            throw error(fmt::format("container '{}' is not running", _opt.container));
         docker::require_ferry_runtime(*_docker);
-        _opt.pid = _docker->pid;
-        _container_name = _docker->name;
-        _container_image = _docker->image;
+        _container = &*_docker;
     } else if (!_opt.engine.empty()) {
         throw error(
             fmt::format("engine '{}' is not supported (podman and docker are)", _opt.engine));
     }
+    if (_container) {
+        if (!_container->running || _container->paused || _container->pid <= 0)
+            throw error(fmt::format("container '{}' is not running", _opt.container));
+        refuse_named_volumes(_container->named_volumes);
+        _opt.pid = _container->pid;
+    }
     _r.source_pid = _opt.pid;
-    refuse_named_volumes(_podman   ? _podman->named_volumes
-                         : _docker ? _docker->named_volumes
-                                   : std::vector<std::string>());
     const auto pids = proc::ns_pids(_opt.pid);
     if (pids.empty())
         throw error(fmt::format("no process with pid {}", _opt.pid));
@@ -206,10 +202,10 @@ void migration::connect_destination(const std::string& source_addr) {
     const std::string fabric = _opt.fabric.to_string();
     prep.fabric = const_cast<char*>(fabric.c_str());
     prep.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
-    if (!_container_name.empty()) {
+    if (_container) {
         prep.engine = const_cast<char*>(_opt.engine.c_str());
-        prep.container_name = const_cast<char*>(_container_name.c_str());
-        prep.container_image = const_cast<char*>(_container_image.c_str());
+        prep.container_name = const_cast<char*>(_container->name.c_str());
+        prep.container_image = const_cast<char*>(_container->image.c_str());
         if (_docker) {
             _container_config = _docker->config.dump();
             prep.has_container_config = true;
@@ -784,7 +780,7 @@ migration_result migration::run() {
         if (!_r.handed_off)
             finish_source();
         _r.ok = true;
-        if (!_container_name.empty())
+        if (_container)
             _r.source_removed = _dump->remove_source();
         if (!process_gone(_opt.pid))
             _log->warn("source pid {} is still present after the dump ended", _opt.pid);

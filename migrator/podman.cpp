@@ -6,7 +6,6 @@
 #include "error.hpp"
 #include "rootfs_diff.hpp"
 #include "subprocess.hpp"
-#include "tar_writer.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -19,10 +18,6 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr auto query_timeout = std::chrono::seconds(30);
-
-std::vector<uint8_t> bytes_of(const std::string& s) {
-    return {s.begin(), s.end()};
-}
 
 } // namespace
 
@@ -41,13 +36,10 @@ container inspect(const std::string& name) {
         c.name = j.at("Name").get<std::string>();
         c.pid = j.at("State").at("Pid").get<pid_t>();
         c.running = j.at("State").at("Running").get<bool>();
+        c.paused = j.at("State").value("Paused", false);
         c.bundle = j.at("StaticDir").get<std::string>();
-        c.runtime = j.value("OCIRuntime", "");
         c.image = j.value("ImageName", "");
-        for (const auto& m : j.value("Mounts", json::array()))
-            if (m.value("Type", "") == "volume")
-                c.named_volumes.push_back(m.value("Name", "?") + " at " +
-                                          m.value("Destination", "?"));
+        c.named_volumes = named_volumes(j.value("Mounts", json::array()));
         const auto& data = j.at("GraphDriver").at("Data");
         if (j.at("GraphDriver").at("Name").get<std::string>() != "overlay")
             throw error("only podman's overlay storage driver is supported");
@@ -78,8 +70,7 @@ namespace {
 class podman_dump final : public engine_dump {
   public:
     podman_dump(container c, fs::path dir, std::string id, std::string criu_options)
-        : engine_dump("podman", c.id, c.name, std::move(dir), std::move(id),
-                      std::move(criu_options)),
+        : engine_dump("podman", c, std::move(dir), std::move(id), std::move(criu_options)),
           _c(std::move(c)) {}
 
     fs::path images_dir() const override { return _c.bundle / "checkpoint"; }
@@ -93,36 +84,24 @@ class podman_dump final : public engine_dump {
             else if (std::string(name) != "network.status")
                 throw error(fmt::format("podman did not write {}", p.string()));
         }
-        std::vector<std::string> deleted;
-        overlay_diff(_c.upper_dir, _c.lower_dirs, _dir / "rootfs-diff.tar", deleted);
-        files.push_back({"rootfs-diff.tar", criu::read_file(_dir / "rootfs-diff.tar")});
-        files.push_back({"deleted.files", bytes_of(json(deleted).dump())});
-        // The container's own /dev/shm (a tmpfs podman mounts per container).
-        const auto config = json::parse(files[0].data);
-        const fs::path shm = config.value("ShmDir", "");
-        if (!shm.empty() && fs::is_directory(shm)) {
-            tar_writer t(_dir / "devshm-checkpoint.tar");
-            t.add_tree("", shm);
-            t.close();
-            files.push_back(
-                {"devshm-checkpoint.tar", criu::read_file(_dir / "devshm-checkpoint.tar")});
-        }
+        const auto shm = json::parse(files[0].data).value("ShmDir", "");
+        auto layer = writable_layer_files(
+            [&](const fs::path& tar, std::vector<std::string>& deleted) {
+                overlay_diff(_c.upper_dir, _c.lower_dirs, tar, deleted);
+            },
+            shm);
+        files.insert(files.end(), std::make_move_iterator(layer.begin()),
+                     std::make_move_iterator(layer.end()));
         return files;
     }
 
-    bool remove_source() override {
+  protected:
+    void remove_container() override {
         std::error_code ec;
         fs::remove(_dir / "podman-export.tar", ec);
-        try {
-            engine::podman_remove(_c.id);
-            return true;
-        } catch (const std::exception& e) {
-            _log->warn("cannot remove the source container {}: {}", _c.name, e.what());
-            return false;
-        }
+        engine::podman_remove(_c.id);
     }
 
-  protected:
     std::vector<std::string> checkpoint_command() const override {
         // The export's rootfs and volumes are never used: Ferry ships the
         // writable layer itself, during the freeze.

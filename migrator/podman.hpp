@@ -13,9 +13,7 @@
 // --import` of a tar in podman's export format, made lazy by the shim too.
 #pragma once
 
-#include "dump_driver.hpp"
-
-#include <sys/types.h>
+#include "engine_dump.hpp"
 
 #include <filesystem>
 #include <memory>
@@ -24,17 +22,10 @@
 
 namespace ferry::migrator::podman {
 
-struct container {
-    std::string id;
-    std::string name;
-    pid_t pid = 0; // its init, on the host
-    bool running = false;
+struct container : engine_container {
     std::filesystem::path bundle; // runc's --work-path: podman's config.dump lands here
     std::filesystem::path upper_dir;
     std::vector<std::filesystem::path> lower_dirs; // topmost first
-    std::string runtime;
-    std::vector<std::string> named_volumes; // the engine's volumes it mounts (not bind mounts)
-    std::string image;                      // the image's name, which the destination must have
 };
 
 // Throws a clear error when there is no such container.

@@ -46,13 +46,6 @@ bool is_opaque(const fs::path& dir) {
     return false;
 }
 
-struct stat lstat_or_throw(const fs::path& p) {
-    struct stat st {};
-    if (::lstat(p.c_str(), &st))
-        throw sys_error("lstat " + p.string());
-    return st;
-}
-
 bool same_time(const timespec& a, const timespec& b) {
     return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
@@ -133,19 +126,16 @@ std::vector<fs::path> split_lower_dirs(const std::string& s) {
 void overlay_diff(const fs::path& upper, const std::vector<fs::path>& lowers,
                   const fs::path& tar_out, std::vector<std::string>& deleted) {
     tar_writer tar(tar_out);
-    for (auto it = fs::recursive_directory_iterator(upper);
-         it != fs::recursive_directory_iterator(); ++it) {
-        const auto rel = it->path().lexically_relative(upper).string();
+    walk(upper, [&](const std::string& rel, const char* path, const struct stat& st) {
         if (engine_init_path(rel))
-            continue;
-        const auto st = lstat_or_throw(it->path());
+            return true; // the entry is the engine's; what is below it is not
         if (is_whiteout(st)) {
             deleted.push_back("/" + rel);
-            continue;
+            return true;
         }
         if (S_ISSOCK(st.st_mode))
-            continue; // the process that bound it recreates it (CRIU rebinds)
-        if (S_ISDIR(st.st_mode) && is_opaque(it->path())) {
+            return true; // the process that bound it recreates it (CRIU rebinds)
+        if (S_ISDIR(st.st_mode) && is_opaque(path)) {
             // An opaque directory hides everything below it in the image.
             std::set<std::string> hidden;
             for (const auto& lower : lowers) {
@@ -156,11 +146,12 @@ void overlay_diff(const fs::path& upper, const std::vector<fs::path>& lowers,
                     break;
             }
             for (const auto& h : hidden)
-                if (!fs::exists(fs::symlink_status(it->path() / h)))
+                if (!fs::exists(fs::symlink_status(fs::path(path) / h)))
                     deleted.push_back("/" + rel + "/" + h);
         }
-        tar.add_path(rel, it->path());
-    }
+        tar.add_path(rel, path);
+        return true;
+    });
     tar.close();
 }
 

@@ -3,18 +3,13 @@
 #include "clock.hpp"
 
 #include <sys/socket.h>
-#include <sys/un.h>
 
 #include <algorithm>
-#include <cstddef>
-#include <cstring>
-#include <sstream>
 
 namespace ferry::pagesrv {
 
 namespace {
 
-constexpr const char* socket_name = "ferry-criu-events"; // as in criu-plugin/
 // Sessions forget their migration when they end; this bounds what a flood
 // of reports for unknown migrations can hold.
 constexpr size_t max_migrations = 256;
@@ -34,17 +29,6 @@ uint64_t* slot(criu_moments& m, const std::string& event) {
 }
 
 } // namespace
-
-std::optional<std::pair<std::string, criu_event>> parse_criu_event(const std::string& datagram) {
-    std::istringstream in(datagram);
-    std::string magic, version, id;
-    criu_event e;
-    if (!(in >> magic >> version >> id >> e.name >> e.pid >> e.monotonic_ns >> e.ret))
-        return std::nullopt;
-    if (magic != "ferry-criu" || version != "1" || id.empty() || id.size() > 64)
-        return std::nullopt;
-    return std::make_pair(id, e);
-}
 
 void criu_moments::to_message(FerryControl__CriuMoments& out) const {
     out = FERRY_CONTROL__CRIU_MOMENTS__INIT;
@@ -66,11 +50,9 @@ criu_event_log::criu_event_log() {
     unique_fd s(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!s)
         return;
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path + 1, socket_name, std::strlen(socket_name));
-    const auto len = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + std::strlen(socket_name));
-    if (::bind(s.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0)
+    socklen_t len = 0;
+    const auto addr = criu_events::socket_address(len);
+    if (::bind(s.get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0)
         _sock = std::move(s);
 }
 
@@ -83,7 +65,7 @@ std::vector<std::pair<std::string, criu_event>> criu_event_log::receive() {
         const ssize_t n = ::recv(_sock.get(), buf, sizeof buf - 1, MSG_DONTWAIT);
         if (n <= 0)
             break;
-        if (auto e = parse_criu_event(std::string(buf, size_t(n)))) {
+        if (auto e = criu_events::parse(std::string(buf, size_t(n)))) {
             record(e->first, e->second);
             got.push_back(std::move(*e));
         }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "control.pb-c.h"
+#include "criu_event_wire.hpp"
 #include "unique_fd.hpp"
 
 #include <sys/types.h>
@@ -23,15 +24,7 @@
 
 namespace ferry::pagesrv {
 
-struct criu_event {
-    std::string name; // engine-pause, freeze-start, frozen, dump-end, resumed
-    pid_t pid = 0;
-    uint64_t monotonic_ns = 0;
-    int ret = 0;
-};
-
-// "ferry-criu 1 <migration> <event> <pid> <ns> <ret>"; nothing if malformed.
-std::optional<std::pair<std::string, criu_event>> parse_criu_event(const std::string& datagram);
+using criu_event = criu_events::event;
 
 // One migration's moments on this host; 0 when not seen. Per-task events
 // keep the first report (CRIU reports every task in one pass).

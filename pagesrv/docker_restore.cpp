@@ -81,8 +81,9 @@ class docker_restore final : public engine_restore {
                 fmt::format("the container's docker configuration is malformed: {}", e.what()));
         }
         create(source);
-        std::ofstream(dir / reservation_file)
-            << json{{"engine", "docker"}, {"name", _name}, {"id", _id}}.dump() << "\n";
+        _record = dir / reservation_file;
+        std::ofstream(_record) << json{{"engine", "docker"}, {"name", _name}, {"id", _id}}.dump()
+                               << "\n";
     }
 
     std::vector<std::string> prepare(const fs::path& dir,
@@ -109,9 +110,16 @@ class docker_restore final : public engine_restore {
         const auto id = std::exchange(_id, std::string());
         try {
             docker::remove_container(id);
+            release(); // gone: nothing for a restarted daemon to remove
         } catch (const std::exception& e) {
             make_logger("pagesrv")->warn("cannot remove container {}: {}", _name, e.what());
         }
+    }
+
+    void release() noexcept override {
+        std::error_code ec;
+        if (!_record.empty())
+            fs::remove(_record, ec);
     }
 
     pid_t container_pid() override {
@@ -183,7 +191,8 @@ class docker_restore final : public engine_restore {
     }
 
     std::string _name;
-    std::string _id; // once created
+    std::string _id;  // once created
+    fs::path _record; // the reservation record, while it stands
 };
 
 } // namespace

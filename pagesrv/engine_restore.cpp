@@ -92,10 +92,9 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     req.gate_socket = gate_path(dir).string();
     req.criu_config = (dir / "criu-restore.conf").string();
     req.devshm_tar = devshm_tar;
-    // tcp-close: connections a --tcp-close dump left out come back closed
-    // (CRIU insists on the option then; without it there are none).
-    engine::write_criu_config(dir / "criu-restore.conf",
-                              fmt::format("action-script {}\ntcp-close\n", shim_binary()));
+    engine::write_criu_config(
+        dir / "criu-restore.conf",
+        fmt::format("action-script {}\n{}", shim_binary(), engine::criu_restore_options));
     const auto file = images / engine::restore_request_file;
     engine::write_request(file, req);
     return file;

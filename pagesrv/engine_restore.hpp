@@ -39,8 +39,11 @@ class engine_restore {
     virtual std::vector<std::string> prepare(const std::filesystem::path& dir,
                                              const std::string& migration_id) = 0;
     // After a failed restore: removes what reserve(), prepare() or the
-    // engine created. Once is enough; later calls do nothing.
+    // engine created, and then its record. Once is enough; later calls do
+    // nothing.
     virtual void remove() noexcept = 0;
+    // The container runs: it is the engine's now, and its record goes.
+    virtual void release() noexcept {}
     // The container's init on the host, from the engine; 0 if unknown.
     virtual pid_t container_pid() = 0;
 };

@@ -106,17 +106,19 @@ class incoming_session {
                                 : std::vector<uint8_t>()),
           _log(make_logger("pagesrv")) {}
 
-    // A container reserved here that never ran is removed.
+    // A container reserved here that never ran is removed; one that runs
+    // is the engine's. The plugin's moments of this migration are done with.
     ~incoming_session() {
-        if (_engine_restore && !_resumed)
+        if (_engine_restore && _resumed)
+            _engine_restore->release();
+        else if (_engine_restore)
             _engine_restore->remove();
-        std::error_code ec;
-        if (!_dir.empty())
-            std::filesystem::remove(_dir / reservation_file, ec);
+        _d.criu_events().forget(_id);
     }
 
     void run();
     // Once the session is over the images are of no use; the logs stay.
+    // The reservation record too, until the session ends.
     void discard_images() noexcept;
 
   private:
@@ -367,9 +369,9 @@ bool incoming_session::restore() {
     opts.lazy_pages = true;
     opts.has_notify_scripts = true;
     opts.notify_scripts = true;
-    // tcp-close: see engine_restore.cpp.
     const auto config =
-        engine::write_criu_config(_dir / "criu-restore.conf", "tcp-close\n").string();
+        engine::write_criu_config(_dir / "criu-restore.conf", engine::criu_restore_options)
+            .string();
     opts.config_file = const_cast<char*>(config.c_str());
     CriuReq req = CRIU_REQ__INIT;
     req.type = CRIU_REQ_TYPE__RESTORE;
@@ -643,8 +645,10 @@ void incoming_session::discard_images() noexcept {
     std::error_code ec;
     if (_dir.empty())
         return;
+    // The reservation record goes with the container it names (see
+    // ~incoming_session), not with the images.
     for (const auto& entry : std::filesystem::directory_iterator(_dir, ec))
-        if (entry.path().extension() != ".log")
+        if (entry.path().extension() != ".log" && entry.path().filename() != reservation_file)
             std::filesystem::remove(entry.path(), ec);
 }
 
@@ -666,11 +670,6 @@ void incoming_session::run() {
 
 void serve_incoming(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare) {
     incoming_session session(d, fd, prepare);
-    struct forget_moments {
-        daemon& d;
-        std::string id;
-        ~forget_moments() { d.criu_events().forget(id); }
-    } forget{d, prepare.migration_id};
     try {
         session.run();
     } catch (...) {

@@ -226,7 +226,7 @@ def summary(m, c):
             f"over {c.get('after_window_ms', 0):.0f} ms; {c['replies']} replies, {c['failovers']} failovers")
 
 
-def cmd_example(a, test=False):
+def cmd_example(a):
     lab = Lab(a.engine, a.mib, a.testbed, a.net.rsplit(".", 1)[0])
     try:
         lab.up()
@@ -332,7 +332,7 @@ def main():
     a = p.parse_args()
     if a.cmd == "bench":
         return cmd_bench(a)
-    return cmd_example(a, test=a.cmd == "test")
+    return cmd_example(a)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -153,4 +154,24 @@ TEST_CASE("container paths and tar entries never leave the container") {
 
     std::ofstream(t.path / "garbage.tar") << "this is not a tar archive at all";
     CHECK_THROWS(extract_tar(t.path / "garbage.tar", t.path / "root"));
+}
+
+TEST_CASE("an overlay upper dir: whiteouts are deletions, the rest is the tar") {
+    temp_dir t;
+    const auto upper = t.path / "upper", lower = t.path / "lower", out = t.path / "out";
+    write(lower / "etc/issue.net", "Debian\n");
+    write(upper / "etc/ferry-marker", "migrated\n");
+    write(upper / "run/app/state", "kept\n");    // below an engine path: the user's
+    write(upper / "etc/hostname", "engine's\n"); // an engine path: never diffed
+    REQUIRE(::mknod((upper / "etc/issue.net").c_str(), S_IFCHR | 0000, makedev(0, 0)) == 0);
+    std::vector<std::string> deleted;
+    migrator::overlay_diff(upper, {lower}, t.path / "diff.tar", deleted);
+    CHECK(deleted == std::vector<std::string>{"/etc/issue.net"});
+    fs::create_directories(out);
+    extract_tar(t.path / "diff.tar", out);
+    const auto got = snapshot(out);
+    CHECK(got.count("etc/ferry-marker") == 1);
+    CHECK(got.count("run/app/state") == 1);
+    CHECK(got.count("etc/hostname") == 0);
+    CHECK(got.count("etc/issue.net") == 0);
 }
