@@ -8,6 +8,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -61,10 +62,13 @@ service service::start(const std::vector<std::string>& extra_env) {
 service::service(service&& o) noexcept
     : _pid(std::exchange(o._pid, -1)), _sock(std::move(o._sock)) {}
 
+// Closing the socket ends a healthy swrk process (or fails its request, so
+// that CRIU resumes the tasks); one that is stuck is killed rather than
+// waited for.
 service::~service() {
     _sock.reset();
-    if (_pid > 0)
-        wait();
+    if (_pid > 0 && !reap(std::chrono::seconds(10)))
+        kill();
 }
 
 void service::send(const CriuReq& req) {
@@ -100,20 +104,27 @@ void service::ack_notify(bool success) {
     send(req);
 }
 
-int service::wait() {
-    int status = 0;
-    if (_pid > 0) {
-        while (::waitpid(_pid, &status, 0) < 0 && errno == EINTR) {
+bool service::reap(std::chrono::milliseconds bound) noexcept {
+    const auto until = std::chrono::steady_clock::now() + bound;
+    while (_pid > 0) {
+        int status = 0;
+        const pid_t r = ::waitpid(_pid, &status, WNOHANG);
+        if (r == _pid || (r < 0 && errno == ECHILD)) {
+            _pid = -1;
+            break;
         }
-        _pid = -1;
+        if (std::chrono::steady_clock::now() >= until)
+            return false;
+        ::usleep(2000);
     }
-    return status;
+    return true;
 }
 
-void service::kill() {
+void service::kill() noexcept {
     if (_pid > 0)
         ::kill(_pid, SIGKILL);
-    wait();
+    if (!reap(std::chrono::seconds(5)))
+        _pid = -1; // unkillable (in the kernel): left to init once Ferry exits
 }
 
 version query_version() {

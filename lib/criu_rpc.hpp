@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,10 +49,12 @@ class service {
 
     [[nodiscard]] pid_t pid() const noexcept { return _pid; }
     [[nodiscard]] int fd() const noexcept { return _sock.get(); }
-    // Waits for the swrk process to exit; returns its wait status.
-    int wait();
-    // SIGKILLs the swrk process (not the tasks it works on) and reaps it.
-    void kill();
+    // Reaps the swrk process once it has exited, waiting at most `bound`;
+    // true if it is reaped (or was).
+    bool reap(std::chrono::milliseconds bound) noexcept;
+    // SIGKILLs the swrk process (not the tasks it works on) and reaps it,
+    // waiting a bounded time.
+    void kill() noexcept;
 
   private:
     service(pid_t pid, unique_fd sock) : _pid(pid), _sock(std::move(sock)) {}

@@ -49,7 +49,22 @@ T field(const json& j, const char* key, const std::filesystem::path& file) {
     }
 }
 
+std::vector<std::string> criu_env_field(const json& j, const std::filesystem::path& file) {
+    std::vector<std::string> env;
+    if (j.contains("criu_env"))
+        env = field<std::vector<std::string>>(j, "criu_env", file);
+    for (const auto& e : env)
+        if (!criu_env_allowed(e))
+            throw error(fmt::format("{} asks for CRIU environment '{}', which is not allowed",
+                                    file.string(), e));
+    return env;
+}
+
 } // namespace
+
+bool criu_env_allowed(const std::string& entry) noexcept {
+    return entry == "CRIU_FAULT=130";
+}
 
 void write_request(const std::filesystem::path& file, const checkpoint_request& r) {
     write_json(file, {{"migration_id", r.migration_id},
@@ -57,7 +72,8 @@ void write_request(const std::filesystem::path& file, const checkpoint_request& 
                       {"page_server_port", r.page_server_port},
                       {"status_fifo", r.status_fifo},
                       {"criu_config", r.criu_config},
-                      {"images_dir", r.images_dir}});
+                      {"images_dir", r.images_dir},
+                      {"criu_env", r.criu_env}});
 }
 
 void write_request(const std::filesystem::path& file, const restore_request& r) {
@@ -65,7 +81,8 @@ void write_request(const std::filesystem::path& file, const restore_request& r) 
                       {"lazy_socket", r.lazy_socket},
                       {"gate_socket", r.gate_socket},
                       {"criu_config", r.criu_config},
-                      {"devshm_tar", r.devshm_tar}});
+                      {"devshm_tar", r.devshm_tar},
+                      {"criu_env", r.criu_env}});
 }
 
 bool is_container_id(const std::string& s) noexcept {
@@ -91,6 +108,7 @@ std::optional<checkpoint_request> read_checkpoint_request(const std::filesystem:
     r.status_fifo = field<std::string>(*j, "status_fifo", file);
     r.criu_config = field<std::string>(*j, "criu_config", file);
     r.images_dir = j->value("images_dir", "");
+    r.criu_env = criu_env_field(*j, file);
     if (r.migrator_pid <= 0 || r.page_server_port == 0 || r.status_fifo.empty())
         throw error(fmt::format("{} holds an invalid request", file.string()));
     return r;
@@ -106,6 +124,7 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
     r.gate_socket = field<std::string>(*j, "gate_socket", file);
     r.criu_config = field<std::string>(*j, "criu_config", file);
     r.devshm_tar = j->value("devshm_tar", "");
+    r.criu_env = criu_env_field(*j, file);
     if (r.lazy_socket.empty() || r.gate_socket.empty())
         throw error(fmt::format("{} holds an invalid request", file.string()));
     return r;

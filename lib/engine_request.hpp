@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ferry::engine {
 
@@ -43,6 +44,8 @@ struct checkpoint_request {
     // (empty: where the engine says). Docker's checkpoint dir only exists
     // once runc has ended, which a lazy dump does at the migration's end.
     std::string images_dir;
+    // Environment entries for CRIU (only criu_env_allowed names pass).
+    std::vector<std::string> criu_env;
 };
 
 struct restore_request {
@@ -54,7 +57,12 @@ struct restore_request {
     // before runc restores (empty: none). Docker mounts that tmpfs only as
     // the container starts.
     std::string devshm_tar;
+    std::vector<std::string> criu_env; // as in checkpoint_request
 };
+
+// The environment a request may set for CRIU: "CRIU_FAULT=130" (no hardware
+// breakpoints, lib/hw_breakpoints.hpp) and nothing else.
+[[nodiscard]] bool criu_env_allowed(const std::string& entry) noexcept;
 
 void write_request(const std::filesystem::path& file, const checkpoint_request& r);
 void write_request(const std::filesystem::path& file, const restore_request& r);

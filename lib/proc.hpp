@@ -3,9 +3,12 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace ferry::proc {
@@ -26,6 +29,31 @@ std::vector<pid_t> children(pid_t pid);
 // Maps each process of the tree rooted at `root` (host pids) from its pid in
 // the innermost namespace to its host pid.
 std::map<pid_t, pid_t> map_tree_by_inner_pid(pid_t root);
+
+// Every process of the tree rooted at `root` (host pids), root first.
+std::vector<pid_t> tree(pid_t root);
+
+// One thread as /proc shows it.
+struct thread_state {
+    pid_t tid = 0;
+    char state = '?'; // the letter of /proc/PID/task/TID/stat
+    pid_t tracer = 0; // TracerPid: 0 when not traced
+};
+// Every thread of `pid`; empty when the process is gone.
+std::vector<thread_state> threads(pid_t pid);
+
+// Resident plus swapped memory of one process (smaps_rollup), bytes; 0 when gone.
+uint64_t memory_bytes(pid_t pid);
+
+// The command name (comm); empty when the process is gone.
+std::string comm(pid_t pid);
+
+// Whether the environment of `pid` holds exactly the entry `entry` ("NAME=VALUE").
+bool environ_has(pid_t pid, const std::string& entry);
+
+// The process's start time in clock ticks since boot (stat field 22), which
+// tells a process from a later one that reused its pid; 0 when gone.
+uint64_t start_time(pid_t pid);
 
 // The directory of the running executable (to find Ferry's other binaries).
 std::filesystem::path self_dir();

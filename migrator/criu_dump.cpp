@@ -9,22 +9,25 @@
 #include "unique_fd.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <stdlib.h>
 
+#include <fstream>
 #include <optional>
 
 namespace ferry::migrator {
 
 namespace {
 
-constexpr auto notify_timeout = std::chrono::seconds(30);
-constexpr auto dump_timeout = std::chrono::minutes(5);
+using std::chrono::milliseconds;
+
+// How often a wait on CRIU looks at the interrupt flag.
+constexpr milliseconds interrupt_slice(200);
 
 class criu_dump final : public dump_driver {
   public:
-    criu_dump(pid_t pid, std::filesystem::path dir, std::string id, std::string criu_options)
-        : _pid(pid), _dir(std::move(dir)), _id(std::move(id)),
-          _criu_options(std::move(criu_options)) {}
+    criu_dump(pid_t pid, std::filesystem::path dir, std::string id, dump_settings settings)
+        : _pid(pid), _dir(std::move(dir)), _id(std::move(id)), _settings(std::move(settings)) {}
 
     void start(uint16_t port) override {
         _dir_fd.reset(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
@@ -46,32 +49,37 @@ class criu_dump final : public dump_driver {
         opts.ps = &ps;
         opts.has_notify_scripts = true;
         opts.notify_scripts = true;
-        // Ferry's CRIU plugin tags its reports with the migration id.
         const auto config =
-            engine::write_criu_config(_dir / "criu-dump.conf", _criu_options).string();
+            engine::write_criu_config(_dir / "criu-dump.conf", _settings.criu_options).string();
         opts.config_file = const_cast<char*>(config.c_str());
-        ::setenv("FERRY_MIGRATION_ID", _id.c_str(), 1);
         CriuReq req = CRIU_REQ__INIT;
         req.type = CRIU_REQ_TYPE__DUMP;
         req.opts = &opts;
-        _criu.emplace(criu::service::start());
+        // Ferry's CRIU plugin tags its reports with the migration id, and a
+        // stuck CRIU is found by it.
+        auto env = _settings.criu_env;
+        env.push_back("FERRY_MIGRATION_ID=" + _id);
+        _criu.emplace(criu::service::start(env));
         _criu->send(req);
     }
 
     void wait_dumped(migration_result& r) override {
+        const auto until = std::chrono::steady_clock::now() + _settings.deadlines.dump;
         for (;;) {
-            auto resp = _criu->receive(net::after(dump_timeout));
+            auto resp = next(until, "write the dump's images");
             if (resp->type != CRIU_REQ_TYPE__NOTIFY) {
                 _ended = true;
                 throw error(criu::describe_failure(*resp, log_path()));
             }
             const std::string script =
                 resp->notify && resp->notify->script ? resp->notify->script : "";
+            _last_notify = script;
             if (script == "pre-dump")
                 r.t_freeze = monotonic_ns(); // CRIU seizes the tasks right after this
             _criu->ack_notify(true);
             if (script == "post-dump") {
                 r.t_dumped = monotonic_ns();
+                _t_post_dump = std::chrono::steady_clock::now();
                 return;
             }
         }
@@ -79,32 +87,44 @@ class criu_dump final : public dump_driver {
 
     std::filesystem::path images_dir() const override { return _dir; }
 
-    int event_fd() const override { return _status_ready || !_criu ? -1 : _criu->fd(); }
+    int event_fd() const override { return _status_ready || !_criu || _stuck ? -1 : _criu->fd(); }
 
     // One notification after post-dump, answered at once; the one that
     // matters is status-ready. A final response means the dump ended early.
     void on_event() override {
-        auto r = _criu->receive(net::after(notify_timeout));
-        if (r->type != CRIU_REQ_TYPE__NOTIFY) {
-            _ended = true;
-            throw error("CRIU ended the dump before its page server was ready: " +
-                        criu::describe_failure(*r, log_path()));
-        }
-        _criu->ack_notify(true);
-        if (r->notify && r->notify->script && std::string(r->notify->script) == "status-ready")
-            _status_ready = true;
+        auto r = next(std::chrono::steady_clock::now() + _settings.deadlines.notify,
+                      "answer after its notification");
+        handle_after_dump(std::move(r));
     }
 
-    void wait_page_server() override {
+    void wait_page_server(milliseconds bound) override {
+        if (_stuck)
+            throw criu_timeout("CRIU is stuck: not waiting for its page server again");
+        // The page server's own deadline runs from post-dump; `bound` can
+        // only shorten it.
+        auto until = std::chrono::steady_clock::now() + bound;
+        if (_t_post_dump)
+            until = std::min(until, *_t_post_dump + _settings.deadlines.page_server);
         while (!_status_ready)
-            on_event();
+            handle_after_dump(next(until, "start its page server"));
     }
 
-    bool wait_end(std::chrono::seconds timeout) override {
+    bool page_server_ready() const override { return _status_ready; }
+
+    bool wait_end(milliseconds bound) override {
         if (!_criu)
             return _succeeded;
+        if (_stuck)
+            return false;
+        const auto until = std::chrono::steady_clock::now() + bound;
         for (;;) {
-            auto r = _criu->receive(net::after(timeout));
+            criu::resp_ptr r;
+            try {
+                r = next(until, "end its dump");
+            } catch (const std::exception& e) {
+                _end_error = e.what();
+                return false;
+            }
             if (r->type == CRIU_REQ_TYPE__NOTIFY) {
                 _criu->ack_notify(true);
                 continue;
@@ -115,41 +135,97 @@ class criu_dump final : public dump_driver {
                 _end_error = criu::describe_failure(*r, log_path());
             break;
         }
-        _criu->wait();
+        // CRIU exits right after its answer; a bounded reap.
+        _criu->reap(milliseconds(5000));
         _criu.reset();
         return _succeeded;
     }
 
     std::string end_error() const override { return _end_error; }
     bool ended() const override { return _ended; }
+    bool stuck() const override { return _stuck; }
 
-    void kill() noexcept override {
+    std::vector<pid_t> criu_pids() const override {
+        if (_criu && _criu->pid() > 0)
+            return {_criu->pid()};
+        return {};
+    }
+
+    void after_criu_killed() noexcept override {
         if (_criu)
-            _criu->kill();
+            _criu->kill(); // SIGKILL again (harmless) and reap
         _criu.reset();
+        _ended = true;
     }
 
   private:
     std::string log_path() const { return (_dir / "dump.log").string(); }
 
+    // The next message from CRIU before `until`, looking at the interrupt
+    // flag meanwhile. Running out marks the dump stuck.
+    criu::resp_ptr next(std::chrono::steady_clock::time_point until, const char* what) {
+        for (;;) {
+            if (interrupted())
+                throw error("interrupted");
+            const auto now = std::chrono::steady_clock::now();
+            if (now >= until) {
+                _stuck = true;
+                throw criu_timeout(fmt::format(
+                    "CRIU (pid {}) did not {} in time (after '{}'; its log ends with: {})",
+                    _criu->pid(), what, _last_notify.empty() ? "start" : _last_notify,
+                    last_log_line(log_path())));
+            }
+            if (net::wait_readable(_criu->fd(), std::min(until, now + interrupt_slice)))
+                return _criu->receive(net::after(milliseconds(1000)));
+        }
+    }
+
+    void handle_after_dump(criu::resp_ptr r) {
+        if (r->type != CRIU_REQ_TYPE__NOTIFY) {
+            _ended = true;
+            throw error("CRIU ended the dump before its page server was ready: " +
+                        criu::describe_failure(*r, log_path()));
+        }
+        _criu->ack_notify(true);
+        if (r->notify && r->notify->script) {
+            _last_notify = r->notify->script;
+            if (_last_notify == "status-ready")
+                _status_ready = true;
+        }
+    }
+
     pid_t _pid;
     std::filesystem::path _dir;
     std::string _id;
-    std::string _criu_options;
+    dump_settings _settings;
     unique_fd _dir_fd;
     std::optional<criu::service> _criu;
+    std::optional<std::chrono::steady_clock::time_point> _t_post_dump;
+    std::string _last_notify;
     bool _status_ready = false;
     bool _ended = false;
     bool _succeeded = false;
+    bool _stuck = false;
     std::string _end_error;
 };
 
 } // namespace
 
+std::string last_log_line(const std::filesystem::path& log) {
+    std::ifstream in(log);
+    std::string line, last;
+    while (std::getline(in, line))
+        if (!line.empty())
+            last = line;
+    if (last.size() > 200)
+        last = last.substr(0, 200) + "...";
+    return last.empty() ? "(nothing)" : last;
+}
+
 std::unique_ptr<dump_driver> make_criu_dump(pid_t pid, const std::filesystem::path& dir,
                                             const std::string& migration_id,
-                                            const std::string& criu_options) {
-    return std::make_unique<criu_dump>(pid, dir, migration_id, criu_options);
+                                            const dump_settings& settings) {
+    return std::make_unique<criu_dump>(pid, dir, migration_id, settings);
 }
 
 } // namespace ferry::migrator

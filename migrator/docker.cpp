@@ -93,8 +93,8 @@ class docker_dump final : public engine_dump {
   public:
     // Runs before the freeze: the tree the container's layer was copied
     // from is indexed now, so the freeze only walks the layer itself.
-    docker_dump(container c, fs::path dir, std::string id, std::string criu_options)
-        : engine_dump("docker", c, std::move(dir), std::move(id), std::move(criu_options)),
+    docker_dump(container c, fs::path dir, std::string id, dump_settings settings)
+        : engine_dump("docker", c, std::move(dir), std::move(id), std::move(settings)),
           _c(std::move(c)) {
         fs::create_directories(images_dir());
         if (_c.storage_driver == "vfs")
@@ -149,8 +149,8 @@ class docker_dump final : public engine_dump {
 
 std::unique_ptr<dump_driver> make_dump(const container& c, const fs::path& dir,
                                        const std::string& migration_id,
-                                       const std::string& criu_options) {
-    return std::make_unique<docker_dump>(c, dir, migration_id, criu_options);
+                                       const dump_settings& settings) {
+    return std::make_unique<docker_dump>(c, dir, migration_id, settings);
 }
 
 } // namespace ferry::migrator::docker

@@ -45,9 +45,9 @@ container inspect(const std::string& name);
 // Throws unless the container runs under Ferry's runc shim.
 void require_ferry_runtime(const container& c);
 
-// `criu_options`: extra lines for CRIU's config file.
+// `settings`: deadlines, CRIU options and environment (dump_driver.hpp).
 std::unique_ptr<dump_driver> make_dump(const container& c, const std::filesystem::path& dir,
                                        const std::string& migration_id,
-                                       const std::string& criu_options);
+                                       const dump_settings& settings);
 
 } // namespace ferry::migrator::docker

@@ -1,10 +1,16 @@
 // Who runs the source's lazy dump. For a bare process tree Ferry speaks CRIU's
 // RPC itself (criu_dump); under a container engine the engine's own checkpoint
-// runs it, made lazy by Ferry's runc shim (podman_dump). Either way CRIU
+// runs it, made lazy by Ferry's runc shim (engine_dump). Either way CRIU
 // freezes the tasks, writes every image but lazy page contents, and keeps
 // them frozen with its page server on 127.0.0.1:port until CLOSE or an abort.
+//
+// Every wait on CRIU is bounded (criu::deadlines). A wait that runs out
+// marks the dump as stuck: from then on nothing waits on CRIU again, and the
+// way out is migration's release (lib/workload_release.hpp).
 #pragma once
 
+#include "criu_deadlines.hpp"
+#include "error.hpp"
 #include "migrate.hpp"
 
 #include <chrono>
@@ -23,13 +29,29 @@ struct engine_file {
     std::vector<uint8_t> data;
 };
 
+// What every dump is given.
+struct dump_settings {
+    criu::deadlines deadlines;
+    // Extra lines for CRIU's config file (e.g. "tcp-close\n").
+    std::string criu_options;
+    // Environment entries for CRIU (e.g. "CRIU_FAULT=130"); an engine's runc
+    // gets them through the shim.
+    std::vector<std::string> criu_env;
+};
+
+// CRIU did not answer within its deadline.
+class criu_timeout : public error {
+  public:
+    using error::error;
+};
+
 class dump_driver {
   public:
     virtual ~dump_driver() = default;
     // Starts the freeze; CRIU's page server will listen on 127.0.0.1:port.
     virtual void start(uint16_t port) = 0;
-    // Until every image is written; sets r.t_freeze and r.t_dumped. Throws if
-    // the dump failed (then CRIU has resumed the tasks).
+    // Until every image is written; sets r.t_freeze and r.t_dumped. Throws
+    // if the dump failed (then CRIU has resumed the tasks), or criu_timeout.
     virtual void wait_dumped(migration_result& r) = 0;
     [[nodiscard]] virtual std::filesystem::path images_dir() const = 0;
     // What else the destination needs, gathered while the tasks are frozen.
@@ -39,25 +61,48 @@ class dump_driver {
     // throws if the dump ended by itself.
     [[nodiscard]] virtual int event_fd() const = 0;
     virtual void on_event() = 0;
-    // Until CRIU's page server listens: CLOSE and aborts go through it.
-    virtual void wait_page_server() = 0;
-    // After CLOSE or an abort: until the dump is over. True if it succeeded.
-    virtual bool wait_end(std::chrono::seconds timeout) = 0;
+    // Until CRIU's page server listens (CLOSE and aborts go through it), at
+    // most `bound`; throws criu_timeout.
+    virtual void wait_page_server(std::chrono::milliseconds bound) = 0;
+    [[nodiscard]] virtual bool page_server_ready() const = 0;
+    // After CLOSE or an abort: until the dump is over, at most `bound`. True
+    // if it succeeded; false if it failed or did not end (then stuck()).
+    virtual bool wait_end(std::chrono::milliseconds bound) = 0;
     // Why the dump failed, once wait_end said so.
     [[nodiscard]] virtual std::string end_error() const = 0;
     // The dump ended by itself (it failed, and CRIU resumed the tasks).
     [[nodiscard]] virtual bool ended() const = 0;
-    // Last resort when an abort cannot be delivered.
-    virtual void kill() noexcept = 0;
+    // A deadline on CRIU ran out: do not wait on it again.
+    [[nodiscard]] virtual bool stuck() const = 0;
+    // CRIU processes this driver started itself (others are found by the
+    // migration id).
+    [[nodiscard]] virtual std::vector<pid_t> criu_pids() const { return {}; }
+    // After CRIU was killed: collects what is left (reaps the child, waits a
+    // bounded time for the engine's command). Never throws.
+    virtual void after_criu_killed() noexcept = 0;
     // After the destination has taken over and the dump has ended: removes
     // what is left of the source (a container's record). False if it could not.
     virtual bool remove_source() { return true; }
+
+    // From the abort on, an interrupt no longer cuts waits short: the abort
+    // itself must finish (it is bounded).
+    void ignore_interrupts() noexcept { _interrupts_ignored = true; }
+
+  protected:
+    [[nodiscard]] bool interrupted() const noexcept {
+        return !_interrupts_ignored && interrupt_requested();
+    }
+
+  private:
+    bool _interrupts_ignored = false;
 };
 
 // Bare process tree: CRIU's RPC (criu swrk), images in `dir`.
-// `criu_options`: extra lines for CRIU's config file (e.g. "tcp-close\n").
 std::unique_ptr<dump_driver> make_criu_dump(pid_t pid, const std::filesystem::path& dir,
                                             const std::string& migration_id,
-                                            const std::string& criu_options);
+                                            const dump_settings& settings);
+
+// The last line of a CRIU log, to say where it stopped.
+std::string last_log_line(const std::filesystem::path& log);
 
 } // namespace ferry::migrator

@@ -29,9 +29,9 @@ std::vector<std::string> named_volumes(const nlohmann::json& mounts) {
 }
 
 engine_dump::engine_dump(std::string engine, const engine_container& c, fs::path dir,
-                         std::string migration_id, std::string criu_options)
+                         std::string migration_id, dump_settings settings)
     : _engine(std::move(engine)), _id(c.id), _name(c.name), _dir(std::move(dir)),
-      _migration_id(std::move(migration_id)), _criu_options(std::move(criu_options)),
+      _migration_id(std::move(migration_id)), _settings(std::move(settings)),
       _log(make_logger("migrator")) {}
 
 engine_dump::~engine_dump() {
@@ -56,7 +56,9 @@ void engine_dump::start(uint16_t port) {
     req.migrator_pid = ::getpid();
     req.page_server_port = port;
     req.status_fifo = fifo.string();
-    req.criu_config = engine::write_criu_config(_dir / "criu-dump.conf", _criu_options).string();
+    req.criu_config =
+        engine::write_criu_config(_dir / "criu-dump.conf", _settings.criu_options).string();
+    req.criu_env = _settings.criu_env;
     req.images_dir = redirected_images().string();
     engine::write_request(engine::checkpoint_request_path(_id), req);
     _t_start = monotonic_ns();
@@ -67,7 +69,8 @@ void engine_dump::wait_dumped(migration_result& r) {
     // Until the daemon reports the exact moment (the engine's pause or
     // CRIU's freeze), the command's start stands for the freeze.
     r.t_freeze = _t_start;
-    wait_status(std::chrono::minutes(5));
+    wait_status(std::chrono::steady_clock::now() + _settings.deadlines.dump,
+                "freeze it and write its images");
     r.t_dumped = monotonic_ns();
 }
 
@@ -84,16 +87,22 @@ void engine_dump::on_event() {
     }
 }
 
-void engine_dump::wait_page_server() {
-    wait_status(std::chrono::seconds(30));
+// runc's status byte says both: every image is written and CRIU's page
+// server listens.
+void engine_dump::wait_page_server(std::chrono::milliseconds bound) {
+    if (_stuck && !_status_ready)
+        throw criu_timeout("CRIU is stuck: not waiting for its page server again");
+    wait_status(std::chrono::steady_clock::now() + bound, "start its page server");
 }
 
-bool engine_dump::wait_end(std::chrono::seconds timeout) {
+bool engine_dump::wait_end(std::chrono::milliseconds bound) {
     if (!_cmd.running())
         return _succeeded;
-    auto st = _cmd.wait_for(timeout);
+    auto st = _cmd.wait_for(bound);
     if (!st) {
-        _end_error = fmt::format("{}'s checkpoint did not end in time", _engine);
+        _stuck = true;
+        _end_error =
+            fmt::format("{}'s checkpoint did not end within {} ms", _engine, bound.count());
         return false;
     }
     _ended = true;
@@ -104,23 +113,36 @@ bool engine_dump::wait_end(std::chrono::seconds timeout) {
     return _succeeded;
 }
 
-void engine_dump::kill() noexcept {
-    // CRIU runs under runc under the engine; stopping the engine's command
-    // does not stop it. What is left frozen needs a person: say where.
-    _log->error("cannot end the lazy dump of {}: see {} and {}", _name, _cmd.log().string(),
-                log_hint());
+// CRIU runs under runc under the engine: once it is killed, runc fails and
+// the engine's command ends with it.
+void engine_dump::after_criu_killed() noexcept {
+    _ended = true;
+    if (!_cmd.running())
+        return;
+    try {
+        if (auto st = _cmd.wait_for(std::chrono::seconds(15))) {
+            _log->info("{}'s checkpoint ended ({}) after CRIU was killed", _engine,
+                       describe_wait_status(*st));
+            return;
+        }
+    } catch (const std::exception& e) {
+        _log->warn("waiting for {}'s checkpoint: {}", _engine, e.what());
+    }
+    _log->warn("{}'s checkpoint of {} still runs after CRIU was killed: see {}", _engine, _name,
+               _cmd.log().string());
 }
 
 // Until runc's status byte (CRIU's page server listens, every image is
-// written) or the engine command's end.
-void engine_dump::wait_status(std::chrono::milliseconds timeout) {
+// written), the engine command's end, or `until`.
+void engine_dump::wait_status(std::chrono::steady_clock::time_point until, const char* what) {
     if (_status_ready)
         return;
-    const auto until = std::chrono::steady_clock::now() + timeout;
     for (;;) {
         if (!_cmd.running() || _ended)
             throw error(_end_error.empty() ? fmt::format("{}'s checkpoint is over", _engine)
                                            : _end_error);
+        if (interrupted())
+            throw error("interrupted");
         pollfd fds[2] = {{_status.get(), POLLIN, 0}, {_cmd.exit_fd(), POLLIN, 0}};
         if (::poll(fds, 2, 100) < 0 && errno != EINTR)
             throw sys_error("poll");
@@ -133,9 +155,11 @@ void engine_dump::wait_status(std::chrono::milliseconds timeout) {
         }
         if (fds[1].revents)
             on_event(); // throws: the engine ended without a lazy dump
-        if (std::chrono::steady_clock::now() > until)
-            throw error(
-                fmt::format("{}'s checkpoint of {} did not freeze it in time", _engine, _name));
+        if (std::chrono::steady_clock::now() > until) {
+            _stuck = true;
+            throw criu_timeout(fmt::format("{}'s checkpoint of {} did not {} in time ({})", _engine,
+                                           _name, what, log_hint()));
+        }
     }
 }
 

@@ -46,18 +46,20 @@ std::vector<std::string> named_volumes(const nlohmann::json& mounts);
 class engine_dump : public dump_driver {
   public:
     engine_dump(std::string engine, const engine_container& c, std::filesystem::path dir,
-                std::string migration_id, std::string criu_options);
+                std::string migration_id, dump_settings settings);
     ~engine_dump() override;
 
     void start(uint16_t port) override;
     void wait_dumped(migration_result& r) override;
     [[nodiscard]] int event_fd() const override;
     void on_event() override;
-    void wait_page_server() override;
-    bool wait_end(std::chrono::seconds timeout) override;
+    void wait_page_server(std::chrono::milliseconds bound) override;
+    [[nodiscard]] bool page_server_ready() const override { return _status_ready; }
+    bool wait_end(std::chrono::milliseconds bound) override;
     [[nodiscard]] std::string end_error() const override { return _end_error; }
     [[nodiscard]] bool ended() const override { return _ended; }
-    void kill() noexcept override;
+    [[nodiscard]] bool stuck() const override { return _stuck; }
+    void after_criu_killed() noexcept override;
     bool remove_source() final;
 
   protected:
@@ -82,16 +84,17 @@ class engine_dump : public dump_driver {
     const std::string _engine, _id, _name;
     const std::filesystem::path _dir;
     const std::string _migration_id;
-    const std::string _criu_options; // extra lines for CRIU's config file
+    const dump_settings _settings;
     std::shared_ptr<spdlog::logger> _log;
 
   private:
-    void wait_status(std::chrono::milliseconds timeout);
+    void wait_status(std::chrono::steady_clock::time_point until, const char* what);
 
     unique_fd _status;
     child_process _cmd;
     uint64_t _t_start = 0;
     bool _status_ready = false;
+    bool _stuck = false;
     bool _ended = false;
     bool _succeeded = false;
     std::string _end_error;

@@ -82,10 +82,19 @@ size_t command_index(const std::vector<std::string>& args) {
 
 // What CRIU, started by runc, inherits: the migration id (for Ferry's CRIU
 // plugin) and the per-migration CRIU config.
-void export_for_criu(const std::string& migration_id, const std::string& criu_config) {
+// runc passes its environment on to CRIU. CRIU_FAULT=130 (the request's
+// criu_env, already checked against engine::criu_env_allowed) makes CRIU step
+// through syscalls where hardware breakpoints do not trap.
+void export_for_criu(const std::string& migration_id, const std::string& criu_config,
+                     const std::vector<std::string>& criu_env) {
     ::setenv("FERRY_MIGRATION_ID", migration_id.c_str(), 1);
     if (!criu_config.empty())
         ::setenv("CRIU_CONFIG_FILE", criu_config.c_str(), 1);
+    for (const auto& e : criu_env) {
+        const auto eq = e.find('=');
+        if (eq != std::string::npos && engine::criu_env_allowed(e))
+            ::setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
+    }
 }
 
 // runc's last argument is the container id for every command Ferry changes.
@@ -204,7 +213,7 @@ void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
                                            "127.0.0.1:" + std::to_string(req->page_server_port),
                                            "--status-fd", std::to_string(fd)};
     args.insert(args.begin() + long(cmd) + 1, lazy.begin(), lazy.end());
-    export_for_criu(req->migration_id, req->criu_config);
+    export_for_criu(req->migration_id, req->criu_config, req->criu_env);
 }
 
 // The container's /dev/shm is a tmpfs the engine mounted on the host for it
@@ -240,7 +249,7 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     if (!req->devshm_tar.empty())
         restore_devshm(args, req->devshm_tar);
     ::setenv("FERRY_GATE", req->gate_socket.c_str(), 1);
-    export_for_criu(req->migration_id, req->criu_config);
+    export_for_criu(req->migration_id, req->criu_config, req->criu_env);
 }
 
 // As CRIU's action script. Only post-restore of a Ferry restore matters.

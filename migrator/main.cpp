@@ -5,6 +5,7 @@
 #include "park.hpp"
 #include "pool_client.hpp"
 #include "report.hpp"
+#include "status.hpp"
 
 #include <CLI/CLI.hpp>
 #include <signal.h>
@@ -12,7 +13,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
 namespace {
 
@@ -31,7 +34,24 @@ struct run_args {
     std::string container, engine = "podman";
     pool_args pool;
     bool json = false, keep_images = false, tcp_close = false;
+    double deadline_scale = 1.0;
+    bool no_hw_breakpoints = false;
+    std::string criu_config; // a file of extra CRIU options
 };
+
+// Options every command that freezes or restores a workload takes.
+void add_criu_options(CLI::App* cmd, run_args& a) {
+    cmd->add_option("--deadline-scale", a.deadline_scale,
+                    "multiply every deadline on CRIU (they grow with the workload's memory)")
+        ->check(CLI::Range(0.01, 100.0))
+        ->capture_default_str();
+    cmd->add_flag("--no-hw-breakpoints", a.no_hw_breakpoints,
+                  "make CRIU step through syscalls instead of using hardware breakpoints, on "
+                  "both hosts (default: only where they do not trap; $FERRY_NO_HW_BREAKPOINTS=1)");
+    cmd->add_option("--criu-config", a.criu_config,
+                    "a file of extra CRIU options (config-file syntax) for the source's dump")
+        ->check(CLI::ExistingFile);
+}
 
 int run_migrate(const run_args& a) {
     migrator::migrate_options opt;
@@ -68,6 +88,14 @@ int run_migrate(const run_args& a) {
         return 2;
     }
     opt.work_root = a.work_root;
+    opt.deadline_scale = a.deadline_scale;
+    opt.no_hw_breakpoints = a.no_hw_breakpoints;
+    if (!a.criu_config.empty()) {
+        std::ifstream in(a.criu_config);
+        opt.criu_config_extra.assign(std::istreambuf_iterator<char>(in), {});
+        if (!opt.criu_config_extra.empty() && opt.criu_config_extra.back() != '\n')
+            opt.criu_config_extra += '\n';
+    }
     opt.keep_images = a.keep_images;
     opt.tcp_close = a.tcp_close;
     opt.show_progress = !a.json && ::isatty(STDERR_FILENO);
@@ -116,6 +144,8 @@ int main(int argc, char** argv) {
     run_args a;
     const char* env_daemon = std::getenv("FERRY_DAEMON");
     a.via = env_daemon ? env_daemon : "127.0.0.1:7140";
+    const char* env_no_bp = std::getenv("FERRY_NO_HW_BREAKPOINTS");
+    a.no_hw_breakpoints = env_no_bp && std::string(env_no_bp) == "1";
     auto& pool = a.pool;
     auto* pid_opt =
         mig->add_option("--pid", a.pid,
@@ -158,6 +188,7 @@ int main(int argc, char** argv) {
                   "them (its clients reconnect to the destination)");
     mig->add_flag("--keep-images", a.keep_images,
                   "keep the dump images after a successful migration");
+    add_criu_options(mig, a);
 
     auto* ckpt = app.add_subcommand(
         "checkpoint",
@@ -165,6 +196,7 @@ int main(int argc, char** argv) {
     run_args park;
     park.mode = migrator::migrate_mode::park;
     park.via = a.via;
+    park.no_hw_breakpoints = a.no_hw_breakpoints;
     ckpt->add_option("--pid", park.pid, "root of the process tree (init of its PID namespace)")
         ->required()
         ->check(CLI::PositiveNumber);
@@ -180,12 +212,14 @@ int main(int argc, char** argv) {
     ckpt->add_option("--work-dir", park.work_root, "where dump images are written")
         ->capture_default_str();
     ckpt->add_flag("--json", park.json, "print one JSON object instead of a summary");
+    add_criu_options(ckpt, park);
 
     auto* rest = app.add_subcommand(
         "restore", "bring a parked workload back from the memory pool, post-copy, on any host");
     run_args unpark;
     unpark.mode = migrator::migrate_mode::unpark;
     unpark.via = a.via;
+    unpark.no_hw_breakpoints = a.no_hw_breakpoints;
     rest->add_option("--from-pool", unpark.pool.nodes,
                      "the pool's nodes, IP:PORT,..., in the order given at the checkpoint")
         ->required();
@@ -193,6 +227,24 @@ int main(int argc, char** argv) {
     rest->add_option("--to", unpark.to,
                      "the pagesrv of the host to restore on (default: this host's, $FERRY_DAEMON)");
     rest->add_flag("--json", unpark.json, "print one JSON object instead of a summary");
+    add_criu_options(rest, unpark);
+
+    auto* status_cmd = app.add_subcommand(
+        "status", "list the migrations in flight on this host: phase, age, pids");
+    bool status_json = false;
+    status_cmd->add_flag("--json", status_json, "print one JSON object");
+    auto* abort_cmd = app.add_subcommand(
+        "abort", "end a migration in flight before its commit; the source workload runs on");
+    std::string abort_id;
+    int abort_wait = 120;
+    bool abort_json = false;
+    abort_cmd->add_option("ID", abort_id, "the migration's id, or the start of it (see status)")
+        ->required();
+    abort_cmd
+        ->add_option("--wait", abort_wait,
+                     "seconds to let its migrator abort before releasing the workload here")
+        ->capture_default_str();
+    abort_cmd->add_flag("--json", abort_json, "print one JSON object");
 
     auto* pool_cmd = app.add_subcommand("pool", "inspect the memory pool");
     pool_cmd->require_subcommand(1);
@@ -203,6 +255,10 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     if (pool_stats->parsed())
         return run_pool_stats(stats_node);
+    if (status_cmd->parsed())
+        return migrator::run_status(status_json);
+    if (abort_cmd->parsed())
+        return migrator::run_abort(abort_id, std::chrono::seconds(abort_wait), abort_json);
     if (mig->parsed())
         return run_migrate(a);
     if (ckpt->parsed())

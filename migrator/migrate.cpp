@@ -3,6 +3,7 @@
 #include "checksum.hpp"
 #include "clock.hpp"
 #include "control.hpp"
+#include "criu_deadlines.hpp"
 #include "criu_image.hpp"
 #include "criu_page_server.hpp"
 #include "criu_rpc.hpp"
@@ -10,11 +11,14 @@
 #include "dump_driver.hpp"
 #include "error.hpp"
 #include "fault_inject.hpp"
+#include "hw_breakpoints.hpp"
 #include "log.hpp"
+#include "migration_record.hpp"
 #include "park.hpp"
 #include "podman.hpp"
 #include "pool_client.hpp"
 #include "proc.hpp"
+#include "workload_release.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -36,7 +40,9 @@ namespace {
 
 constexpr auto connect_timeout = std::chrono::seconds(5);
 constexpr auto control_timeout = std::chrono::seconds(30);
-constexpr auto restore_timeout = std::chrono::minutes(5);
+// Beyond the destination's own restore deadline: the images' trip and
+// lazy-pages' start, before the destination reports either way.
+constexpr auto restore_margin = std::chrono::seconds(60);
 // The destination reports progress every 200 ms; this much silence means it is gone.
 constexpr auto transfer_silence_limit = std::chrono::seconds(60);
 
@@ -71,6 +77,18 @@ void refuse_named_volumes(const std::vector<std::string>& volumes) {
 bool process_running(pid_t pid) {
     const auto st = proc::state(pid);
     return st && *st != 'Z' && *st != 'X' && *st != 't' && *st != 'T';
+}
+
+const char* mode_name(migrate_mode m) {
+    switch (m) {
+    case migrate_mode::migrate:
+        return "migrate";
+    case migrate_mode::park:
+        return "checkpoint";
+    case migrate_mode::unpark:
+        return "restore";
+    }
+    return "?";
 }
 
 bool process_gone(pid_t pid) {
@@ -108,7 +126,9 @@ class migration {
         _r.container = opt.container;
         if (opt.pool)
             _r.pool = opt.pool->to_string();
+        _deadlines = criu::deadlines::for_memory(0, opt.deadline_scale);
     }
+    ~migration() { records::remove(_r.id); }
 
     migration_result run();
 
@@ -134,6 +154,10 @@ class migration {
     void handle_handoff();
     void finish_source();
     void abort_source(const std::string& reason);
+    bool abort_gracefully(const std::string& reason);
+    void release_source(bool end_workload);
+    void tell_daemon_aborted(const std::string& reason);
+    void set_phase(const char* phase);
     void cleanup();
 
     migrate_options _opt;
@@ -155,7 +179,40 @@ class migration {
     bool _handoff_pending = false;       // the source daemon owes an outgoing_handed_off
     parked_record _parked;               // unpark: the record being restored
     bool _record_stored = false;         // park: the record is in the pool
+    criu::deadlines _deadlines;          // grown with the workload in check_source
+    std::vector<std::string> _criu_env;  // for every CRIU of this migration
+    bool _cgroup_was_frozen = false;
+    records::migration_record _rec; // what `migrator status` shows of this migration
+    bool _daemon_told_abort = false;
+    bool _committing = false; // the commit was sent (or is about to be)
 };
+
+// The record `migrator status` reads. Failing to write it never fails the
+// migration.
+void migration::set_phase(const char* phase) {
+    if (_rec.id.empty()) {
+        _rec.id = _r.id;
+        _rec.mode = mode_name(_opt.mode);
+        _rec.migrator_pid = ::getpid();
+        _rec.migrator_start = proc::start_time(::getpid());
+        _rec.container = _opt.container;
+        _rec.engine = _opt.engine;
+        _rec.destination = _opt.destination.to_string();
+        _rec.local_daemon = _opt.local_daemon.to_string();
+        _rec.started_unix_ms = records::now_unix_ms();
+    }
+    _rec.source_pid = _opt.pid;
+    _rec.phase = phase;
+    _rec.phase_since_unix_ms = records::now_unix_ms();
+    _rec.committed = _r.committed || _committing;
+    _rec.cgroup_was_frozen = _cgroup_was_frozen;
+    _rec.work_dir = _dir.string();
+    try {
+        records::write(_rec);
+    } catch (const std::exception& e) {
+        _log->debug("cannot record the migration's phase: {}", e.what());
+    }
+}
 
 void migration::check_source() {
     if (_opt.engine == "podman") {
@@ -187,6 +244,24 @@ void migration::check_source() {
             _opt.pid));
     if (!process_running(_opt.pid))
         throw error(fmt::format("pid {} is not running (stopped, traced or a zombie)", _opt.pid));
+    // A paused workload is not Ferry's to thaw, and CRIU would thaw it.
+    _cgroup_was_frozen = criu::cgroup_frozen(_opt.pid);
+    if (_cgroup_was_frozen)
+        throw error(
+            fmt::format("pid {} is in a frozen (paused) cgroup; resume it first", _opt.pid));
+    for (const pid_t p : proc::tree(_opt.pid))
+        _r.workload_bytes += proc::memory_bytes(p);
+    _deadlines = criu::deadlines::for_memory(_r.workload_bytes, _opt.deadline_scale);
+    // Whether CRIU may stop the tasks with hardware breakpoints: if they do
+    // not trap here, CRIU would hang in its parasite's cure.
+    const char* fault = std::getenv("CRIU_FAULT");
+    const auto method =
+        hw_breakpoints::decide(hw_breakpoints::probe(), _opt.no_hw_breakpoints,
+                               fault ? std::optional<std::string>(fault) : std::nullopt);
+    _r.criu_stop_method = method.reason;
+    if (!method.criu_env.empty())
+        _criu_env.push_back(method.criu_env);
+    _log->debug("CRIU stops tasks by {}", method.reason);
 }
 
 // `source_addr` is empty when there is no source (a parked workload).
@@ -202,6 +277,12 @@ void migration::connect_destination(const std::string& source_addr) {
     const std::string fabric = _opt.fabric.to_string();
     prep.fabric = const_cast<char*>(fabric.c_str());
     prep.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
+    prep.has_workload_bytes = true;
+    prep.workload_bytes = _r.workload_bytes;
+    prep.has_deadline_scale = true;
+    prep.deadline_scale = _opt.deadline_scale;
+    prep.has_no_hw_breakpoints = true;
+    prep.no_hw_breakpoints = _opt.no_hw_breakpoints;
     if (_container) {
         prep.engine = const_cast<char*>(_opt.engine.c_str());
         prep.container_name = const_cast<char*>(_container->name.c_str());
@@ -271,13 +352,18 @@ void migration::start_dump() {
     // addresses stay behind); with --tcp-close they are left out of the
     // dump and come back closed, and clients reconnect. Connections still
     // in a listener's queue (clients retrying while it is frozen) go too.
-    const std::string criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
+    dump_settings settings;
+    settings.deadlines = _deadlines;
+    settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
+    settings.criu_options += _opt.criu_config_extra;
+    settings.criu_env = _criu_env;
     if (_podman)
-        _dump = podman::make_dump(*_podman, _dir, _r.id, criu_options);
+        _dump = podman::make_dump(*_podman, _dir, _r.id, settings);
     else if (_docker)
-        _dump = docker::make_dump(*_docker, _dir, _r.id, criu_options);
+        _dump = docker::make_dump(*_docker, _dir, _r.id, settings);
     else
-        _dump = make_criu_dump(_opt.pid, _dir, _r.id, criu_options);
+        _dump = make_criu_dump(_opt.pid, _dir, _r.id, settings);
+    set_phase("freezing");
     _dump->start(_criu_port);
     _dump_started = true;
 }
@@ -294,6 +380,8 @@ void migration::register_with_source() {
     const std::string fabric = _opt.fabric.to_string();
     reg.fabric = const_cast<char*>(fabric.c_str());
     reg.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
+    reg.has_deadline_scale = true;
+    reg.deadline_scale = _opt.deadline_scale;
     control::send_message(_src.get(), reg, net::after(control_timeout));
 }
 
@@ -395,7 +483,23 @@ void migration::handle_resume_request() {
         _r.committed = true; // no source: nothing else can run this workload
         _r.t_committed = monotonic_ns();
     } else {
-        commit_source();
+        try {
+            commit_source();
+        } catch (const std::exception& e) {
+            // The destination's copy must not run: say so now rather than
+            // let its gate run out of time.
+            FerryControl__ResumeDecision d = FERRY_CONTROL__RESUME_DECISION__INIT;
+            d.resume = false;
+            const std::string why = fmt::format("the source cannot commit: {}", e.what());
+            d.reason = const_cast<char*>(why.c_str());
+            try {
+                control::send_message(_dest.get(), d, net::after(std::chrono::seconds(5)));
+            } catch (const std::exception&) {
+            }
+            _destination_never_ran = true;
+            throw;
+        }
+        set_phase("committed");
     }
     FerryControl__ResumeDecision d = FERRY_CONTROL__RESUME_DECISION__INIT;
     d.resume = true;
@@ -404,7 +508,11 @@ void migration::handle_resume_request() {
 
 // From here on the source tasks must never run again.
 void migration::commit_source() {
-    _dump->wait_page_server();
+    _dump->wait_page_server(_deadlines.page_server);
+    // The record says "committed" before the daemon hears it, so that an
+    // operator's abort never resumes a source that might be committed.
+    _committing = true;
+    set_phase("committing");
     FerryControl__OutgoingCommit c = FERRY_CONTROL__OUTGOING_COMMIT__INIT;
     control::send_message(_src.get(), c, net::after(control_timeout));
     auto e = control::receive(_src.get(), net::after(control_timeout));
@@ -414,7 +522,8 @@ void migration::commit_source() {
 }
 
 void migration::wait_resumed() {
-    const auto until = net::after(restore_timeout);
+    set_phase("restoring");
+    const auto until = net::after(_deadlines.restore + restore_margin);
     for (;;) {
         // While waiting for the destination, answer CRIU's notifications
         // promptly so its page server comes up in parallel.
@@ -560,59 +669,121 @@ void migration::wait_transfer() {
 }
 
 // Every page is on the destination: end CRIU's dump, which kills the
-// frozen source tasks.
+// frozen source tasks. If CRIU cannot be ended, the tasks are killed anyway:
+// the destination runs the workload, so the source must never run again.
 void migration::finish_source() {
-    FerryControl__OutgoingFinish f = FERRY_CONTROL__OUTGOING_FINISH__INIT;
-    control::send_message(_src.get(), f, net::after(control_timeout));
-    auto e = control::receive(_src.get(), net::after(control_timeout));
-    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISHED, "local daemon");
-    _r.source_pages_served = e->outgoing_finished->pages_served;
-    _r.source_bytes_sent = e->outgoing_finished->bytes_sent;
-    if (const auto* m = e->outgoing_finished->moments; m && m->has_dump_end_ns)
-        _r.t_dump_end = m->dump_end_ns;
-    if (!_dump->wait_end(control_timeout))
-        _log->warn("CRIU reported the dump as failed after CLOSE: {}", _dump->end_error());
+    set_phase("finishing");
+    try {
+        FerryControl__OutgoingFinish f = FERRY_CONTROL__OUTGOING_FINISH__INIT;
+        control::send_message(_src.get(), f, net::after(control_timeout));
+        auto e = control::receive(_src.get(), net::after(_deadlines.close + control_timeout));
+        control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISHED, "local daemon");
+        _r.source_pages_served = e->outgoing_finished->pages_served;
+        _r.source_bytes_sent = e->outgoing_finished->bytes_sent;
+        if (const auto* m = e->outgoing_finished->moments; m && m->has_dump_end_ns)
+            _r.t_dump_end = m->dump_end_ns;
+        if (!_dump->wait_end(_deadlines.close)) {
+            if (_dump->stuck())
+                throw criu_timeout(_dump->end_error());
+            _log->warn("CRIU reported the dump as failed after CLOSE: {}", _dump->end_error());
+        }
+    } catch (const std::exception& e) {
+        _log->error("cannot end the source's dump ({}); ending the source tasks directly",
+                    e.what());
+        release_source(true);
+        if (!criu::inspect_workload(_opt.pid).gone())
+            throw error(fmt::format("the source could not be ended after the destination took "
+                                    "over: {}",
+                                    _r.recovery));
+    }
     _r.t_finished = monotonic_ns();
 }
 
 // Before the commit (or after it, when the destination's restore failed
-// before its tasks ran): make CRIU resume the frozen source tasks.
+// before its tasks ran): the source tasks must run again. CRIU resumes them
+// itself when it can; a CRIU that is stuck is not waited on again: it is
+// killed and what it left is undone (release_source). Bounded throughout.
 void migration::abort_source(const std::string& reason) {
-    if (!_dump_started || _dump->ended())
+    if (!_dump_started || (_dump->ended() && !_dump->stuck()))
         return; // CRIU never froze the tasks, or already resumed them after its own failure
-    try {
-        // The abort goes through CRIU's page server, which only listens
-        // once this process has answered status-ready.
-        _dump->wait_page_server();
-    } catch (const std::exception& e) {
-        _log->warn("{}", e.what());
+    set_phase("aborting");
+    _dump->ignore_interrupts(); // the abort itself must finish
+    if (!_dump->stuck() && abort_gracefully(reason) && criu::inspect_workload(_opt.pid).running())
         return;
-    }
-    bool aborted = false;
-    if (_registered && _src) {
-        try {
-            FerryControl__OutgoingAbort a = FERRY_CONTROL__OUTGOING_ABORT__INIT;
-            a.reason = const_cast<char*>(reason.c_str());
-            a.has_destination_never_ran = _r.committed;
-            a.destination_never_ran = _r.committed;
-            control::send_message(_src.get(), a, net::after(control_timeout));
-            auto e = control::receive(_src.get(), net::after(control_timeout));
-            control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORTED,
-                            "local daemon");
-            aborted = true;
-        } catch (const std::exception& e) {
-            _log->warn("the local daemon could not abort ({}); aborting CRIU directly", e.what());
-        }
-    }
+    release_source(false);
+    tell_daemon_aborted(reason);
+}
+
+// CRIU's own way back: an abort through its page server (by way of the
+// local daemon once it serves the migration). True if CRIU ended.
+bool migration::abort_gracefully(const std::string& reason) {
     try {
-        if (!aborted) {
+        _dump->wait_page_server(_deadlines.page_server);
+        if (_registered && _src) {
+            try {
+                FerryControl__OutgoingAbort a = FERRY_CONTROL__OUTGOING_ABORT__INIT;
+                a.reason = const_cast<char*>(reason.c_str());
+                a.has_destination_never_ran = _r.committed;
+                a.destination_never_ran = _r.committed;
+                control::send_message(_src.get(), a, net::after(control_timeout));
+                auto e =
+                    control::receive(_src.get(), net::after(_deadlines.abort + control_timeout));
+                control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORTED,
+                                "local daemon");
+                _daemon_told_abort = true;
+            } catch (const std::exception& e) {
+                _log->warn("the local daemon could not abort ({}); aborting CRIU directly",
+                           e.what());
+                criu::abort_lazy_dump(_criu_port, std::chrono::seconds(10));
+            }
+        } else {
             criu::abort_lazy_dump(_criu_port, std::chrono::seconds(10));
         }
-        (void)_dump->wait_end(control_timeout); // failed, by design: the tasks were resumed
+        (void)_dump->wait_end(_deadlines.abort); // failed, by design: the tasks were resumed
+        return _dump->ended() && !_dump->stuck();
     } catch (const std::exception& e) {
-        _log->error("aborting CRIU's dump: {}; killing CRIU so the kernel detaches the tasks",
-                    e.what());
-        _dump->kill();
+        _log->warn("CRIU did not take the abort: {}", e.what());
+        return false;
+    }
+}
+
+// CRIU is killed (the kernel detaches its tracees), then the freezer and
+// the network lock it left are undone, and the tasks are checked. With
+// `end_workload` (after the commit) the tasks are killed first instead.
+void migration::release_source(bool end_workload) {
+    set_phase("releasing");
+    _r.criu_stuck = _dump && _dump->stuck();
+    criu::release_request req;
+    req.root = _opt.pid;
+    req.migration_id = _r.id;
+    if (_dump)
+        req.criu = _dump->criu_pids();
+    req.end_workload = end_workload;
+    req.was_frozen_before = _cgroup_was_frozen;
+    req.bound = _deadlines.release;
+    const auto res = criu::release_workload(req);
+    if (_dump)
+        _dump->after_criu_killed();
+    _r.recovery = res.summary;
+}
+
+// The daemon serving the migration stops (it no longer tries CRIU's page
+// server: CRIU is gone). Best effort, bounded.
+void migration::tell_daemon_aborted(const std::string& reason) {
+    if (!_registered || !_src || _daemon_told_abort)
+        return;
+    try {
+        FerryControl__OutgoingAbort a = FERRY_CONTROL__OUTGOING_ABORT__INIT;
+        a.reason = const_cast<char*>(reason.c_str());
+        a.has_destination_never_ran = _r.committed;
+        a.destination_never_ran = _r.committed;
+        a.has_criu_gone = true;
+        a.criu_gone = true;
+        control::send_message(_src.get(), a, net::after(std::chrono::seconds(5)));
+        (void)control::receive(_src.get(), net::after(std::chrono::seconds(10)));
+        _daemon_told_abort = true;
+    } catch (const std::exception& e) {
+        _log->warn("could not tell the local daemon about the abort: {}", e.what());
     }
 }
 
@@ -636,6 +807,7 @@ void migration::cleanup() {
 // closed. Anything failing before that resumes the source and removes what
 // reached the pool.
 void migration::park() {
+    set_phase("parking");
     register_with_source();
     const auto images = collect_images();
     std::vector<FerryControl__ImageFile> files(images.names.size());
@@ -737,7 +909,9 @@ migration_result migration::run() {
         return _r;
     }
     try {
+        set_phase("preparing");
         check_source();
+        set_phase("preparing");
         (void)criu::require_supported_criu();
         if (_opt.mode == migrate_mode::park) {
             reserve_park_name();
@@ -754,6 +928,7 @@ migration_result migration::run() {
             cleanup();
             return _r;
         }
+        set_phase("shipping");
         register_with_source();
         send_images(collect_images());
         wait_registered();
@@ -762,7 +937,7 @@ migration_result migration::run() {
         _r.error = e.what();
         if (!_r.committed || _destination_never_ran) {
             abort_source(_r.error);
-            _r.source_running = process_running(_opt.pid);
+            _r.source_running = criu::inspect_workload(_opt.pid).running();
         }
         if (_record_stored && !_r.committed)
             drop_record(_opt.pool->nodes, _opt.park_name);
@@ -770,6 +945,7 @@ migration_result migration::run() {
         return _r;
     }
     try {
+        set_phase("post-copy");
         wait_transfer();
         if (_handoff_pending) {
             // The post-copy ended before the push: the daemon answers the
@@ -812,6 +988,10 @@ double migration_result::total_ms() const noexcept {
 
 void request_interrupt() noexcept {
     interrupted.store(true);
+}
+
+bool interrupt_requested() noexcept {
+    return interrupted.load();
 }
 
 migration_result migrate(const migrate_options& opt) {

@@ -49,6 +49,14 @@ struct migrate_options {
     bool keep_images = false;
     bool tcp_close = false; // established TCP connections are closed, not migrated
     bool show_progress = false;
+    // Multiplies every deadline on CRIU (criu::deadlines), which otherwise
+    // grow with the workload's memory.
+    double deadline_scale = 1.0;
+    // CRIU steps through syscalls instead of using hardware breakpoints, on
+    // both hosts, even where breakpoints work (lib/hw_breakpoints.hpp).
+    bool no_hw_breakpoints = false;
+    // Extra lines for CRIU's config file on the source (a user's options).
+    std::string criu_config_extra;
 };
 
 // lazy-pages' final account, as the destination relayed it.
@@ -76,6 +84,11 @@ struct migration_result {
     pid_t destination_pid = -1;
     std::string engine, container; // container migrations
     bool source_removed = false;   // the source container is gone (after the resume)
+    uint64_t workload_bytes = 0;   // resident memory of the tree before the freeze
+    std::string criu_stop_method;  // hardware breakpoints, or syscall stepping and why
+    // When CRIU had to be killed: what was done and the workload's state.
+    std::string recovery;
+    bool criu_stuck = false;
 
     // Moments on this host's monotonic clock, ns; 0 when not reached.
     uint64_t t_start = 0, t_freeze = 0, t_dumped = 0, t_images_sent = 0, t_ready_to_resume = 0;
@@ -114,6 +127,7 @@ struct migration_result {
 // Set by the CLI's SIGINT/SIGTERM handler. Before the commit the migration
 // aborts (the source resumes); after it, the migration finishes regardless.
 void request_interrupt() noexcept;
+[[nodiscard]] bool interrupt_requested() noexcept;
 
 // Runs one migration. Never throws for a migration failure: the result says
 // what went wrong and whether the source still runs.

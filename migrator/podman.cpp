@@ -69,8 +69,8 @@ namespace {
 
 class podman_dump final : public engine_dump {
   public:
-    podman_dump(container c, fs::path dir, std::string id, std::string criu_options)
-        : engine_dump("podman", c, std::move(dir), std::move(id), std::move(criu_options)),
+    podman_dump(container c, fs::path dir, std::string id, dump_settings settings)
+        : engine_dump("podman", c, std::move(dir), std::move(id), std::move(settings)),
           _c(std::move(c)) {}
 
     fs::path images_dir() const override { return _c.bundle / "checkpoint"; }
@@ -127,8 +127,8 @@ class podman_dump final : public engine_dump {
 
 std::unique_ptr<dump_driver> make_dump(const container& c, const fs::path& dir,
                                        const std::string& migration_id,
-                                       const std::string& criu_options) {
-    return std::make_unique<podman_dump>(c, dir, migration_id, criu_options);
+                                       const dump_settings& settings) {
+    return std::make_unique<podman_dump>(c, dir, migration_id, settings);
 }
 
 } // namespace ferry::migrator::podman

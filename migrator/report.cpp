@@ -79,7 +79,12 @@ nlohmann::json to_json(const migration_result& r) {
         j["error"] = r.error;
         j["committed"] = r.committed;
         j["source_running"] = r.source_running;
+        j["criu_stuck"] = r.criu_stuck;
     }
+    if (!r.recovery.empty())
+        j["recovery"] = r.recovery;
+    j["criu_stop_method"] = r.criu_stop_method;
+    j["workload_bytes"] = r.workload_bytes;
     j["source_pid"] = r.source_pid;
     j["destination_pid"] = r.destination_pid;
     if (!r.container.empty()) {
@@ -185,6 +190,9 @@ std::string human_summary(const migration_result& r) {
         else if (!r.committed)
             s += fmt::format("  the source (pid {}) {}\n", r.source_pid,
                              r.source_running ? "keeps running" : "is NOT running: check it");
+        if (!r.recovery.empty())
+            s += fmt::format("  CRIU {}: {}\n", r.criu_stuck ? "was stuck" : "could not finish",
+                             r.recovery);
         return s;
     }
     if (r.mode == migrate_mode::park)

@@ -54,6 +54,7 @@ daemon::daemon(daemon_config cfg) : _cfg(std::move(cfg)), _log(make_logger("page
     std::filesystem::create_directories(_cfg.state_dir / "incoming");
     remove_stale_reservations(_cfg.state_dir / "incoming");
     _criu_version = criu::require_supported_criu().to_string();
+    _breakpoints = hw_breakpoints::probe();
     if (_cfg.pool) {
         _pool = std::make_unique<pool_store>(*_cfg.pool);
         _log->info("pool node: {} MiB arena in {}-byte chunks, {} eviction, disk tier {}",
@@ -70,8 +71,9 @@ daemon::~daemon() {
 void daemon::run() {
     unique_fd signals = block_stop_signals();
     ::signal(SIGPIPE, SIG_IGN);
-    _log->info("listening on {}, state in {}, CRIU {}", _cfg.listen.to_string(),
-               _cfg.state_dir.string(), _criu_version);
+    _log->info("listening on {}, state in {}, CRIU {}; CRIU restores by {}",
+               _cfg.listen.to_string(), _cfg.state_dir.string(), _criu_version,
+               criu_stop_method(false).reason);
     if (_criu_events.fd() < 0)
         _log->warn("another daemon in this network namespace receives the CRIU plugin's reports");
     for (;;) {
@@ -106,6 +108,12 @@ void daemon::run() {
     }
     _listener.reset();
     drain();
+}
+
+hw_breakpoints::criu_stop_method daemon::criu_stop_method(bool forced) const {
+    const char* fault = std::getenv("CRIU_FAULT");
+    return hw_breakpoints::decide(_breakpoints, forced || _cfg.no_hw_breakpoints,
+                                  fault ? std::optional<std::string>(fault) : std::nullopt);
 }
 
 void daemon::reap_finished_connections() {
@@ -333,7 +341,8 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
     try {
         m = std::make_shared<outgoing_migration>(
             reg.migration_id, reg.images_dir, pid_t(reg.root_pid),
-            uint16_t(reg.criu_page_server_port), std::move(first.second));
+            uint16_t(reg.criu_page_server_port), std::move(first.second),
+            reg.has_deadline_scale && reg.deadline_scale > 0 ? reg.deadline_scale : 1.0);
     } catch (const std::exception& e) {
         // Until registration succeeds the migrator owns the abort.
         control::send_error(
@@ -385,9 +394,13 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
                 _log->warn("migration {}: the migrator left after commit; finishing when the "
                            "destination is done",
                            m->id());
-                if (m->wait_destination_done(orphaned_commit_wait))
-                    m->finish();
-                else
+                if (m->wait_destination_done(orphaned_commit_wait)) {
+                    try {
+                        m->finish();
+                    } catch (const std::exception& ex) {
+                        _log->error("migration {}: {}", m->id(), ex.what());
+                    }
+                } else
                     _log->error(
                         "migration {}: the destination never finished; the source stays frozen",
                         m->id());
@@ -433,7 +446,8 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
             control::send_message(fd, h, net::after(first_frame_timeout));
         } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORT) {
             const auto& a = *e->outgoing_abort;
-            if (m->abort(a.reason, a.has_destination_never_ran && a.destination_never_ran)) {
+            if (m->abort(a.reason, a.has_destination_never_ran && a.destination_never_ran,
+                         a.has_criu_gone && a.criu_gone)) {
                 FerryControl__OutgoingAborted a = FERRY_CONTROL__OUTGOING_ABORTED__INIT;
                 control::send_message(fd, a, until);
                 break;

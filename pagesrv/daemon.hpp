@@ -7,6 +7,7 @@
 
 #include "control.hpp"
 #include "criu_events.hpp"
+#include "hw_breakpoints.hpp"
 #include "net.hpp"
 #include "outgoing.hpp"
 #include "pool_store.hpp"
@@ -32,6 +33,9 @@ struct daemon_config {
     std::filesystem::path state_dir;
     std::chrono::seconds drain_timeout{30};
     std::optional<pool_store_config> pool; // the pool role, if this host is a pool node
+    // CRIU restores step through syscalls even where hardware breakpoints
+    // trap (lib/hw_breakpoints.hpp); a migrator can ask for it too.
+    bool no_hw_breakpoints = false;
 };
 
 class daemon {
@@ -44,6 +48,9 @@ class daemon {
 
     [[nodiscard]] const daemon_config& config() const noexcept { return _cfg; }
     [[nodiscard]] const std::string& criu_version() const noexcept { return _criu_version; }
+    // How the CRIU of a restore stops its tasks; `forced`: the migrator
+    // asked for syscall stepping.
+    [[nodiscard]] hw_breakpoints::criu_stop_method criu_stop_method(bool forced) const;
     // What the CRIU plugin and the runc shim report on this host.
     [[nodiscard]] criu_event_log& criu_events() noexcept { return _criu_events; }
 
@@ -68,6 +75,7 @@ class daemon {
     daemon_config _cfg;
     std::shared_ptr<spdlog::logger> _log;
     std::string _criu_version;
+    hw_breakpoints::probe_outcome _breakpoints = hw_breakpoints::probe_outcome::probe_failed;
     unique_fd _listener;
     std::unique_ptr<pool_store> _pool;
     criu_event_log _criu_events;

@@ -86,8 +86,8 @@ class docker_restore final : public engine_restore {
                                << "\n";
     }
 
-    std::vector<std::string> prepare(const fs::path& dir,
-                                     const std::string& migration_id) override {
+    std::vector<std::string> prepare(const fs::path& dir, const std::string& migration_id,
+                                     const std::vector<std::string>& criu_env) override {
         if (_id.empty())
             throw error("the container was not created before the freeze");
         apply_rootfs_diff(dir);
@@ -100,7 +100,7 @@ class docker_restore final : public engine_restore {
                 fs::copy_file(entry.path(), images / entry.path().filename());
         const auto shm = dir / (std::string(engine_file_prefix) + "devshm-checkpoint.tar");
         write_restore_request(dir, images, migration_id,
-                              fs::exists(shm) ? shm.string() : std::string());
+                              fs::exists(shm) ? shm.string() : std::string(), criu_env);
         return {docker::cli_binary(), "start", "--checkpoint", checkpoint, _id};
     }
 

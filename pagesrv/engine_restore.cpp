@@ -85,8 +85,10 @@ std::string shim_binary() {
 }
 
 fs::path write_restore_request(const fs::path& dir, const fs::path& images,
-                               const std::string& migration_id, const std::string& devshm_tar) {
+                               const std::string& migration_id, const std::string& devshm_tar,
+                               const std::vector<std::string>& criu_env) {
     engine::restore_request req;
+    req.criu_env = criu_env;
     req.migration_id = migration_id;
     req.lazy_socket = (dir / "lazy-pages.socket").string();
     req.gate_socket = gate_path(dir).string();

@@ -36,8 +36,11 @@ class engine_restore {
                          const std::vector<uint8_t>& config) = 0;
     // Once the images are in `dir`: builds what the engine restores from;
     // returns the command that restores (it ends once the tasks run).
+    // `criu_env`: environment entries for the CRIU under runc (the shim
+    // exports them; engine::criu_env_allowed).
     virtual std::vector<std::string> prepare(const std::filesystem::path& dir,
-                                             const std::string& migration_id) = 0;
+                                             const std::string& migration_id,
+                                             const std::vector<std::string>& criu_env) = 0;
     // After a failed restore: removes what reserve(), prepare() or the
     // engine created, and then its record. Once is enough; later calls do
     // nothing.
@@ -74,7 +77,8 @@ std::string shim_binary();
 std::filesystem::path write_restore_request(const std::filesystem::path& dir,
                                             const std::filesystem::path& images,
                                             const std::string& migration_id,
-                                            const std::string& devshm_tar);
+                                            const std::string& devshm_tar,
+                                            const std::vector<std::string>& criu_env);
 // The session's engine file `name` ("engine.<name>"); throws if it is missing.
 std::filesystem::path engine_file(const std::filesystem::path& dir, const std::string& name);
 // The CRIU images among `dir`'s files (not engine files, logs, configs).

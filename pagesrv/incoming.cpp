@@ -3,6 +3,7 @@
 #include "checksum.hpp"
 #include "clock.hpp"
 #include "control.hpp"
+#include "criu_deadlines.hpp"
 #include "criu_image.hpp"
 #include "criu_rpc.hpp"
 #include "daemon.hpp"
@@ -33,7 +34,8 @@ namespace ferry::pagesrv {
 namespace {
 
 constexpr auto control_timeout = std::chrono::seconds(30);
-constexpr auto restore_timeout = std::chrono::minutes(4);
+// Between two frames of images from the migrator.
+constexpr auto images_timeout = std::chrono::minutes(4);
 constexpr auto lazy_ready_timeout = std::chrono::seconds(30);
 
 bool valid_migration_id(const std::string& id) {
@@ -104,7 +106,16 @@ class incoming_session {
                                                        prepare.container_config.data +
                                                            prepare.container_config.len)
                                 : std::vector<uint8_t>()),
-          _log(make_logger("pagesrv")) {}
+          _log(make_logger("pagesrv")) {
+        const double scale =
+            prepare.has_deadline_scale && prepare.deadline_scale > 0 ? prepare.deadline_scale : 1.0;
+        _deadlines = criu::deadlines::for_memory(
+            prepare.has_workload_bytes ? prepare.workload_bytes : 0, scale);
+        const auto method =
+            d.criu_stop_method(prepare.has_no_hw_breakpoints && prepare.no_hw_breakpoints);
+        if (!method.criu_env.empty())
+            _criu_env.push_back(method.criu_env);
+    }
 
     // A container reserved here that never ran is removed; one that runs
     // is the engine's. The plugin's moments of this migration are done with.
@@ -154,6 +165,8 @@ class incoming_session {
     std::optional<criu::service> _criu; // started at prepare, used for the restore
     pid_t _root_pid = -1;
     bool _resumed = false;
+    criu::deadlines _deadlines;         // the restore's, grown with the workload
+    std::vector<std::string> _criu_env; // CRIU_FAULT=130 where breakpoints do not trap
     uint64_t _images_check_ns = 0;
     uint64_t _lazy_start_ns = 0;
 };
@@ -190,9 +203,12 @@ void incoming_session::prepare() {
     }
     // The helpers start now, before the source freezes.
     spawn_lazy_pages();
-    if (_engine.empty())
+    if (_engine.empty()) {
         // Ferry's CRIU plugin tags its reports with the migration id.
-        _criu.emplace(criu::service::start({"FERRY_MIGRATION_ID=" + _id}));
+        auto env = _criu_env;
+        env.push_back("FERRY_MIGRATION_ID=" + _id);
+        _criu.emplace(criu::service::start(env));
+    }
     FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
     ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
     control::send_message(_fd, ok, net::after(control_timeout));
@@ -219,7 +235,7 @@ void incoming_session::check_prepare() {
 bool incoming_session::receive_images() {
     uint64_t t0 = 0;
     for (bool last = false; !last;) {
-        auto e = control::receive(_fd, net::after(restore_timeout));
+        auto e = control::receive(_fd, net::after(images_timeout));
         if (!e) {
             _log->warn("migration {}: the migrator left before sending every image", _id);
             return false;
@@ -380,7 +396,7 @@ bool incoming_session::restore() {
     criu::service& criu = *_criu;
     criu.send(req);
     const std::string log_hint = (_dir / "restore.log").string();
-    const auto until = net::after(restore_timeout);
+    const auto until = net::after(_deadlines.restore);
     for (;;) {
         // Watch lazy-pages too: if it dies during restore, the restored
         // tasks would block on their first fault and CRIU with them.
@@ -397,7 +413,7 @@ bool incoming_session::restore() {
         }
         if (!fds[0].revents)
             continue;
-        auto r = criu.receive(net::after(restore_timeout));
+        auto r = criu.receive(net::after(_deadlines.notify));
         if (r->type != CRIU_REQ_TYPE__NOTIFY) {
             if (r->success)
                 return true;
@@ -427,7 +443,7 @@ bool incoming_session::restore_with_engine() {
     const uint64_t t0 = monotonic_ns();
     std::vector<std::string> command;
     try {
-        command = _engine_restore->prepare(_dir, _id);
+        command = _engine_restore->prepare(_dir, _id, _criu_env);
     } catch (const std::exception& ex) {
         return engine_restore_failed(ex.what(), false);
     }
@@ -435,7 +451,7 @@ bool incoming_session::restore_with_engine() {
     auto engine_cmd = child_process::spawn(command, _dir / (_engine + "-restore.log"));
     bool gated = false, resume = false;
     uint64_t t_resume = 0;
-    const auto until = net::after(restore_timeout);
+    const auto until = net::after(_deadlines.restore);
     for (;;) {
         // Once answered, the gate is not watched; once the tasks resumed,
         // lazy-pages' reports wait for relay_transfer().

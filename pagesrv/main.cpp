@@ -4,6 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
+#include <string>
+
 int main(int argc, char** argv) {
     std::string listen;
     std::string state_dir = "/var/lib/ferry";
@@ -30,6 +33,12 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--disk-capacity", disk_capacity, "disk tier limit (0: none)")
         ->capture_default_str();
+    // The environment's default lets a testbed force it on every host.
+    const char* no_bp_env = std::getenv("FERRY_NO_HW_BREAKPOINTS");
+    bool no_hw_breakpoints = no_bp_env && std::string(no_bp_env) == "1";
+    app.add_flag("--no-hw-breakpoints", no_hw_breakpoints,
+                 "CRIU restores step through syscalls even where hardware breakpoints work "
+                 "(default: only where they do not trap; $FERRY_NO_HW_BREAKPOINTS=1)");
     CLI11_PARSE(app, argc, argv);
 
     auto log = ferry::make_logger("pagesrv");
@@ -38,6 +47,7 @@ int main(int argc, char** argv) {
         cfg.listen = ferry::net::parse_endpoint(listen);
         cfg.state_dir = state_dir;
         cfg.drain_timeout = std::chrono::seconds(drain_seconds);
+        cfg.no_hw_breakpoints = no_hw_breakpoints;
         if (pool_node) {
             ferry::pagesrv::pool_store_config p;
             p.capacity_bytes = ferry::pagesrv::parse_size(capacity);

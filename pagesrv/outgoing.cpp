@@ -6,17 +6,21 @@
 #include "fault_inject.hpp"
 #include "log.hpp"
 #include "proc.hpp"
+#include "workload_release.hpp"
 
 #include <fmt/format.h>
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <thread>
 
 namespace ferry::pagesrv {
 
 outgoing_migration::outgoing_migration(std::string id, const std::filesystem::path& images_dir,
-                                       pid_t root_pid, uint16_t criu_port, region_file prepared)
-    : _id(std::move(id)), _criu_port(criu_port), _prepared_region(std::move(prepared)) {
+                                       pid_t root_pid, uint16_t criu_port, region_file prepared,
+                                       double deadline_scale)
+    : _id(std::move(id)), _root_pid(root_pid), _criu_port(criu_port),
+      _prepared_region(std::move(prepared)) {
     const auto images = criu::image_set::load(images_dir);
     // The tree is frozen, so its shape cannot change under us.
     const auto by_inner = proc::map_tree_by_inner_pid(root_pid);
@@ -30,6 +34,7 @@ outgoing_migration::outgoing_migration(std::string id, const std::filesystem::pa
         _procs[p.t.pid] = process{it->second, p.lazy};
         _pages_total += p.lazy_pages();
     }
+    _deadlines = criu::deadlines::for_memory(_pages_total * page_size, deadline_scale);
 }
 
 bool outgoing_migration::is_lazy(const process& p, uint64_t start, uint64_t end) const noexcept {
@@ -131,10 +136,27 @@ void outgoing_migration::finish() {
             throw error(fmt::format("migration {} cannot finish: it was not committed", _id));
         _state = state::finished;
     }
-    criu::finish_lazy_dump(_criu_port, std::chrono::seconds(30));
+    try {
+        criu::finish_lazy_dump(_criu_port, _deadlines.close);
+        return;
+    } catch (const std::exception& e) {
+        make_logger("pagesrv")->error(
+            "migration {}: CRIU did not take CLOSE ({}); ending the source tasks directly", _id,
+            e.what());
+    }
+    criu::release_request req;
+    req.root = _root_pid;
+    req.migration_id = _id;
+    req.end_workload = true;
+    req.bound = _deadlines.release;
+    const auto res = criu::release_workload(req);
+    if (!res.ok)
+        throw error(
+            fmt::format("migration {}: the source could not be ended: {}", _id, res.summary));
 }
 
-bool outgoing_migration::abort(const std::string& reason, bool destination_never_ran) {
+bool outgoing_migration::abort(const std::string& reason, bool destination_never_ran,
+                               bool criu_gone) {
     {
         std::lock_guard lock(_mutex);
         if (_state == state::aborted)
@@ -148,10 +170,37 @@ bool outgoing_migration::abort(const std::string& reason, bool destination_never
     make_logger("pagesrv")->warn("migration {}: aborting ({}); the source resumes", _id, reason);
     if (_pusher)
         _pusher->stop(); // the tasks are about to run again: their pages would be stale
-    criu::abort_lazy_dump(_criu_port, std::chrono::seconds(30));
+    if (!criu_gone)
+        resume_source();
     if (_pusher)
         _pusher->discard(); // after the resume, which must not wait for the pool
     return true;
+}
+
+// CRIU resumes the tasks when its page server gets a command it does not
+// know, then exits. One that does not within the abort deadline is stuck:
+// it is killed and the tasks released, never waited on again.
+void outgoing_migration::resume_source() {
+    auto log = make_logger("pagesrv");
+    const auto until = std::chrono::steady_clock::now() + _deadlines.abort;
+    if (!criu::find_migration_criu(_id).empty()) {
+        try {
+            criu::abort_lazy_dump(_criu_port, _deadlines.abort);
+        } catch (const std::exception& e) {
+            log->warn("migration {}: CRIU's page server did not take the abort: {}", _id, e.what());
+        }
+    }
+    while (!criu::find_migration_criu(_id).empty() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (criu::find_migration_criu(_id).empty() && criu::inspect_workload(_root_pid).running())
+        return;
+    criu::release_request req;
+    req.root = _root_pid;
+    req.migration_id = _id;
+    req.bound = _deadlines.release;
+    const auto res = criu::release_workload(req);
+    (res.ok ? log->warn("migration {}: {}", _id, res.summary)
+            : log->error("migration {}: {}", _id, res.summary));
 }
 
 } // namespace ferry::pagesrv

@@ -3,6 +3,7 @@
 // straight from them with process_vm_readv, guided by the pagemap images.
 #pragma once
 
+#include "criu_deadlines.hpp"
 #include "criu_image.hpp"
 #include "page_wire.hpp"
 #include "pool_push.hpp"
@@ -33,8 +34,9 @@ class outgoing_migration {
 
     // Reads the images and maps image pids to host pids. Throws on failure.
     // `prepared` is an shm region allocated before the freeze, if any.
+    // `deadline_scale` multiplies every deadline on CRIU (criu::deadlines).
     outgoing_migration(std::string id, const std::filesystem::path& images_dir, pid_t root_pid,
-                       uint16_t criu_port, region_file prepared = {});
+                       uint16_t criu_port, region_file prepared = {}, double deadline_scale = 1.0);
 
     [[nodiscard]] const std::string& id() const noexcept { return _id; }
     [[nodiscard]] uint64_t pages_total() const noexcept { return _pages_total; }
@@ -51,10 +53,16 @@ class outgoing_migration {
     // State changes; each returns false when the current state forbids it.
     bool commit();
     // Ends CRIU's dump with CLOSE (the frozen tasks die). Requires committed.
+    // If CRIU does not take CLOSE, it is killed and so are the tasks: the
+    // destination runs the workload. Throws if the tasks cannot be ended.
     void finish();
     // Makes CRIU resume the frozen tasks. Refused once committed, unless the
     // destination's restore is known to have failed before its tasks ran.
-    bool abort(const std::string& reason, bool destination_never_ran = false);
+    // A CRIU that does not take the abort in time is killed and the tasks
+    // released (lib/workload_release.hpp); `criu_gone`: the migrator did
+    // that already. Bounded.
+    bool abort(const std::string& reason, bool destination_never_ran = false,
+               bool criu_gone = false);
 
     [[nodiscard]] state current_state() const;
     [[nodiscard]] bool wait_destination_done(std::chrono::milliseconds timeout);
@@ -82,11 +90,14 @@ class outgoing_migration {
         std::vector<criu::lazy_range> lazy; // sorted, immutable after construction
     };
     [[nodiscard]] bool is_lazy(const process& p, uint64_t start, uint64_t end) const noexcept;
+    void resume_source();
 
     const std::string _id;
+    const pid_t _root_pid;
     const uint16_t _criu_port;
     std::map<uint32_t, process> _procs; // by image pid; immutable after construction
     uint64_t _pages_total = 0;
+    criu::deadlines _deadlines;
     std::atomic<uint64_t> _pages_served{0};
     std::atomic<uint64_t> _bytes_sent{0};
     std::atomic<bool> _corrupted_once{false}; // fault injection only

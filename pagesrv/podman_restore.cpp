@@ -84,8 +84,8 @@ class podman_restore final : public engine_restore {
             _image_ids[image] = local_image_id(image);
     }
 
-    std::vector<std::string> prepare(const fs::path& dir,
-                                     const std::string& migration_id) override {
+    std::vector<std::string> prepare(const fs::path& dir, const std::string& migration_id,
+                                     const std::vector<std::string>& criu_env) override {
         (void)engine_file(dir, "config.dump");
         (void)engine_file(dir, "spec.dump");
         const auto tar_out = dir / "podman-import.tar";
@@ -104,7 +104,7 @@ class podman_restore final : public engine_restore {
                 tar.add_path("checkpoint/" + name, entry.path());
             }
         }
-        const auto req = write_restore_request(dir, dir, migration_id, "");
+        const auto req = write_restore_request(dir, dir, migration_id, "", criu_env);
         tar.add_path(std::string("checkpoint/") + engine::restore_request_file, req);
         tar.close();
         _created = true;
