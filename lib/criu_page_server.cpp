@@ -21,14 +21,16 @@ struct ps_iov_v41 {
 };
 static_assert(sizeof(ps_iov_v41) == 24, "CRIU 4.1's page_server_iov is 24 bytes");
 
-unique_fd connect_with_retry(uint16_t port, std::chrono::milliseconds timeout) {
+unique_fd connect_with_retry(uint16_t port, std::chrono::milliseconds timeout,
+                             const std::function<bool()>& criu_alive) {
     auto ep = net::parse_endpoint(fmt::format("127.0.0.1:{}", port));
     const auto until = net::after(timeout);
     for (;;) {
         try {
             return net::tcp_connect(ep, std::chrono::milliseconds(1000));
         } catch (const std::system_error& e) {
-            if (e.code().value() != ECONNREFUSED || std::chrono::steady_clock::now() >= until)
+            if (e.code().value() != ECONNREFUSED || std::chrono::steady_clock::now() >= until ||
+                !criu_alive())
                 throw;
         }
         std::this_thread::sleep_for(
@@ -45,7 +47,7 @@ void send_command(int fd, uint32_t cmd, std::chrono::milliseconds timeout) {
 } // namespace
 
 void finish_lazy_dump(uint16_t port, std::chrono::milliseconds timeout) {
-    unique_fd fd = connect_with_retry(port, timeout);
+    unique_fd fd = connect_with_retry(port, timeout, [] { return true; });
     send_command(fd.get(), ps_iov_close, timeout);
     std::array<std::byte, 4> reply;
     if (!net::read_full(fd.get(), reply, net::after(timeout), "read CRIU CLOSE reply"))
@@ -57,8 +59,9 @@ void finish_lazy_dump(uint16_t port, std::chrono::milliseconds timeout) {
     // CRIU waits for our side to close before it finishes the dump.
 }
 
-void abort_lazy_dump(uint16_t port, std::chrono::milliseconds timeout) {
-    unique_fd fd = connect_with_retry(port, timeout);
+void abort_lazy_dump(uint16_t port, std::chrono::milliseconds timeout,
+                     const std::function<bool()>& criu_alive) {
+    unique_fd fd = connect_with_retry(port, timeout, criu_alive);
     send_command(fd.get(), ps_iov_unknown, timeout);
     // CRIU drops the connection once it rejects the command.
     std::array<std::byte, 1> b;

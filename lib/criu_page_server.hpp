@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 namespace ferry::criu {
 
@@ -19,7 +20,10 @@ inline constexpr uint32_t ps_iov_unknown = 0; // no command has value 0
 // Sends CLOSE to 127.0.0.1:port and waits for CRIU's acknowledgement.
 void finish_lazy_dump(uint16_t port, std::chrono::milliseconds timeout);
 // Makes the lazy dump fail so CRIU resumes the frozen tasks. Retries the
-// connection until `timeout`, because CRIU may still be setting up.
-void abort_lazy_dump(uint16_t port, std::chrono::milliseconds timeout);
+// connection until `timeout`, because CRIU may still be setting up, but
+// only while `criu_alive()` says there is a CRIU to wait for.
+void abort_lazy_dump(
+    uint16_t port, std::chrono::milliseconds timeout,
+    const std::function<bool()>& criu_alive = [] { return true; });
 
 } // namespace ferry::criu

@@ -73,38 +73,44 @@ uint64_t now_unix_ms() {
                         .count());
 }
 
+// Each migration has a directory of its own, made once: a reader listing
+// the records never races a rename in the directory it lists (readdir may
+// miss an entry renamed meanwhile). The record inside is replaced by rename,
+// so a reader opening it sees the old one or the new one.
 void write(const migration_record& r, const fs::path& dir) {
     if (!is_id(r.id))
         throw error(fmt::format("'{}' is not a migration id", r.id));
-    fs::create_directories(dir);
-    const auto tmp = dir / fmt::format(".{}.{}.tmp", r.id, ::getpid());
+    const auto own = dir / r.id;
+    fs::create_directories(own);
+    const auto tmp = own / fmt::format("record.json.{}.tmp", ::getpid());
     {
         std::ofstream out(tmp);
         out << to_json(r).dump(1) << '\n';
         if (!out)
             throw error("cannot write " + tmp.string());
     }
-    fs::rename(tmp, dir / (r.id + ".json"));
+    fs::rename(tmp, own / "record.json");
 }
 
 void remove(const std::string& id, const fs::path& dir) noexcept {
     if (!is_id(id))
         return;
     std::error_code ec;
-    fs::remove(dir / (id + ".json"), ec);
+    fs::remove_all(dir / id, ec);
 }
 
 std::vector<migration_record> list(const fs::path& dir) {
     std::vector<migration_record> out;
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(dir, ec)) {
-        if (e.path().extension() != ".json" || !is_id(e.path().stem().string()))
+        if (!is_id(e.path().filename().string()))
             continue;
         try {
-            std::ifstream in(e.path());
-            out.push_back(from_json(json::parse(in)));
+            std::ifstream in(e.path() / "record.json");
+            if (in)
+                out.push_back(from_json(json::parse(in)));
         } catch (const std::exception&) {
-            // being replaced, or not ours: skipped
+            // not ours: skipped
         }
     }
     std::sort(out.begin(), out.end(),

@@ -1,5 +1,5 @@
 // The migrations in flight on this host, as files an operator's tools can
-// read: one JSON record per migration in /run/ferry/migrations, written by
+// read: one JSON record per migration in /run/ferry/migrations/<id>/, written by
 // the migrator at every phase change (atomically, by rename) and removed
 // when it ends. `migrator status` lists them; `migrator abort ID` ends one
 // safely, even when the migrator that wrote it is gone.

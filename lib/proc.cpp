@@ -114,6 +114,13 @@ uint64_t memory_bytes(pid_t pid) {
     return kib * 1024;
 }
 
+pid_t parent(pid_t pid) {
+    const auto f = stat_fields(fmt::format("/proc/{}/stat", pid));
+    if (!f || f->size() < 2)
+        return 0;
+    return pid_t(std::strtol((*f)[1].c_str(), nullptr, 10));
+}
+
 std::string comm(pid_t pid) {
     std::ifstream in(fmt::format("/proc/{}/comm", pid));
     std::string name;

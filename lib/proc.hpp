@@ -45,6 +45,9 @@ std::vector<thread_state> threads(pid_t pid);
 // Resident plus swapped memory of one process (smaps_rollup), bytes; 0 when gone.
 uint64_t memory_bytes(pid_t pid);
 
+// The parent's pid (PPid); 0 when the process is gone.
+pid_t parent(pid_t pid);
+
 // The command name (comm); empty when the process is gone.
 std::string comm(pid_t pid);
 

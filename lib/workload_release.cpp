@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 namespace ferry::criu {
@@ -18,6 +19,27 @@ namespace ferry::criu {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using clock = std::chrono::steady_clock;
+
+namespace {
+
+// Whether `pid` shows `text` in its command line (CRIU's process title names
+// its images directory) or in the path of a file it holds open (its log, its
+// images directory).
+bool shows_in_title_or_files(pid_t pid, const std::string& text) {
+    std::ifstream cmdline(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
+    const std::string title((std::istreambuf_iterator<char>(cmdline)), {});
+    if (title.find(text) != std::string::npos)
+        return true;
+    std::error_code ec;
+    for (const auto& fd : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+        std::error_code lec;
+        if (fs::read_symlink(fd.path(), lec).string().find(text) != std::string::npos)
+            return true;
+    }
+    return false;
+}
+
+} // namespace
 
 std::vector<pid_t> find_migration_criu(const std::string& migration_id) {
     std::vector<pid_t> out;
@@ -32,7 +54,12 @@ std::vector<pid_t> find_migration_criu(const std::string& migration_id) {
         const auto pid = pid_t(std::stoi(name));
         if (pid == ::getpid() || proc::comm(pid) != "criu")
             continue;
-        if (proc::environ_has(pid, entry))
+        // CRIU writes its process title over its environment, so the id
+        // is looked for where it survives: in the parent's environment (runc
+        // under an engine), or in the images directory and log that Ferry
+        // names after the migration (its own dumps, docker's).
+        if (proc::environ_has(pid, entry) || proc::environ_has(proc::parent(pid), entry) ||
+            shows_in_title_or_files(pid, "/" + migration_id))
             out.push_back(pid);
     }
     return out;
@@ -114,19 +141,6 @@ std::string read_word(const fs::path& f) {
     std::string w;
     in >> w;
     return w;
-}
-
-bool thaw(pid_t pid) {
-    const auto f = freezer_file(pid);
-    if (f.empty())
-        return false;
-    const bool v1 = f.filename() == "freezer.state";
-    const auto now = read_word(f);
-    if (v1 ? now == "THAWED" : now != "1")
-        return false;
-    std::ofstream out(f);
-    out << (v1 ? "THAWED" : "0");
-    return bool(out);
 }
 
 std::string net_ns(pid_t pid) {
@@ -212,6 +226,24 @@ bool cgroup_frozen(pid_t pid) {
     return f.filename() == "freezer.state" ? now != "THAWED" : now == "1";
 }
 
+bool set_cgroup_frozen(pid_t pid, bool frozen) {
+    const auto f = freezer_file(pid);
+    if (f.empty())
+        return false;
+    const bool v1 = f.filename() == "freezer.state";
+    std::ofstream out(f);
+    out << (v1 ? (frozen ? "FROZEN" : "THAWED") : (frozen ? "1" : "0"));
+    return bool(out);
+}
+
+namespace {
+
+bool thaw(pid_t pid) {
+    return cgroup_frozen(pid) && set_cgroup_frozen(pid, false);
+}
+
+} // namespace
+
 release_result release_workload(const release_request& r) {
     release_result res;
     const auto until = clock::now() + r.bound;
@@ -231,6 +263,8 @@ release_result release_workload(const release_request& r) {
             res.killed_criu.push_back(p);
     }
     const bool criu_gone = wait_gone(res.killed_criu, until);
+    if (r.after_criu_killed)
+        r.after_criu_killed();
     if (!r.end_workload) {
         if (!r.was_frozen_before)
             res.thawed = thaw(r.root);

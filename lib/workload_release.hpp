@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct release_request {
     // is not thawed: it was paused by someone else).
     bool was_frozen_before = false;
     std::chrono::milliseconds bound{10'000};
+    // Called once CRIU is gone, before anything is thawed: an engine whose
+    // checkpoint command now fails may resume the container itself (docker's
+    // containerd thaws what it paused), and must be let do so first or its
+    // own records disagree with the container.
+    std::function<void()> after_criu_killed;
 };
 
 struct release_result {
@@ -71,5 +77,7 @@ release_result release_workload(const release_request& r);
 // The freezer state of a process's cgroup (v1 freezer.state or v2
 // cgroup.freeze): true if frozen or freezing.
 bool cgroup_frozen(pid_t pid);
+// Freezes (or thaws) a process's cgroup; false if it has no freezer.
+bool set_cgroup_frozen(pid_t pid, bool frozen);
 
 } // namespace ferry::criu

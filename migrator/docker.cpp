@@ -5,6 +5,7 @@
 #include "engine_dump.hpp"
 #include "error.hpp"
 #include "rootfs_diff.hpp"
+#include "workload_release.hpp"
 
 #include <fmt/format.h>
 
@@ -135,6 +136,28 @@ class docker_dump final : public engine_dump {
     }
 
     fs::path redirected_images() const override { return images_dir(); }
+
+    // containerd pauses the container before the checkpoint and resumes it
+    // when the checkpoint fails, but CRIU thawed the cgroup once it held the
+    // tasks and, killed, never froze it back: runc's resume then finds
+    // nothing paused and dockerd goes on reporting the container paused. So
+    // the container is paused again, briefly, and unpaused through dockerd.
+    void resync_engine() noexcept override {
+        try {
+            const auto j = ferry::docker::inspect_container(_c.id);
+            if (!j || !j->at("State").value("Paused", false))
+                return;
+            const pid_t pid = j->at("State").value("Pid", 0);
+            if (pid <= 0 || criu::cgroup_frozen(pid) || !criu::set_cgroup_frozen(pid, true))
+                return;
+            (void)ferry::docker::call("POST",
+                                      "/containers/" + ferry::docker::encode(_c.id) + "/unpause");
+            _log->info("docker's record of {} said paused after CRIU was killed: unpaused it",
+                       _c.name);
+        } catch (const std::exception& e) {
+            _log->warn("cannot bring docker's record of {} in line: {}", _c.name, e.what());
+        }
+    }
 
     std::string log_hint() const override {
         return fmt::format("CRIU's dump.log in {}", images_dir().string());

@@ -123,6 +123,7 @@ void engine_dump::after_criu_killed() noexcept {
         if (auto st = _cmd.wait_for(std::chrono::seconds(15))) {
             _log->info("{}'s checkpoint ended ({}) after CRIU was killed", _engine,
                        describe_wait_status(*st));
+            resync_engine();
             return;
         }
     } catch (const std::exception& e) {

@@ -80,6 +80,9 @@ class engine_dump : public dump_driver {
     [[nodiscard]] virtual std::filesystem::path redirected_images() const { return {}; }
     // Where runc and CRIU log, for a person to look at.
     [[nodiscard]] virtual std::string log_hint() const = 0;
+    // After CRIU was killed and the engine's checkpoint ended: brings the
+    // engine's record of the container back in line with it. Never throws.
+    virtual void resync_engine() noexcept {}
 
     const std::string _engine, _id, _name;
     const std::filesystem::path _dir;

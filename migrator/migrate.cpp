@@ -43,6 +43,9 @@ constexpr auto control_timeout = std::chrono::seconds(30);
 // Beyond the destination's own restore deadline: the images' trip and
 // lazy-pages' start, before the destination reports either way.
 constexpr auto restore_margin = std::chrono::seconds(60);
+// How long an abort waits for CRIU's page server, through which CRIU resumes
+// the tasks itself, before it kills CRIU instead.
+constexpr auto abort_page_server_grace = std::chrono::seconds(5);
 // The destination reports progress every 200 ms; this much silence means it is gone.
 constexpr auto transfer_silence_limit = std::chrono::seconds(60);
 
@@ -682,6 +685,8 @@ void migration::finish_source() {
         _r.source_bytes_sent = e->outgoing_finished->bytes_sent;
         if (const auto* m = e->outgoing_finished->moments; m && m->has_dump_end_ns)
             _r.t_dump_end = m->dump_end_ns;
+        if (e->outgoing_finished->recovery && *e->outgoing_finished->recovery)
+            _r.recovery = e->outgoing_finished->recovery;
         if (!_dump->wait_end(_deadlines.close)) {
             if (_dump->stuck())
                 throw criu_timeout(_dump->end_error());
@@ -718,7 +723,11 @@ void migration::abort_source(const std::string& reason) {
 // local daemon once it serves the migration). True if CRIU ended.
 bool migration::abort_gracefully(const std::string& reason) {
     try {
-        _dump->wait_page_server(_deadlines.page_server);
+        // A healthy CRIU is at most moments away from its page server (no
+        // memory work is left after post-dump); one that is not is treated
+        // as stuck rather than waited on for a full deadline.
+        _dump->wait_page_server(
+            std::min<std::chrono::milliseconds>(_deadlines.page_server, abort_page_server_grace));
         if (_registered && _src) {
             try {
                 FerryControl__OutgoingAbort a = FERRY_CONTROL__OUTGOING_ABORT__INIT;
@@ -761,9 +770,9 @@ void migration::release_source(bool end_workload) {
     req.end_workload = end_workload;
     req.was_frozen_before = _cgroup_was_frozen;
     req.bound = _deadlines.release;
-    const auto res = criu::release_workload(req);
     if (_dump)
-        _dump->after_criu_killed();
+        req.after_criu_killed = [this] { _dump->after_criu_killed(); };
+    const auto res = criu::release_workload(req);
     _r.recovery = res.summary;
 }
 
@@ -936,6 +945,9 @@ migration_result migration::run() {
     } catch (const std::exception& e) {
         _r.error = e.what();
         if (!_r.committed || _destination_never_ran) {
+            // Whatever the destination restored must not resume: without its
+            // migrator it refuses, and kills the copy, at once.
+            _dest.reset();
             abort_source(_r.error);
             _r.source_running = criu::inspect_workload(_opt.pid).running();
         }

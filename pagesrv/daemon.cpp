@@ -396,7 +396,7 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
                            m->id());
                 if (m->wait_destination_done(orphaned_commit_wait)) {
                     try {
-                        m->finish();
+                        (void)m->finish();
                     } catch (const std::exception& ex) {
                         _log->error("migration {}: {}", m->id(), ex.what());
                     }
@@ -418,8 +418,9 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
             }
         } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISH) {
             try {
-                m->finish();
+                const std::string recovery = m->finish();
                 FerryControl__OutgoingFinished f = FERRY_CONTROL__OUTGOING_FINISHED__INIT;
+                f.recovery = recovery.empty() ? nullptr : const_cast<char*>(recovery.c_str());
                 f.pages_served = m->pages_served();
                 f.bytes_sent = m->bytes_sent();
                 // CRIU exits right after CLOSE; with the plugin loaded (it

@@ -127,18 +127,18 @@ bool outgoing_migration::commit() {
     return true;
 }
 
-void outgoing_migration::finish() {
+std::string outgoing_migration::finish() {
     {
         std::lock_guard lock(_mutex);
         if (_state == state::finished)
-            return;
+            return {};
         if (_state != state::committed)
             throw error(fmt::format("migration {} cannot finish: it was not committed", _id));
         _state = state::finished;
     }
     try {
         criu::finish_lazy_dump(_criu_port, _deadlines.close);
-        return;
+        return {};
     } catch (const std::exception& e) {
         make_logger("pagesrv")->error(
             "migration {}: CRIU did not take CLOSE ({}); ending the source tasks directly", _id,
@@ -153,6 +153,7 @@ void outgoing_migration::finish() {
     if (!res.ok)
         throw error(
             fmt::format("migration {}: the source could not be ended: {}", _id, res.summary));
+    return "CRIU did not take CLOSE: " + res.summary;
 }
 
 bool outgoing_migration::abort(const std::string& reason, bool destination_never_ran,
@@ -185,7 +186,8 @@ void outgoing_migration::resume_source() {
     const auto until = std::chrono::steady_clock::now() + _deadlines.abort;
     if (!criu::find_migration_criu(_id).empty()) {
         try {
-            criu::abort_lazy_dump(_criu_port, _deadlines.abort);
+            criu::abort_lazy_dump(_criu_port, _deadlines.abort,
+                                  [&] { return !criu::find_migration_criu(_id).empty(); });
         } catch (const std::exception& e) {
             log->warn("migration {}: CRIU's page server did not take the abort: {}", _id, e.what());
         }

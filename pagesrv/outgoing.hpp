@@ -55,7 +55,8 @@ class outgoing_migration {
     // Ends CRIU's dump with CLOSE (the frozen tasks die). Requires committed.
     // If CRIU does not take CLOSE, it is killed and so are the tasks: the
     // destination runs the workload. Throws if the tasks cannot be ended.
-    void finish();
+    // Returns what had to be done when CRIU did not take CLOSE (else empty).
+    std::string finish();
     // Makes CRIU resume the frozen tasks. Refused once committed, unless the
     // destination's restore is known to have failed before its tasks ran.
     // A CRIU that does not take the abort in time is killed and the tasks

@@ -22,11 +22,7 @@ expect_failure() {
   grep -q -- "$pattern" "$work/$name.json" || fail "$name: error does not mention '$pattern'"
   [ "$(json "$work/$name.json" source_running)" = true ] || fail "$name: migrator says the source is not running"
   running "$pid" || fail "$name: source pid $pid is not running"
-  mark=$(lines "$out")
-  kill -USR1 "$pid"
-  wait_for "$out" "verify ok parent pages=8192" 30 "$mark"
-  wait_for "$out" "verify ok child pages=1024" 30 "$mark"
-  wait_for "$out" "tick parent" 10 "$(lines "$out")"
+  verify_workload "$pid" "$out" 8192 1024
 }
 
 # Bad input rejected before anything is frozen.

@@ -20,6 +20,8 @@ fail() {
 
 cleanup() {
   local rc=$?
+  # A test's own clean-up first (test_cleanup, if it defines one).
+  if declare -F test_cleanup >/dev/null; then test_cleanup || true; fi
   if [ $rc -ne 0 ]; then
     log "test failed (rc=$rc); daemon logs follow"
     for f in /tmp/ferry-testbed/"$FERRY_TESTBED"/*/pagesrv.log; do
@@ -103,4 +105,41 @@ restored_pid() {
     [ "$(cat /proc/"$ppid"/comm 2>/dev/null)" = memload ] || { echo "$pid"; return 0; }
   done
   return 1
+}
+
+# verify_workload PID OUT PARENT_PAGES [CHILD_PAGES]: asks a memload tree to
+# check all of its memory (SIGUSR1) and waits for every process's verdict,
+# then for a fresh tick: the tree is intact and runs.
+verify_workload() {
+  local pid=$1 out=$2 parent=$3 child=${4:-} mark
+  mark=$(lines "$out")
+  kill -USR1 "$pid"
+  wait_for "$out" "verify ok parent pages=$parent" 30 "$mark"
+  [ -z "$child" ] || wait_for "$out" "verify ok child pages=$child" 30 "$mark"
+  wait_for "$out" "tick parent" 10 "$(lines "$out")"
+}
+
+# stall_config DIR PHASE: a CRIU config whose action script stops CRIU
+# (SIGSTOP) when it reaches PHASE ("pre-dump", "post-dump", "status-ready",
+# ...), as a CRIU stuck there would be. Prints the config's path. In RPC
+# mode CRIU runs a config's action scripts after each notification.
+stall_config() {
+  local dir=$1 phase=$2
+  cat >"$dir/criu-stall-$phase.sh" <<SCRIPT
+#!/bin/sh
+[ "\$CRTOOLS_SCRIPT_ACTION" = "$phase" ] || exit 0
+p=\$PPID
+while [ "\$p" -gt 1 ]; do
+  if [ "\$(cat /proc/\$p/comm)" = criu ]; then
+    echo "\$p" >"$dir/criu-stalled-$phase.pid"
+    kill -STOP "\$p"
+    exit 0
+  fi
+  p=\$(awk '{print \$4}' /proc/\$p/stat)
+done
+exit 0
+SCRIPT
+  chmod +x "$dir/criu-stall-$phase.sh"
+  echo "action-script $dir/criu-stall-$phase.sh" >"$dir/criu-stall-$phase.conf"
+  echo "$dir/criu-stall-$phase.conf"
 }
