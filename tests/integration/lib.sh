@@ -119,10 +119,13 @@ verify_workload() {
   wait_for "$out" "tick parent" 10 "$(lines "$out")"
 }
 
-# stall_config DIR PHASE: a CRIU config whose action script stops CRIU
-# (SIGSTOP) when it reaches PHASE ("pre-dump", "post-dump", "status-ready",
-# ...), as a CRIU stuck there would be. Prints the config's path. In RPC
-# mode CRIU runs a config's action scripts after each notification.
+# stall_config DIR PHASE: a CRIU config whose action script never returns
+# when CRIU reaches PHASE ("pre-dump", "post-dump", "status-ready", ...):
+# CRIU then waits for it in wait4, as a CRIU whose breakpoint never fires
+# does. The script records CRIU's pid (DIR/criu-stalled-PHASE.pid) and its
+# own (DIR/stall-sleeper-PHASE.pid), and gives up after 600 s. Prints the
+# config's path. In RPC mode CRIU runs a config's action scripts after each
+# notification.
 stall_config() {
   local dir=$1 phase=$2
   cat >"$dir/criu-stall-$phase.sh" <<SCRIPT
@@ -131,9 +134,9 @@ stall_config() {
 p=\$PPID
 while [ "\$p" -gt 1 ]; do
   if [ "\$(cat /proc/\$p/comm)" = criu ]; then
+    echo "\$\$" >"$dir/stall-sleeper-$phase.pid"
     echo "\$p" >"$dir/criu-stalled-$phase.pid"
-    kill -STOP "\$p"
-    exit 0
+    exec sleep 600
   fi
   p=\$(awk '{print \$4}' /proc/\$p/stat)
 done

@@ -3,9 +3,9 @@
 # error, never waits on the stuck CRIU again, and the source workload runs
 # on wherever it can be saved (migrator/README.md has the matrix).
 #
-# CRIU is made to stall by an action script (--criu-config) that SIGSTOPs it
-# at a chosen notification, as a CRIU whose breakpoint never fires, or that
-# hangs in the kernel, would sit there. Deadlines are scaled down
+# CRIU is made to stall by an action script (--criu-config) that never
+# returns at a chosen notification: CRIU waits for it in wait4, as a CRIU
+# whose breakpoint never fires waits for its trap. Deadlines are scaled down
 # (--deadline-scale) so that each case takes seconds.
 #
 # Without FERRY_TEST_ENGINE, a bare process tree:
@@ -18,6 +18,7 @@
 #                 `migrator abort ID` ends it from another terminal
 #   orphan        the migrator is SIGKILLed meanwhile: `migrator status`
 #                 says so and `migrator abort ID` releases the workload
+#                 (CRIU, stuck in wait4, outlives its migrator)
 # With FERRY_TEST_ENGINE=podman|docker, a container stalls at post-dump: CRIU
 # (under the engine's runc) is found by its migration and killed, its network
 # lock removed, and the container runs on as its engine reports it.
@@ -30,18 +31,20 @@ bound=60  # seconds a stalled migration may take in all: far beyond its deadline
 # A test that fails half-way must not leave a stopped CRIU holding tasks.
 test_cleanup() {
   local f
-  for f in "$work"/criu-stalled-*.pid; do
+  for f in "$work"/criu-stalled-*.pid "$work"/stall-sleeper-*.pid; do
     [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
   done
   return 0
 }
 
 # stalled_criu_gone PHASE: the CRIU stopped at PHASE no longer exists.
+# Also ends the script it was waiting for, which outlives it.
 stalled_criu_gone() {
   local f="$work/criu-stalled-$1.pid"
   [ -f "$f" ] || fail "CRIU never reached $1 (no $f)"
-  for _ in $(seq 1 100); do gone "$(cat "$f")" && return 0; sleep 0.05; done
-  fail "the CRIU stalled at $1 (pid $(cat "$f")) is still there"
+  for _ in $(seq 1 100); do gone "$(cat "$f")" && break; sleep 0.05; done
+  gone "$(cat "$f")" || fail "the CRIU stalled at $1 (pid $(cat "$f")) is still there"
+  kill -KILL "$(cat "$work/stall-sleeper-$1.pid")" 2>/dev/null || true
 }
 
 # The destination kills a copy that may not resume as soon as the migrator
@@ -85,9 +88,8 @@ expect_saved() {
   [ "$(json "$work/$name.json" source_running)" = true ] || fail "$name: the migrator says the source does not run"
 }
 
-testbed_up
-
 if [ -z "$engine" ]; then
+  testbed_up
   pid=$(start_workload a victim --mib 32 --child-mib 4 --threads 2)
   out="$work/victim.out"
   log "workload pid $pid on host a"
@@ -131,8 +133,8 @@ if [ -z "$engine" ]; then
   id=$(python3 -c 'import json,sys; m=[m for m in json.load(open(sys.argv[1]))["migrations"] if m["source_pid"]==int(sys.argv[2])]; print(m[0]["id"] if m else "")' "$work/status.json" "$pid")
   [ -n "$id" ] || fail "abort: migrator status does not list the migration of pid $pid"
   grep -q "${id:0:12}" "$work/status.txt" || fail "abort: the status table lacks ${id:0:12}"
-  python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["migrations"][0]; assert m["migrator_alive"] and m["workload"]=="frozen" and m["criu_pids"], m' \
-    "$work/status.json" || fail "abort: status does not show a live migrator, a frozen workload and its CRIU"
+  python3 -c 'import json,sys; m=[m for m in json.load(open(sys.argv[1]))["migrations"] if m["id"]==sys.argv[2]][0]; assert m["migrator_alive"] and m["workload"]=="frozen" and m["criu_pids"], m' \
+    "$work/status.json" "$id" || fail "abort: status does not show a live migrator, a frozen workload and its CRIU"
   on a timeout -s KILL 90 migrator abort "${id:0:8}" >"$work/abort.txt" || fail "abort failed: $(cat "$work/abort.txt")"
   cat "$work/abort.txt" >&2
   grep -q "the workload runs" "$work/abort.txt" || fail "abort: no word that the workload runs"
@@ -149,15 +151,18 @@ if [ -z "$engine" ]; then
     >"$work/orphan.json" 2>"$work/orphan.err" &
   for _ in $(seq 1 200); do [ -f "$work/criu-stalled-post-dump.pid" ] && break; sleep 0.05; done
   [ -f "$work/criu-stalled-post-dump.pid" ] || fail "orphan: CRIU never reached post-dump"
-  migrator_pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["migrations"][0]["migrator_pid"])' \
-    <(on a migrator status --json))
+  # this_migration FIELD: a field of the record of the migration of $pid.
+  this_migration() {
+    python3 -c 'import json,sys; print([m for m in json.load(open(sys.argv[1]))["migrations"] if m["source_pid"]==int(sys.argv[2])][0][sys.argv[3]])' \
+      <(on a migrator status --json) "$pid" "$1"
+  }
+  migrator_pid=$(this_migration migrator_pid)
   kill -KILL "$migrator_pid"
   for _ in $(seq 1 100); do gone "$migrator_pid" && break; sleep 0.05; done
   on a migrator status >"$work/status-orphan.txt"
   cat "$work/status-orphan.txt" >&2
   grep -q GONE "$work/status-orphan.txt" || fail "orphan: status does not say the migrator is gone"
-  id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["migrations"][0]["id"])' \
-    <(on a migrator status --json))
+  id=$(this_migration id)
   on a timeout -s KILL 90 migrator abort "$id" >"$work/abort-orphan.txt" || fail "orphan abort failed: $(cat "$work/abort-orphan.txt")"
   cat "$work/abort-orphan.txt" >&2
   stalled_criu_gone post-dump
