@@ -255,8 +255,9 @@ $(tail -n 5 "$dir/images/restore.log")"
 }
 criu_self_test_cleanup() {
   local dir=$1 p
+  trap - RETURN
   for p in "$dir/restored.pid" "$dir/pid"; do
-    [ -f "$p" ] && kill -KILL "$(cat "$p")" 2>/dev/null
+    if [ -f "$p" ]; then kill -KILL "$(cat "$p")" 2>/dev/null || true; fi
   done
   rm -rf "$dir"
   return 0
