@@ -82,18 +82,6 @@ bool process_running(pid_t pid) {
     return st && *st != 'Z' && *st != 'X' && *st != 't' && *st != 'T';
 }
 
-const char* mode_name(migrate_mode m) {
-    switch (m) {
-    case migrate_mode::migrate:
-        return "migrate";
-    case migrate_mode::park:
-        return "checkpoint";
-    case migrate_mode::unpark:
-        return "restore";
-    }
-    return "?";
-}
-
 bool process_gone(pid_t pid) {
     const auto st = proc::state(pid);
     return !st || *st == 'Z' || *st == 'X';
@@ -195,7 +183,7 @@ class migration {
 void migration::set_phase(const char* phase) {
     if (_rec.id.empty()) {
         _rec.id = _r.id;
-        _rec.mode = mode_name(_opt.mode);
+        _rec.mode = to_string(_opt.mode);
         _rec.migrator_pid = ::getpid();
         _rec.migrator_start = proc::start_time(::getpid());
         _rec.container = _opt.container;
@@ -617,9 +605,17 @@ void migration::wait_transfer() {
     }
     for (;;) {
         if (_handoff_pending) {
+            // The destination reports every 200 ms: its silence is bounded
+            // here as in the receive below.
             pollfd fds[2] = {{_dest.get(), POLLIN, 0}, {_src.get(), POLLIN, 0}};
-            if (::poll(fds, 2, -1) < 0 && errno != EINTR)
+            const int n =
+                ::poll(fds, 2, int(std::chrono::milliseconds(transfer_silence_limit).count()));
+            if (n < 0 && errno != EINTR)
                 throw sys_error("poll");
+            if (n == 0)
+                throw error(fmt::format("the destination sent nothing for {} s after it resumed; "
+                                        "the source stays frozen",
+                                        transfer_silence_limit.count()));
             if (fds[1].revents) {
                 _handoff_pending = false;
                 handle_handoff();
@@ -980,6 +976,18 @@ migration_result migration::run() {
 }
 
 } // namespace
+
+const char* to_string(migrate_mode m) noexcept {
+    switch (m) {
+    case migrate_mode::park:
+        return "checkpoint";
+    case migrate_mode::unpark:
+        return "restore";
+    case migrate_mode::migrate:
+        break;
+    }
+    return "migrate";
+}
 
 double migration_result::downtime_ms() const noexcept {
     switch (mode) {

@@ -30,6 +30,8 @@ namespace ferry::migrator {
 // --to-pool`); the tasks end once the pool holds them. unpark: pool ->
 // destination (`restore --from-pool`), with no source at all.
 enum class migrate_mode : uint8_t { migrate, park, unpark };
+// As the CLI names them: "migrate", "checkpoint", "restore".
+[[nodiscard]] const char* to_string(migrate_mode m) noexcept;
 
 struct migrate_options {
     migrate_mode mode = migrate_mode::migrate;

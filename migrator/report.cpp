@@ -12,18 +12,6 @@ double span_ms(uint64_t from, uint64_t to) {
     return from && to && to >= from ? ns_to_ms(to - from) : 0;
 }
 
-const char* mode_name(migrate_mode m) {
-    switch (m) {
-    case migrate_mode::park:
-        return "checkpoint";
-    case migrate_mode::unpark:
-        return "restore";
-    case migrate_mode::migrate:
-        break;
-    }
-    return "migrate";
-}
-
 // The downtime in five parts that add up to it: the workload stops (engine
 // pause or CRIU's freeze) until every task is frozen; CRIU writes the
 // images; they reach the destination (with the writable layer's diff); the
@@ -68,7 +56,7 @@ std::string park_summary(const migration_result& r) {
 nlohmann::json to_json(const migration_result& r) {
     nlohmann::json j;
     j["migration_id"] = r.id;
-    j["mode"] = mode_name(r.mode);
+    j["mode"] = to_string(r.mode);
     if (!r.park_name.empty())
         j["name"] = r.park_name;
     if (r.mode == migrate_mode::park)
@@ -179,7 +167,7 @@ nlohmann::json to_json(const migration_result& r) {
 std::string human_summary(const migration_result& r) {
     std::string s;
     if (!r.ok) {
-        s += fmt::format("{} {} FAILED: {}\n", mode_name(r.mode), r.id, r.error);
+        s += fmt::format("{} {} FAILED: {}\n", to_string(r.mode), r.id, r.error);
         if (r.mode == migrate_mode::unpark)
             s += fmt::format("  '{}' {}\n", r.park_name,
                              r.committed ? "was restored but did not finish: check the destination"

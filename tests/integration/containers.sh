@@ -15,17 +15,10 @@
 . "$(dirname "$0")/lib.sh"
 
 engine=${FERRY_TEST_ENGINE:-podman}
-case "$engine" in
-  podman) image=localhost/ferry-test:latest ;;
-  docker) image=ferry-test:latest ;;
-  *) fail "unknown engine $engine" ;;
-esac
 ctr() { local h=$1; shift; on "$h" "$engine" "$@"; }
 
 "$testbed" up --engines >&2
-log "building a Debian image (debootstrap)"
-"$repo/examples/image.sh" "$work/rootfs.tar" >/dev/null
-for h in a b; do ctr "$h" import "$work/rootfs.tar" "$image" >/dev/null; done
+image=$(engine_image "$engine")
 
 examples=$FERRY_BUILD/examples
 # run_memload HOST NAME: a memload container; waits until both processes are ready.

@@ -146,3 +146,18 @@ SCRIPT
   echo "action-script $dir/criu-stall-$phase.sh" >"$dir/criu-stall-$phase.conf"
   echo "$dir/criu-stall-$phase.conf"
 }
+
+# engine_image ENGINE: builds a Debian image (debootstrap) and imports it
+# into ENGINE (podman or docker) on hosts a and b; prints its name.
+engine_image() {
+  local engine=$1 image h
+  case "$engine" in
+    podman) image=localhost/ferry-test:latest ;;
+    docker) image=ferry-test:latest ;;
+    *) fail "unknown engine $engine" ;;
+  esac
+  log "building a Debian image (debootstrap)"
+  "$repo/examples/image.sh" "$work/rootfs.tar" >/dev/null
+  for h in a b; do on "$h" "$engine" import "$work/rootfs.tar" "$image" >/dev/null; done
+  echo "$image"
+}

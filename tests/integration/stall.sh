@@ -174,17 +174,9 @@ if [ -z "$engine" ]; then
 fi
 
 # A container whose CRIU, under the engine's runc, stalls at post-dump.
-case "$engine" in
-  podman) image=localhost/ferry-test:latest ;;
-  docker) image=ferry-test:latest ;;
-  *) fail "unknown engine $engine" ;;
-esac
 ctr() { local h=$1; shift; on "$h" "$engine" "$@"; }
 "$testbed" up --engines >&2
-log "building a Debian image (debootstrap)"
-"$repo/examples/image.sh" "$work/rootfs.tar" >/dev/null
-ctr a import "$work/rootfs.tar" "$image" >/dev/null
-ctr b import "$work/rootfs.tar" "$image" >/dev/null
+image=$(engine_image "$engine")
 ctr a run -d --name stall1 -v "$FERRY_BUILD/examples:/ferry:ro" "$image" \
   /ferry/memload --mib 32 --child-mib 4 --seed 5 >/dev/null
 for _ in $(seq 1 200); do ctr a logs stall1 2>&1 | grep -q "ready child" && break; sleep 0.1; done
