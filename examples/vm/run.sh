@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs a command inside a virtual machine on this host: qemu in software
 # emulation (TCG; KVM is not used), Debian 12's linux-image-amd64 kernel, a
-# busybox initramfs, and this host's root shared read-only over 9p, in which
-# the command runs chrooted, so Ferry's build and CRIU run there unchanged.
+# busybox initramfs, and this host's root shared read-only over 9p (under an
+# overlay whose writes stay in the VM's memory), in which the command runs
+# chrooted, so Ferry's build and CRIU run there unchanged.
 # For what the host itself cannot show: hardware breakpoints that trap (the
 # TCG CPU emulates debug registers; some hypervisors do not deliver them),
 # a kernel of another version, kernel modules.
@@ -67,11 +68,11 @@ initrd=$dir/initramfs.cpio.gz
 # host root. Later ones load through modprobe from the unpacked tree: what
 # CRIU's kernel probes need (socket diag, tun, nftables) and veth for
 # testbeds; anything else loads on demand.
-early="crc32_generic virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci netfs fscache 9pnet 9pnet_virtio 9p"
+early="crc32_generic virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci netfs fscache 9pnet 9pnet_virtio 9p overlay"
 late="veth tun unix_diag inet_diag tcp_diag udp_diag raw_diag netlink_diag af_packet_diag nfnetlink nf_tables"
 if [ ! -s "$initrd" ] || [ "$(readlink -f "$0")" -nt "$initrd" ]; then
   root=$dir/initramfs.root
-  rm -rf "$root" && mkdir -p "$root"/{bin,dev,proc,sys,mnt,modules} || die "mkdir $root"
+  rm -rf "$root" && mkdir -p "$root"/{bin,dev,proc,sys,mnt,host,rw,modules} || die "mkdir $root"
   cp /bin/busybox "$root/bin/busybox"
   ln -s busybox "$root/bin/sh"
   for m in $early; do
@@ -93,12 +94,20 @@ done
 run=
 for a in \$(cat /proc/cmdline); do case \$a in vmrun=*) run=\${a#vmrun=} ;; esac; done
 ifconfig lo 127.0.0.1 up
-if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose host /mnt; then
+if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose host /host; then
   say "cannot mount the host's root"
   poweroff -f
 fi
+# The host's root, read-only, under a tmpfs that takes the VM's writes
+# (CRIU's parasite makes a directory in the task's root, for one).
+mount -t tmpfs tmpfs /rw
+mkdir -p /rw/upper /rw/work
+if ! mount -t overlay overlay -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work /mnt; then
+  say "cannot mount the overlay"
+  poweroff -f
+fi
 mkdir -p /lib/modules
-mount --bind /mnt$kpkg/lib/modules /lib/modules
+mount --bind /host$kpkg/lib/modules /lib/modules
 echo /bin/modprobe >/proc/sys/kernel/modprobe
 for m in $late; do modprobe \$m 2>/dev/null || say "modprobe \$m failed"; done
 mount -t proc proc /mnt/proc
