@@ -1,7 +1,7 @@
 #include "criu_handshake.hpp"
 
-#include "error.hpp"
-#include "net.hpp"
+#include "core/error.hpp"
+#include "sys/net.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -4,7 +4,7 @@
 // zombie with no uffd. Later it sends "restore finished" on the same socket.
 #pragma once
 
-#include "unique_fd.hpp"
+#include "core/unique_fd.hpp"
 
 #include <sys/types.h>
 

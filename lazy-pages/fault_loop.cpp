@@ -22,10 +22,10 @@
 // shared region), and range maps reuse nodes from their own pools.
 #include "fault_loop.hpp"
 
-#include "checksum.hpp"
-#include "clock.hpp"
-#include "error.hpp"
-#include "log.hpp"
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
 #include "uffd_ops.hpp"
 
 #include <fmt/format.h>

@@ -4,12 +4,12 @@
 // and are always handled before background data.
 #pragma once
 
-#include "criu_image.hpp"
-#include "latency_recorder.hpp"
+#include "core/latency_recorder.hpp"
+#include "core/unique_fd.hpp"
+#include "criu/criu_image.hpp"
 #include "lazy_process.hpp"
-#include "page_channel.hpp"
 #include "request_ring.hpp"
-#include "unique_fd.hpp"
+#include "transport/page_channel.hpp"
 
 #include <linux/userfaultfd.h>
 

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "access_pattern.hpp"
-#include "range_map.hpp"
-#include "unique_fd.hpp"
+#include "core/range_map.hpp"
+#include "core/unique_fd.hpp"
 
 #include <cstdint>
 

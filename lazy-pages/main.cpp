@@ -3,17 +3,17 @@
 // progress and final statistics to pagesrv over --report-fd, and hands a
 // duplicate of every uffd to pagesrv over --uffd-keeper-fd so that a crash of
 // this process freezes the restored tasks instead of zero-filling them.
-#include "clock.hpp"
-#include "control.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "criu/criu_image.hpp"
 #include "criu_handshake.hpp"
-#include "criu_image.hpp"
-#include "error.hpp"
 #include "fault_loop.hpp"
-#include "log.hpp"
-#include "net.hpp"
-#include "page_channel.hpp"
-#include "pool_channel.hpp"
-#include "pool_rebuild.hpp"
+#include "pool/pool_channel.hpp"
+#include "pool/pool_rebuild.hpp"
+#include "sys/net.hpp"
+#include "transport/page_channel.hpp"
+#include "wire/control.hpp"
 
 #include <atomic>
 #include <thread>

@@ -1,12 +1,13 @@
 // The lazy dump of a bare process tree, through CRIU's RPC: Ferry answers
 // CRIU's notifications itself, so it sees the freeze (pre-dump), the images
 // complete (post-dump) and the page server up (status-ready) exactly.
-#include "clock.hpp"
-#include "criu_rpc.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/unique_fd.hpp"
+#include "criu/criu_config.hpp"
+#include "criu/criu_rpc.hpp"
 #include "dump_driver.hpp"
 #include "engine_request.hpp"
-#include "error.hpp"
-#include "unique_fd.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -50,7 +51,7 @@ class criu_dump final : public dump_driver {
         opts.has_notify_scripts = true;
         opts.notify_scripts = true;
         const auto config =
-            engine::write_criu_config(_dir / "criu-dump.conf", _settings.criu_options).string();
+            criu::write_config(_dir / "criu-dump.conf", _settings.criu_options).string();
         opts.config_file = const_cast<char*>(config.c_str());
         CriuReq req = CRIU_REQ__INIT;
         req.type = CRIU_REQ_TYPE__DUMP;

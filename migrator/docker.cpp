@@ -1,11 +1,11 @@
 #include "docker.hpp"
 
-#include "criu_image.hpp"
+#include "core/error.hpp"
+#include "criu/criu_image.hpp"
+#include "criu/workload_release.hpp"
 #include "docker_api.hpp"
 #include "engine_dump.hpp"
-#include "error.hpp"
 #include "rootfs_diff.hpp"
-#include "workload_release.hpp"
 
 #include <fmt/format.h>
 

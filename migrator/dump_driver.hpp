@@ -9,8 +9,8 @@
 // way out is migration's release (lib/workload_release.hpp).
 #pragma once
 
-#include "criu_deadlines.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
+#include "criu/criu_deadlines.hpp"
 #include "migrate.hpp"
 
 #include <chrono>

@@ -1,10 +1,11 @@
 #include "engine_dump.hpp"
 
-#include "clock.hpp"
-#include "criu_image.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "criu/criu_config.hpp"
+#include "criu/criu_image.hpp"
 #include "engine_request.hpp"
-#include "error.hpp"
-#include "log.hpp"
 #include "tar_writer.hpp"
 
 #include <fcntl.h>
@@ -56,8 +57,7 @@ void engine_dump::start(uint16_t port) {
     req.migrator_pid = ::getpid();
     req.page_server_port = port;
     req.status_fifo = fifo.string();
-    req.criu_config =
-        engine::write_criu_config(_dir / "criu-dump.conf", _settings.criu_options).string();
+    req.criu_config = criu::write_config(_dir / "criu-dump.conf", _settings.criu_options).string();
     req.criu_env = _settings.criu_env;
     req.images_dir = redirected_images().string();
     engine::write_request(engine::checkpoint_request_path(_id), req);

@@ -12,9 +12,9 @@
 // destination needs (engine_files) and how the source container goes.
 #pragma once
 
+#include "core/unique_fd.hpp"
 #include "dump_driver.hpp"
-#include "subprocess.hpp"
-#include "unique_fd.hpp"
+#include "sys/subprocess.hpp"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/logger.h>

@@ -4,10 +4,10 @@
 // runc's lazy-pages options. CRIU also runs this binary as its action
 // script during such a restore; its post-restore step is Ferry's commit
 // gate: the tasks resume only if the destination daemon says so.
-#include "criu_event_wire.hpp"
+#include "core/unique_fd.hpp"
 #include "engine_request.hpp"
 #include "tar_extract.hpp"
-#include "unique_fd.hpp"
+#include "wire/criu_event_wire.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -1,9 +1,9 @@
 // migrator: Ferry's command line.
-#include "error.hpp"
-#include "log.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
 #include "migrate.hpp"
 #include "park.hpp"
-#include "pool_client.hpp"
+#include "pool/pool_client.hpp"
 #include "report.hpp"
 #include "status.hpp"
 

@@ -12,10 +12,10 @@
 // source tasks.
 #pragma once
 
-#include "control.pb-c.h"
-#include "fabric.hpp"
-#include "net.hpp"
-#include "pool_layout.hpp"
+#include "pool/pool_layout.hpp"
+#include "sys/net.hpp"
+#include "transport/fabric.hpp"
+#include "wire/control.pb-c.h"
 
 #include <sys/types.h>
 

@@ -1,8 +1,8 @@
 #include "park.hpp"
 
-#include "error.hpp"
-#include "log.hpp"
-#include "pool_blob.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "pool/pool_blob.hpp"
 
 #include <fmt/format.h>
 

@@ -7,9 +7,9 @@
 // only the node list, and it survives the loss of all nodes but one.
 #pragma once
 
-#include "control.pb-c.h"
-#include "net.hpp"
-#include "pool_layout.hpp"
+#include "pool/pool_layout.hpp"
+#include "sys/net.hpp"
+#include "wire/control.pb-c.h"
 
 #include <memory>
 #include <string>

@@ -1,11 +1,11 @@
 #include "podman.hpp"
 
-#include "criu_image.hpp"
+#include "core/error.hpp"
+#include "criu/criu_image.hpp"
 #include "engine_dump.hpp"
 #include "engine_request.hpp"
-#include "error.hpp"
 #include "rootfs_diff.hpp"
-#include "subprocess.hpp"
+#include "sys/subprocess.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

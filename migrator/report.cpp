@@ -1,6 +1,6 @@
 #include "report.hpp"
 
-#include "clock.hpp"
+#include "core/clock.hpp"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 #include "rootfs_diff.hpp"
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "tar_writer.hpp"
 
 #include <fmt/format.h>

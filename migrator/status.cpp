@@ -1,10 +1,10 @@
 #include "status.hpp"
 
-#include "error.hpp"
-#include "hw_breakpoints.hpp"
+#include "core/error.hpp"
+#include "criu/workload_release.hpp"
 #include "migration_record.hpp"
-#include "proc.hpp"
-#include "workload_release.hpp"
+#include "sys/hw_breakpoints.hpp"
+#include "sys/proc.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,6 +1,6 @@
 #include "criu_events.hpp"
 
-#include "clock.hpp"
+#include "core/clock.hpp"
 
 #include <sys/socket.h>
 

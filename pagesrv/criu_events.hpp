@@ -5,9 +5,9 @@
 // migrator for the downtime breakdown.
 #pragma once
 
-#include "control.pb-c.h"
-#include "criu_event_wire.hpp"
-#include "unique_fd.hpp"
+#include "core/unique_fd.hpp"
+#include "wire/control.pb-c.h"
+#include "wire/criu_event_wire.hpp"
 
 #include <sys/types.h>
 

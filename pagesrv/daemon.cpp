@@ -1,14 +1,14 @@
 #include "daemon.hpp"
 
-#include "control.hpp"
-#include "criu_rpc.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/page.hpp"
+#include "criu/criu_rpc.hpp"
 #include "engine_restore.hpp"
-#include "error.hpp"
 #include "incoming.hpp"
-#include "log.hpp"
-#include "page.hpp"
 #include "pool_node.hpp"
-#include "shm_region.hpp"
+#include "transport/shm/shm_region.hpp"
+#include "wire/control.hpp"
 
 #include <fmt/format.h>
 #include <poll.h>

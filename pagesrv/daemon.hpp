@@ -5,13 +5,13 @@
 //   incoming_prepare   -> destination role: receive images, restore, serve
 #pragma once
 
-#include "control.hpp"
+#include "core/unique_fd.hpp"
 #include "criu_events.hpp"
-#include "hw_breakpoints.hpp"
-#include "net.hpp"
 #include "outgoing.hpp"
 #include "pool_store.hpp"
-#include "unique_fd.hpp"
+#include "sys/hw_breakpoints.hpp"
+#include "sys/net.hpp"
+#include "wire/control.hpp"
 
 #include <spdlog/logger.h>
 

@@ -3,12 +3,12 @@
 // Ferry shim), the writable layer's diff is applied to its layer, the images
 // go to its checkpoint directory (docker refuses any other for a restore),
 // and `docker start --checkpoint` restores it.
-#include "criu_image.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "criu/criu_image.hpp"
 #include "docker_api.hpp"
 #include "engine_request.hpp"
 #include "engine_restore.hpp"
-#include "error.hpp"
-#include "log.hpp"
 #include "tar_extract.hpp"
 
 #include <fmt/format.h>

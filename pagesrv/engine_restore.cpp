@@ -1,9 +1,10 @@
 #include "engine_restore.hpp"
 
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "criu/criu_config.hpp"
 #include "engine_request.hpp"
-#include "error.hpp"
-#include "log.hpp"
-#include "proc.hpp"
+#include "sys/proc.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -94,9 +95,8 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     req.gate_socket = gate_path(dir).string();
     req.criu_config = (dir / "criu-restore.conf").string();
     req.devshm_tar = devshm_tar;
-    engine::write_criu_config(
-        dir / "criu-restore.conf",
-        fmt::format("action-script {}\n{}", shim_binary(), engine::criu_restore_options));
+    criu::write_config(dir / "criu-restore.conf",
+                       fmt::format("action-script {}\n{}", shim_binary(), criu::restore_options));
     const auto file = images / engine::restore_request_file;
     engine::write_request(file, req);
     return file;

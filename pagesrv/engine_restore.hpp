@@ -10,7 +10,7 @@
 // may resume.
 #pragma once
 
-#include "unique_fd.hpp"
+#include "core/unique_fd.hpp"
 
 #include <sys/types.h>
 

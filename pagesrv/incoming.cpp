@@ -1,21 +1,22 @@
 #include "incoming.hpp"
 
-#include "checksum.hpp"
-#include "clock.hpp"
-#include "control.hpp"
-#include "criu_deadlines.hpp"
-#include "criu_image.hpp"
-#include "criu_rpc.hpp"
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/fault_inject.hpp"
+#include "core/log.hpp"
+#include "criu/criu_config.hpp"
+#include "criu/criu_deadlines.hpp"
+#include "criu/criu_image.hpp"
+#include "criu/criu_rpc.hpp"
 #include "daemon.hpp"
 #include "engine_request.hpp"
 #include "engine_restore.hpp"
-#include "error.hpp"
-#include "fabric.hpp"
-#include "fault_inject.hpp"
-#include "log.hpp"
-#include "pool_layout.hpp"
-#include "proc.hpp"
-#include "subprocess.hpp"
+#include "pool/pool_layout.hpp"
+#include "sys/proc.hpp"
+#include "sys/subprocess.hpp"
+#include "transport/fabric.hpp"
+#include "wire/control.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -386,8 +387,7 @@ bool incoming_session::restore() {
     opts.has_notify_scripts = true;
     opts.notify_scripts = true;
     const auto config =
-        engine::write_criu_config(_dir / "criu-restore.conf", engine::criu_restore_options)
-            .string();
+        criu::write_config(_dir / "criu-restore.conf", criu::restore_options).string();
     opts.config_file = const_cast<char*>(config.c_str());
     CriuReq req = CRIU_REQ__INIT;
     req.type = CRIU_REQ_TYPE__RESTORE;

@@ -4,7 +4,7 @@
 // relays lazy-pages' progress and final statistics.
 #pragma once
 
-#include "control.pb-c.h"
+#include "wire/control.pb-c.h"
 
 namespace ferry::pagesrv {
 

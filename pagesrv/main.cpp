@@ -1,6 +1,6 @@
 // pagesrv: Ferry's per-host daemon (source and destination roles).
+#include "core/log.hpp"
 #include "daemon.hpp"
-#include "log.hpp"
 
 #include <CLI/CLI.hpp>
 

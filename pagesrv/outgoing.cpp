@@ -1,12 +1,12 @@
 #include "outgoing.hpp"
 
-#include "checksum.hpp"
-#include "criu_page_server.hpp"
-#include "error.hpp"
-#include "fault_inject.hpp"
-#include "log.hpp"
-#include "proc.hpp"
-#include "workload_release.hpp"
+#include "core/checksum.hpp"
+#include "core/error.hpp"
+#include "core/fault_inject.hpp"
+#include "core/log.hpp"
+#include "criu/criu_page_server.hpp"
+#include "criu/workload_release.hpp"
+#include "sys/proc.hpp"
 
 #include <fmt/format.h>
 #include <sys/uio.h>

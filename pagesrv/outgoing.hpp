@@ -3,11 +3,11 @@
 // straight from them with process_vm_readv, guided by the pagemap images.
 #pragma once
 
-#include "criu_deadlines.hpp"
-#include "criu_image.hpp"
-#include "page_wire.hpp"
+#include "criu/criu_deadlines.hpp"
+#include "criu/criu_image.hpp"
 #include "pool_push.hpp"
 #include "shm_stager.hpp"
+#include "wire/page_wire.hpp"
 
 #include <sys/types.h>
 

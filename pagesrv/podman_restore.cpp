@@ -2,12 +2,12 @@
 // export (config.dump pointed at the local image of the same name, the
 // source host's paths cleared) and restored with `podman container restore
 // --import --name NAME`.
-#include "criu_image.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "criu/criu_image.hpp"
 #include "engine_request.hpp"
 #include "engine_restore.hpp"
-#include "error.hpp"
-#include "log.hpp"
-#include "subprocess.hpp"
+#include "sys/subprocess.hpp"
 #include "tar_writer.hpp"
 
 #include <fmt/format.h>

@@ -1,6 +1,6 @@
 #include "pool_node.hpp"
 
-#include "net.hpp"
+#include "sys/net.hpp"
 
 #include <sys/uio.h>
 

@@ -1,8 +1,8 @@
 // Pool role: serves one pool client's connection (frames in lib/pool_wire.hpp).
 #pragma once
 
-#include "control.hpp"
 #include "pool_store.hpp"
+#include "wire/control.hpp"
 
 #include <spdlog/logger.h>
 

@@ -1,13 +1,13 @@
 #include "pool_push.hpp"
 
-#include "checksum.hpp"
-#include "clock.hpp"
-#include "error.hpp"
-#include "fault_inject.hpp"
-#include "log.hpp"
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/fault_inject.hpp"
+#include "core/log.hpp"
+#include "core/page.hpp"
 #include "outgoing.hpp"
-#include "page.hpp"
-#include "pool_rebuild.hpp"
+#include "pool/pool_rebuild.hpp"
 
 #include <fmt/format.h>
 #include <sys/mman.h>

@@ -5,8 +5,8 @@
 // destination goes on reading from the pool.
 #pragma once
 
-#include "pool_client.hpp"
-#include "pool_layout.hpp"
+#include "pool/pool_client.hpp"
+#include "pool/pool_layout.hpp"
 
 #include <spdlog/logger.h>
 

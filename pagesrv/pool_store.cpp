@@ -1,7 +1,7 @@
 #include "pool_store.hpp"
 
-#include "checksum.hpp"
-#include "error.hpp"
+#include "core/checksum.hpp"
+#include "core/error.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -6,9 +6,9 @@
 // were stored, so a damaged tier returns `corrupt`, never bad data.
 #pragma once
 
+#include "core/unique_fd.hpp"
 #include "eviction.hpp"
-#include "pool_wire.hpp"
-#include "unique_fd.hpp"
+#include "wire/pool_wire.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,12 +1,12 @@
 #include "shm_stager.hpp"
 
-#include "clock.hpp"
-#include "error.hpp"
-#include "log.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/page.hpp"
+#include "core/unique_fd.hpp"
 #include "outgoing.hpp"
-#include "page.hpp"
-#include "proc.hpp"
-#include "unique_fd.hpp"
+#include "sys/proc.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -6,7 +6,7 @@
 // daemon's CPU.
 #pragma once
 
-#include "shm_region.hpp"
+#include "transport/shm/shm_region.hpp"
 
 #include <atomic>
 #include <cstdint>

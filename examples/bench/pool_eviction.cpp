@@ -16,8 +16,8 @@
 //
 //   pool-eviction-bench [--working-set 32M] [--ops 100000] [--capacities 25,50]
 //                       [--policies fifo,lru,lfu,clock,random] [--json FILE]
-#include "clock.hpp"
-#include "latency_recorder.hpp"
+#include "core/clock.hpp"
+#include "core/latency_recorder.hpp"
 #include "pool_store.hpp"
 
 #include <CLI/CLI.hpp>

@@ -11,12 +11,12 @@
 // bytes stored per byte of data against replication.
 //
 //   pool-bench --nodes IP:PORT,... [--pages 8192] [--reads 4000] [--json FILE]
-#include "checksum.hpp"
-#include "clock.hpp"
-#include "latency_recorder.hpp"
-#include "page.hpp"
-#include "pool_client.hpp"
-#include "pool_layout.hpp"
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/latency_recorder.hpp"
+#include "core/page.hpp"
+#include "pool/pool_client.hpp"
+#include "pool/pool_layout.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>

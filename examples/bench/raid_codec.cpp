@@ -2,7 +2,7 @@
 // encode and rebuild throughput per core, in data bytes per second, for the
 // two stripe geometries under consideration: whole 4 KiB pages as members
 // (a stripe of k pages) and pages split into k fragments (Hydra's layout).
-#include "raid.hpp"
+#include "pool/raid.hpp"
 
 #include <benchmark/benchmark.h>
 

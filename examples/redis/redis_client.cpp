@@ -11,8 +11,8 @@
 //             Writes one line per reply to --out ("t_ns latency_ns addr_index
 //             op") and prints a JSON summary: replies, wrong values, failovers,
 //             acknowledged INCRs, the longest gap between replies.
-#include "net.hpp"
-#include "unique_fd.hpp"
+#include "core/unique_fd.hpp"
+#include "sys/net.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>

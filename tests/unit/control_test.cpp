@@ -1,4 +1,4 @@
-#include "control.hpp"
+#include "wire/control.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "criu_deadlines.hpp"
+#include "criu/criu_deadlines.hpp"
 
 #include <catch2/catch.hpp>
 

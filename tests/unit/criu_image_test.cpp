@@ -1,7 +1,7 @@
 // CRIU image reading: synthetic images for the edge cases, and images that
 // CRIU itself writes while this test runs.
-#include "criu_image.hpp"
-#include "criu_images.pb-c.h"
+#include "criu/criu_image.hpp"
+#include "criu/criu_images.pb-c.h"
 
 #include <catch2/catch.hpp>
 #include <fcntl.h>

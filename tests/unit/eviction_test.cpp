@@ -1,6 +1,6 @@
 // Eviction policies: each one's order, and LRU/LFU against plain reference
 // models under random operations.
-#include "error.hpp"
+#include "core/error.hpp"
 #include "eviction.hpp"
 
 #include <catch2/catch.hpp>

@@ -3,10 +3,10 @@
 // corrupt or withhold replies.
 #pragma once
 
-#include "checksum.hpp"
-#include "control.hpp"
-#include "net.hpp"
-#include "page_wire.hpp"
+#include "core/checksum.hpp"
+#include "sys/net.hpp"
+#include "wire/control.hpp"
+#include "wire/page_wire.hpp"
 
 #include <sys/socket.h>
 #include <sys/uio.h>

@@ -1,6 +1,6 @@
 // The fault loop against a real userfaultfd in this process and a fake page
 // source on loopback.
-#include "checksum.hpp"
+#include "core/checksum.hpp"
 #include "fake_source.hpp"
 #include "fault_loop.hpp"
 

@@ -1,4 +1,4 @@
-#include "hw_breakpoints.hpp"
+#include "sys/hw_breakpoints.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
-#include "error.hpp"
+#include "core/error.hpp"
 #include "migration_record.hpp"
-#include "proc.hpp"
+#include "sys/proc.hpp"
 
 #include <catch2/catch.hpp>
 

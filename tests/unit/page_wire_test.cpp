@@ -1,5 +1,5 @@
-#include "checksum.hpp"
-#include "page_wire.hpp"
+#include "core/checksum.hpp"
+#include "wire/page_wire.hpp"
 
 #include <catch2/catch.hpp>
 

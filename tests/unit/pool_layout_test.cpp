@@ -1,5 +1,5 @@
-#include "page.hpp"
-#include "pool_layout.hpp"
+#include "core/page.hpp"
+#include "pool/pool_layout.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
 // The pool node's store: arena, disk tier, eviction, integrity.
-#include "error.hpp"
+#include "core/error.hpp"
 #include "pool_store.hpp"
 
 #include <catch2/catch.hpp>

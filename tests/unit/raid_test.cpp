@@ -1,6 +1,6 @@
 // The pool's stripe codec: every level, every combination of lost members.
-#include "error.hpp"
-#include "raid.hpp"
+#include "core/error.hpp"
+#include "pool/raid.hpp"
 
 #include <catch2/catch.hpp>
 #include <isa-l/erasure_code.h>

@@ -1,4 +1,4 @@
-#include "range_map.hpp"
+#include "core/range_map.hpp"
 
 #include <catch2/catch.hpp>
 

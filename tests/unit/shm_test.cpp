@@ -1,8 +1,8 @@
 // The shm fabric's mechanisms: the lock-free request ring and the link model.
-#include "clock.hpp"
-#include "fabric.hpp"
-#include "shm_region.hpp"
-#include "shm_ring.hpp"
+#include "core/clock.hpp"
+#include "transport/fabric.hpp"
+#include "transport/shm/shm_region.hpp"
+#include "transport/shm/shm_ring.hpp"
 
 #include <catch2/catch.hpp>
 #include <sys/mman.h>

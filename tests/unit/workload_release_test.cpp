@@ -1,7 +1,7 @@
 // release_workload against a stand-in for a stuck CRIU: a process named
 // "criu" that holds a sleeping task in a ptrace stop and then stops itself,
 // as a CRIU waiting forever for a breakpoint would sit.
-#include "workload_release.hpp"
+#include "criu/workload_release.hpp"
 
 #include <catch2/catch.hpp>
 

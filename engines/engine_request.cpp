@@ -1,0 +1,143 @@
+#include "engine_request.hpp"
+
+#include "core/error.hpp"
+#include "sys/proc.hpp"
+#include "sys/subprocess.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <vector>
+
+namespace ferry::engine {
+
+namespace {
+
+using json = nlohmann::json;
+
+void write_json(const std::filesystem::path& file, const json& j) {
+    std::filesystem::create_directories(file.parent_path());
+    const auto tmp = file.string() + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << j.dump(2) << "\n";
+        if (!out)
+            throw error(fmt::format("cannot write {}", tmp));
+    }
+    std::filesystem::rename(tmp, file); // the shim never sees half a request
+}
+
+std::optional<json> read_json(const std::filesystem::path& file) {
+    std::ifstream in(file);
+    if (!in)
+        return std::nullopt;
+    try {
+        return json::parse(in);
+    } catch (const std::exception& e) {
+        throw error(fmt::format("{} is malformed: {}", file.string(), e.what()));
+    }
+}
+
+template <typename T>
+T field(const json& j, const char* key, const std::filesystem::path& file) {
+    try {
+        return j.at(key).get<T>();
+    } catch (const std::exception&) {
+        throw error(fmt::format("{} lacks a valid '{}'", file.string(), key));
+    }
+}
+
+std::vector<std::string> criu_env_field(const json& j, const std::filesystem::path& file) {
+    std::vector<std::string> env;
+    if (j.contains("criu_env"))
+        env = field<std::vector<std::string>>(j, "criu_env", file);
+    for (const auto& e : env)
+        if (!criu_env_allowed(e))
+            throw error(fmt::format("{} asks for CRIU environment '{}', which is not allowed",
+                                    file.string(), e));
+    return env;
+}
+
+} // namespace
+
+bool criu_env_allowed(const std::string& entry) noexcept {
+    return entry == "CRIU_FAULT=130";
+}
+
+void write_request(const std::filesystem::path& file, const checkpoint_request& r) {
+    write_json(file, {{"migration_id", r.migration_id},
+                      {"migrator_pid", r.migrator_pid},
+                      {"page_server_port", r.page_server_port},
+                      {"status_fifo", r.status_fifo},
+                      {"criu_config", r.criu_config},
+                      {"images_dir", r.images_dir},
+                      {"criu_env", r.criu_env}});
+}
+
+void write_request(const std::filesystem::path& file, const restore_request& r) {
+    write_json(file, {{"migration_id", r.migration_id},
+                      {"lazy_socket", r.lazy_socket},
+                      {"gate_socket", r.gate_socket},
+                      {"criu_config", r.criu_config},
+                      {"devshm_tar", r.devshm_tar},
+                      {"criu_env", r.criu_env}});
+}
+
+bool is_container_id(const std::string& s) noexcept {
+    return !s.empty() && s.size() <= 128 &&
+           s.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+}
+
+std::filesystem::path checkpoint_request_path(const std::string& container_id) {
+    if (!is_container_id(container_id))
+        throw error(fmt::format("'{}' is not a container id", container_id));
+    return std::filesystem::path("/run/ferry/engine-requests") /
+           (container_id + ".checkpoint.json");
+}
+
+std::optional<checkpoint_request> read_checkpoint_request(const std::filesystem::path& file) {
+    auto j = read_json(file);
+    if (!j)
+        return std::nullopt;
+    checkpoint_request r;
+    r.migration_id = field<std::string>(*j, "migration_id", file);
+    r.migrator_pid = field<pid_t>(*j, "migrator_pid", file);
+    r.page_server_port = field<uint16_t>(*j, "page_server_port", file);
+    r.status_fifo = field<std::string>(*j, "status_fifo", file);
+    r.criu_config = field<std::string>(*j, "criu_config", file);
+    r.images_dir = j->value("images_dir", "");
+    r.criu_env = criu_env_field(*j, file);
+    if (r.migrator_pid <= 0 || r.page_server_port == 0 || r.status_fifo.empty())
+        throw error(fmt::format("{} holds an invalid request", file.string()));
+    return r;
+}
+
+std::optional<restore_request> read_restore_request(const std::filesystem::path& file) {
+    auto j = read_json(file);
+    if (!j)
+        return std::nullopt;
+    restore_request r;
+    r.migration_id = field<std::string>(*j, "migration_id", file);
+    r.lazy_socket = field<std::string>(*j, "lazy_socket", file);
+    r.gate_socket = field<std::string>(*j, "gate_socket", file);
+    r.criu_config = field<std::string>(*j, "criu_config", file);
+    r.devshm_tar = j->value("devshm_tar", "");
+    r.criu_env = criu_env_field(*j, file);
+    if (r.lazy_socket.empty() || r.gate_socket.empty())
+        throw error(fmt::format("{} holds an invalid request", file.string()));
+    return r;
+}
+
+std::string podman_binary() {
+    const char* env = std::getenv("FERRY_PODMAN");
+    return env && *env ? env : "podman";
+}
+
+void podman_remove(const std::string& name_or_id) {
+    (void)run_capture({podman_binary(), "container", "rm", "--force", "--time", "0", name_or_id},
+                      std::chrono::minutes(1));
+}
+
+} // namespace ferry::engine

@@ -1,0 +1,83 @@
+// What Ferry asks of its runc shim (ferry-runc), which container engines run
+// in place of runc. The engine knows nothing of Ferry (podman and containerd
+// both drop their callers' environment), so the request rides in a file:
+//   checkpoint: <request_dir>/<container id>.checkpoint.json, written by the
+//               migrator -> runc checkpoint gets --lazy-pages --page-server
+//               --status-fd (and its images land where Ferry says); a runc
+//               pause of that container (docker's checkpoint pauses first)
+//               is reported as the moment the container stopped
+//   restore:    <--image-path>/ferry-restore.json, shipped with the images
+//               -> runc restore gets --lazy-pages, CRIU's lazy-pages socket
+//                  is linked to Ferry's, and CRIU runs the shim as its
+//                  action script, whose post-restore step asks the daemon
+//                  (gate socket) whether the tasks may resume.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::engine {
+
+inline constexpr const char* restore_request_file = "ferry-restore.json";
+
+// Podman's and docker's container ids: hex. Engines also call runc with other
+// last arguments ("checkpoint --help" probes).
+[[nodiscard]] bool is_container_id(const std::string& s) noexcept;
+
+// Where checkpoint requests wait for the shim: one file per container id
+// (ids are unique across engines and hosts sharing this directory); throws
+// unless `container_id` is one.
+std::filesystem::path checkpoint_request_path(const std::string& container_id);
+
+struct checkpoint_request {
+    std::string migration_id;
+    pid_t migrator_pid = 0; // a request whose migrator is gone is stale
+    uint16_t page_server_port = 0;
+    std::string status_fifo;
+    std::string criu_config; // CRIU_CONFIG_FILE for the dump; may be empty
+    // Where CRIU writes the images instead of the engine's --image-path
+    // (empty: where the engine says). Docker's checkpoint dir only exists
+    // once runc has ended, which a lazy dump does at the migration's end.
+    std::string images_dir;
+    // Environment entries for CRIU (only criu_env_allowed names pass).
+    std::vector<std::string> criu_env;
+};
+
+struct restore_request {
+    std::string migration_id;
+    std::string lazy_socket; // where Ferry's lazy-pages listens
+    std::string gate_socket; // where the daemon answers the post-restore step
+    std::string criu_config;
+    // A tar of the container's /dev/shm, unpacked into the mount's source
+    // before runc restores (empty: none). Docker mounts that tmpfs only as
+    // the container starts.
+    std::string devshm_tar;
+    std::vector<std::string> criu_env; // as in checkpoint_request
+};
+
+// The environment a request may set for CRIU: "CRIU_FAULT=130" (no hardware
+// breakpoints, lib/hw_breakpoints.hpp) and nothing else.
+[[nodiscard]] bool criu_env_allowed(const std::string& entry) noexcept;
+
+void write_request(const std::filesystem::path& file, const checkpoint_request& r);
+void write_request(const std::filesystem::path& file, const restore_request& r);
+// Nothing when the file does not exist; throws ferry::error when it is malformed.
+std::optional<checkpoint_request> read_checkpoint_request(const std::filesystem::path& file);
+std::optional<restore_request> read_restore_request(const std::filesystem::path& file);
+
+// The gate's one exchange, a line each way:
+//   shim -> daemon: "post-restore <root pid>\n"
+//   daemon -> shim: "resume\n" or "refuse <reason>\n"
+inline constexpr const char* gate_resume = "resume";
+
+// The podman command: $FERRY_PODMAN, else `podman` from PATH.
+std::string podman_binary();
+// `podman container rm --force --time 0 NAME_OR_ID`; throws ferry::error.
+void podman_remove(const std::string& name_or_id);
+
+} // namespace ferry::engine

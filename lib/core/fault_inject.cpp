@@ -1,0 +1,47 @@
+#include "core/fault_inject.hpp"
+
+#include <cstdlib>
+#include <string>
+
+namespace ferry {
+
+namespace {
+
+unsigned parse_faults() {
+    const char* env = std::getenv("FERRY_FAULT");
+    if (!env)
+        return 0;
+    unsigned mask = 0;
+    std::string_view list(env);
+    while (!list.empty()) {
+        auto comma = list.find(',');
+        std::string_view name = list.substr(0, comma);
+        if (name == "dest-die-before-restore")
+            mask |= unsigned(fault::dest_die_before_restore);
+        else if (name == "corrupt-images")
+            mask |= unsigned(fault::corrupt_images);
+        else if (name == "corrupt-page-once")
+            mask |= unsigned(fault::corrupt_page_once);
+        else if (name == "corrupt-page-always")
+            mask |= unsigned(fault::corrupt_page_always);
+        else if (name == "restore-fail")
+            mask |= unsigned(fault::restore_fail);
+        else if (name == "interrupt-before-commit")
+            mask |= unsigned(fault::interrupt_before_commit);
+        else if (name == "dest-fail-after-commit")
+            mask |= unsigned(fault::dest_fail_after_commit);
+        else if (name == "slow-pool-push")
+            mask |= unsigned(fault::slow_pool_push);
+        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    }
+    return mask;
+}
+
+} // namespace
+
+bool fault_injected(fault f) noexcept {
+    static const unsigned mask = parse_faults();
+    return mask & unsigned(f);
+}
+
+} // namespace ferry

@@ -1,0 +1,193 @@
+#include "criu/criu_rpc.hpp"
+
+#include "core/error.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+namespace ferry::criu {
+
+std::string version::to_string() const {
+    return fmt::format("{}.{}.{}", major, minor, sublevel);
+}
+
+std::string criu_binary() {
+    const char* env = std::getenv("FERRY_CRIU");
+    return env && *env ? env : "criu";
+}
+
+service service::start(const std::vector<std::string>& extra_env) {
+    // The environment is built before fork: the child of a threaded
+    // process may only make async-signal-safe calls.
+    std::vector<std::string> env_strings(extra_env);
+    for (char** e = environ; *e; e++)
+        env_strings.emplace_back(*e);
+    std::vector<char*> envp;
+    for (auto& e : env_strings)
+        envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
+        throw sys_error("socketpair");
+    unique_fd ours(sv[0]), theirs(sv[1]);
+    const std::string bin = criu_binary();
+    const std::string fd_arg = std::to_string(theirs.get());
+    pid_t pid = ::fork();
+    if (pid < 0)
+        throw sys_error("fork");
+    if (pid == 0) {
+        // Child: keep only the service socket open across exec, and leave
+        // the terminal's process group: a Ctrl-C meant for Ferry must not
+        // kill CRIU while its parasite sits in the frozen tasks.
+        ::setpgid(0, 0);
+        ::fcntl(theirs.get(), F_SETFD, 0);
+        char* const argv[] = {const_cast<char*>(bin.c_str()), const_cast<char*>("swrk"),
+                              const_cast<char*>(fd_arg.c_str()), nullptr};
+        ::execvpe(bin.c_str(), argv, envp.data());
+        ::_exit(127);
+    }
+    return service(pid, std::move(ours));
+}
+
+service::service(service&& o) noexcept
+    : _pid(std::exchange(o._pid, -1)), _sock(std::move(o._sock)) {}
+
+// Closing the socket ends a healthy swrk process (or fails its request, so
+// that CRIU resumes the tasks); one that is stuck is killed rather than
+// waited for.
+service::~service() {
+    _sock.reset();
+    if (_pid > 0 && !reap(std::chrono::seconds(10)))
+        kill();
+}
+
+void service::send(const CriuReq& req) {
+    std::vector<uint8_t> buf(criu_req__get_packed_size(&req));
+    criu_req__pack(&req, buf.data());
+    if (::send(_sock.get(), buf.data(), buf.size(), MSG_NOSIGNAL) != ssize_t(buf.size()))
+        throw sys_error("send to criu swrk");
+}
+
+resp_ptr service::receive(net::deadline until) {
+    if (!net::wait_readable(_sock.get(), until))
+        throw error("criu did not answer in time");
+    // Learn the datagram's size first, then read it whole.
+    ssize_t len = ::recv(_sock.get(), nullptr, 0, MSG_PEEK | MSG_TRUNC);
+    if (len < 0)
+        throw sys_error("recv from criu swrk");
+    if (len == 0)
+        throw error(fmt::format("criu (pid {}) exited without an answer; see its log", _pid));
+    std::vector<uint8_t> buf(static_cast<size_t>(len));
+    if (::recv(_sock.get(), buf.data(), buf.size(), 0) != len)
+        throw sys_error("recv from criu swrk");
+    CriuResp* r = criu_resp__unpack(nullptr, buf.size(), buf.data());
+    if (!r)
+        throw error("criu sent an undecodable response");
+    return resp_ptr(r);
+}
+
+void service::ack_notify(bool success) {
+    CriuReq req = CRIU_REQ__INIT;
+    req.type = CRIU_REQ_TYPE__NOTIFY;
+    req.has_notify_success = true;
+    req.notify_success = success;
+    send(req);
+}
+
+bool service::reap(std::chrono::milliseconds bound) noexcept {
+    const auto until = std::chrono::steady_clock::now() + bound;
+    while (_pid > 0) {
+        int status = 0;
+        const pid_t r = ::waitpid(_pid, &status, WNOHANG);
+        if (r == _pid || (r < 0 && errno == ECHILD)) {
+            _pid = -1;
+            break;
+        }
+        if (std::chrono::steady_clock::now() >= until)
+            return false;
+        ::usleep(2000);
+    }
+    return true;
+}
+
+void service::kill() noexcept {
+    if (_pid > 0)
+        ::kill(_pid, SIGKILL);
+    if (!reap(std::chrono::seconds(5)))
+        _pid = -1; // unkillable (in the kernel): left to init once Ferry exits
+}
+
+version query_version() {
+    service s = service::start();
+    CriuReq req = CRIU_REQ__INIT;
+    req.type = CRIU_REQ_TYPE__VERSION;
+    s.send(req);
+    resp_ptr r = s.receive(net::after(std::chrono::seconds(30)));
+    if (!r->success || !r->version)
+        throw error("criu did not report its version");
+    version v{r->version->major_number, r->version->minor_number,
+              r->version->has_sublevel ? r->version->sublevel : 0};
+    return v;
+}
+
+version require_supported_criu() {
+    version v;
+    try {
+        v = query_version();
+    } catch (const std::exception& e) {
+        throw error(fmt::format("cannot run {} ({}); install CRIU >= 4.1 with examples/setup.sh",
+                                criu_binary(), e.what()));
+    }
+    if (!v.at_least(4, 1))
+        throw error(fmt::format("{} is CRIU {}, Ferry needs >= 4.1 (3.x fails on this kernel); "
+                                "run examples/setup.sh",
+                                criu_binary(), v.to_string()));
+    return v;
+}
+
+namespace {
+
+// CRIU's last specific "Error (file:line): ..." log line usually names the
+// cause. The response's cr_errmsg is only the first error, often harmless
+// (the RLIMIT_NOFILE warning on this kernel), and the very last line is the
+// generic "Dumping/Restoring FAILED."
+std::string last_error_line(const std::string& log_path) {
+    std::ifstream in(log_path);
+    std::string line, last;
+    while (std::getline(in, line)) {
+        auto pos = line.find("Error (");
+        if (pos == std::string::npos || line.find("FAILED.") != std::string::npos ||
+            line.find("RLIMIT_NOFILE") != std::string::npos)
+            continue;
+        last = line.substr(pos);
+    }
+    return last;
+}
+
+} // namespace
+
+std::string describe_failure(const CriuResp& r, const std::string& log_path) {
+    std::string s = "criu failed";
+    const std::string from_log = log_path.empty() ? "" : last_error_line(log_path);
+    if (!from_log.empty())
+        s += ": " + from_log;
+    else if (r.cr_errmsg && *r.cr_errmsg)
+        s += fmt::format(": {}", r.cr_errmsg);
+    else if (r.has_cr_errno && r.cr_errno)
+        s += fmt::format(": {}", std::strerror(r.cr_errno));
+    if (!log_path.empty())
+        s += fmt::format(" (log: {})", log_path);
+    return s;
+}
+
+} // namespace ferry::criu

@@ -1,0 +1,75 @@
+// Drives CRIU through its RPC protocol: one `criu swrk <fd>` child per
+// request, packed criu_req/criu_resp messages over a SOCK_SEQPACKET pair.
+#pragma once
+
+#include "core/unique_fd.hpp"
+#include "criu/rpc.pb-c.h"
+#include "sys/net.hpp"
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::criu {
+
+struct resp_deleter {
+    void operator()(CriuResp* r) const noexcept { criu_resp__free_unpacked(r, nullptr); }
+};
+using resp_ptr = std::unique_ptr<CriuResp, resp_deleter>;
+
+struct version {
+    int major = 0, minor = 0, sublevel = 0;
+    [[nodiscard]] std::string to_string() const;
+    [[nodiscard]] bool at_least(int maj, int min) const noexcept {
+        return major > maj || (major == maj && minor >= min);
+    }
+};
+
+// The criu binary to run: $FERRY_CRIU, else `criu` from PATH.
+std::string criu_binary();
+
+class service {
+  public:
+    // Starts `criu swrk`. Throws if it cannot be started.
+    // `extra_env` entries (NAME=VALUE) are added to CRIU's environment.
+    static service start(const std::vector<std::string>& extra_env = {});
+
+    service(service&&) noexcept;
+    service& operator=(service&&) = delete;
+    ~service();
+
+    void send(const CriuReq& req);
+    // The next message: a NOTIFY (answer it with ack_notify) or the final
+    // response. Throws when CRIU dies or the deadline passes.
+    resp_ptr receive(net::deadline until);
+    void ack_notify(bool success);
+
+    [[nodiscard]] pid_t pid() const noexcept { return _pid; }
+    [[nodiscard]] int fd() const noexcept { return _sock.get(); }
+    // Reaps the swrk process once it has exited, waiting at most `bound`;
+    // true if it is reaped (or was).
+    bool reap(std::chrono::milliseconds bound) noexcept;
+    // SIGKILLs the swrk process (not the tasks it works on) and reaps it,
+    // waiting a bounded time.
+    void kill() noexcept;
+
+  private:
+    service(pid_t pid, unique_fd sock) : _pid(pid), _sock(std::move(sock)) {}
+    pid_t _pid = -1;
+    unique_fd _sock;
+};
+
+// Asks CRIU for its version over RPC; throws if CRIU cannot run.
+version query_version();
+// Throws unless CRIU >= 4.1 is installed (Debian 12's 3.17 fails on newer
+// kernels, and Ferry speaks 4.1's page-server header).
+version require_supported_criu();
+
+// A human-readable reason for a failed response, preferring the last error
+// line of CRIU's log at `log_path` (may be empty).
+std::string describe_failure(const CriuResp& r, const std::string& log_path);
+
+} // namespace ferry::criu

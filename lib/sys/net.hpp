@@ -1,0 +1,53 @@
+// Sockets: TCP endpoints, connect with a deadline, and whole-buffer I/O.
+#pragma once
+
+#include "core/unique_fd.hpp"
+
+#include <netinet/in.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace ferry::net {
+
+struct endpoint {
+    sockaddr_in addr{};
+    [[nodiscard]] std::string to_string() const;
+};
+
+// Parses "A.B.C.D:PORT"; throws ferry::error on malformed input.
+endpoint parse_endpoint(const std::string& text);
+
+unique_fd tcp_listen(const endpoint& ep, int backlog = 64);
+// Connects within `timeout`; the error names the peer and the cause.
+unique_fd tcp_connect(const endpoint& ep, std::chrono::milliseconds timeout);
+endpoint local_endpoint(int fd);
+// A TCP port on 127.0.0.1 that was free a moment ago.
+uint16_t pick_free_loopback_port();
+void set_nodelay(int fd);
+void set_nonblocking(int fd, bool on);
+
+using deadline = std::chrono::steady_clock::time_point;
+[[nodiscard]] inline deadline after(std::chrono::milliseconds d) {
+    return std::chrono::steady_clock::now() + d;
+}
+inline constexpr deadline no_deadline = deadline::max();
+
+// Whole-buffer I/O on a blocking or non-blocking fd. Both throw ferry::error
+// on failure or when the deadline passes; read_full returns false on a clean
+// end of stream before the first byte.
+bool read_full(int fd, std::span<std::byte> buf, deadline until, const char* what);
+void write_full(int fd, std::span<const std::byte> buf, deadline until, const char* what);
+void writev_full(int fd, struct iovec* iov, int iovcnt, deadline until, const char* what);
+
+// Waits until fd is readable; false when the deadline passed.
+bool wait_readable(int fd, deadline until);
+
+// SCM_RIGHTS helpers for unix sockets.
+void send_fd(int sock, int fd_to_send);
+unique_fd recv_fd(int sock);
+
+} // namespace ferry::net

@@ -1,0 +1,191 @@
+#include "sys/subprocess.hpp"
+
+#include "core/error.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace ferry {
+
+namespace {
+
+int pidfd_open(pid_t pid) {
+    return int(::syscall(SYS_pidfd_open, pid, 0));
+}
+
+std::vector<char*> c_strings(const std::vector<std::string>& v) {
+    std::vector<char*> out;
+    for (const auto& s : v)
+        out.push_back(const_cast<char*>(s.c_str()));
+    out.push_back(nullptr);
+    return out;
+}
+
+extern "C" char** environ;
+
+// In the forked child: stdout/stderr to the given fds, stdin from /dev/null,
+// no blocked signals, then exec.
+[[noreturn]] void exec_child(int out_fd, int err_fd, char* const* argv, char* const* envp) {
+    ::dup2(out_fd, STDOUT_FILENO);
+    ::dup2(err_fd, STDERR_FILENO);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0)
+        ::dup2(devnull, STDIN_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execvpe(argv[0], argv, envp);
+    ::_exit(127);
+}
+
+} // namespace
+
+child_process::child_process(child_process&& o) noexcept
+    : _pid(std::exchange(o._pid, -1)), _pidfd(std::move(o._pidfd)), _log(std::move(o._log)) {}
+
+child_process& child_process::operator=(child_process&& o) noexcept {
+    if (this != &o) {
+        this->~child_process();
+        _pid = std::exchange(o._pid, -1);
+        _pidfd = std::move(o._pidfd);
+        _log = std::move(o._log);
+    }
+    return *this;
+}
+
+child_process::~child_process() {
+    if (_pid > 0) {
+        ::kill(_pid, SIGKILL);
+        ::waitpid(_pid, nullptr, 0);
+    }
+}
+
+child_process child_process::spawn(const std::vector<std::string>& argv,
+                                   const std::filesystem::path& log,
+                                   const std::vector<std::string>& extra_env) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; e++)
+        env.emplace_back(*e);
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    auto args = c_strings(argv);
+    auto envp = c_strings(env);
+    unique_fd out(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!out)
+        throw sys_error("open " + log.string());
+    const pid_t pid = ::fork();
+    if (pid < 0)
+        throw sys_error("fork");
+    if (pid == 0)
+        exec_child(out.get(), out.get(), args.data(), envp.data());
+    child_process c;
+    c._pid = pid;
+    c._pidfd.reset(pidfd_open(pid));
+    c._log = log;
+    if (!c._pidfd)
+        throw sys_error("pidfd_open");
+    return c;
+}
+
+std::optional<int> child_process::wait_for(std::chrono::milliseconds timeout) {
+    if (_pid <= 0)
+        throw error("waiting for a child that was already reaped");
+    pollfd p{_pidfd.get(), POLLIN, 0};
+    const int n = ::poll(&p, 1, int(timeout.count()));
+    if (n < 0 && errno != EINTR)
+        throw sys_error("poll pidfd");
+    if (n <= 0)
+        return std::nullopt;
+    int status = 0;
+    if (::waitpid(_pid, &status, 0) != _pid)
+        throw sys_error("waitpid");
+    _pid = -1;
+    _pidfd.reset();
+    return status;
+}
+
+void child_process::signal(int sig) noexcept {
+    if (_pid > 0)
+        ::kill(_pid, sig);
+}
+
+std::string child_process::log_tail(size_t max_bytes) const {
+    std::ifstream in(_log, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string s = ss.str();
+    if (s.size() > max_bytes)
+        s = "..." + s.substr(s.size() - max_bytes);
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+        s.pop_back();
+    return s;
+}
+
+std::string describe_wait_status(int status) {
+    if (WIFEXITED(status))
+        return fmt::format("exit status {}", WEXITSTATUS(status));
+    if (WIFSIGNALED(status))
+        return fmt::format("killed by signal {}", WTERMSIG(status));
+    return fmt::format("wait status {:#x}", status);
+}
+
+std::string run_capture(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC))
+        throw sys_error("pipe");
+    unique_fd out_r(out[0]), out_w(out[1]), err_r(err[0]), err_w(err[1]);
+    auto args = c_strings(argv);
+    const pid_t pid = ::fork();
+    if (pid < 0)
+        throw sys_error("fork");
+    if (pid == 0)
+        exec_child(out_w.get(), err_w.get(), args.data(), environ);
+    out_w.reset();
+    err_w.reset();
+    std::string stdout_text, stderr_text;
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    bool timed_out = false;
+    for (int open_fds = 2; open_fds > 0;) {
+        pollfd fds[2] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}};
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            until - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            timed_out = true;
+            break;
+        }
+        if (::poll(fds, 2, int(left.count())) < 0 && errno != EINTR)
+            throw sys_error("poll");
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !fds[i].revents)
+                continue;
+            char buf[4096];
+            const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+            if (n <= 0) {
+                (i == 0 ? out_r : err_r).reset();
+                open_fds--;
+                continue;
+            }
+            (i == 0 ? stdout_text : stderr_text).append(buf, size_t(n));
+        }
+    }
+    if (timed_out)
+        ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    while (!stderr_text.empty() && stderr_text.back() == '\n')
+        stderr_text.pop_back();
+    if (timed_out)
+        throw error(fmt::format("'{}' did not finish within {} ms", argv[0], timeout.count()));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw error(fmt::format("'{} {}' failed ({}): {}", argv[0], argv.size() > 1 ? argv[1] : "",
+                                describe_wait_status(status), stderr_text));
+    return stdout_text;
+}
+
+} // namespace ferry

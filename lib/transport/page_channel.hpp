@@ -1,0 +1,65 @@
+// The transport interface: how the destination gets pages from a peer.
+//
+// A page channel is one queue pair to the peer. Requests go in; replies come
+// back in the order the requests were sent, each as checksums plus page data
+// that the caller may hand straight to UFFDIO_COPY. Backends:
+//   tcp  request/response over a socket (tcp_channel.hpp)
+//   shm  one-sided reads of the peer's registered region in shared memory,
+//        plus a lock-free request ring for what needs the peer's CPU
+//        (shm_channel.hpp)
+// Nothing above this interface knows which backend it talks to.
+#pragma once
+
+#include "sys/net.hpp"
+#include "transport/fabric.hpp"
+#include "wire/control.pb-c.h"
+#include "wire/page_wire.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ferry {
+
+struct incoming_reply {
+    wire::page_reply header;
+    const uint64_t* checksums = nullptr; // header.nr_pages entries
+    const std::byte* pages = nullptr;    // header.nr_pages pages, page-aligned
+    uint32_t pages_ready = 0;            // pages that have fully arrived
+    [[nodiscard]] bool complete() const noexcept { return pages_ready == header.nr_pages; }
+};
+
+class page_channel {
+  public:
+    virtual ~page_channel() = default;
+
+    // Queues a request. Get and refetch ask for pages; done tells the peer
+    // that every page is installed.
+    virtual void send(const wire::page_request& r) = 0;
+
+    // Makes progress on the oldest unanswered request, doing at most about
+    // `budget` bytes of work. Returns its reply once the header and
+    // checksums are in (pages_ready says how much data), else nullptr.
+    // Throws on a malformed reply or a lost peer.
+    virtual incoming_reply* pump(size_t budget) = 0;
+    // Done with the current, complete reply.
+    virtual void finish_reply() noexcept = 0;
+
+    // A file descriptor that becomes readable when pump() can make progress,
+    // or -1 if progress can only be seen by polling (one-sided fabrics).
+    [[nodiscard]] virtual int wait_fd() const noexcept = 0;
+    [[nodiscard]] virtual uint32_t max_pages() const noexcept = 0;
+    [[nodiscard]] virtual uint64_t bytes_received() const noexcept = 0;
+};
+
+// Opens a channel of `kind` to the source daemon at `source` for a migration,
+// over the fabric `spec`. The handshake always goes over TCP to `source`.
+std::unique_ptr<page_channel> open_page_channel(const fabric_spec& spec,
+                                                const net::endpoint& source,
+                                                const std::string& migration_id,
+                                                FerryControl__ChannelKind kind, uint32_t max_pages,
+                                                std::chrono::milliseconds timeout);
+
+} // namespace ferry

@@ -1,0 +1,134 @@
+#include "transport/shm/shm_channel.hpp"
+
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/page.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+namespace ferry {
+
+shm_channel::shm_channel(unique_fd control, const FerryControl__PageChannelAccepted& accepted,
+                         link_model model, uint32_t max_pages, bool urgent)
+    : _control(std::move(control)), _model(model), _max_pages(max_pages), _urgent(urgent) {
+    if (!accepted.shm_path || !accepted.has_shm_size)
+        throw error("the source offered no shm region (does it support the shm fabric?)");
+    unique_fd fd(::open(accepted.shm_path, O_RDWR | O_CLOEXEC));
+    if (!fd)
+        throw sys_error(fmt::format("open shm region {}", accepted.shm_path));
+    struct stat st {};
+    if (::fstat(fd.get(), &st) || uint64_t(st.st_size) != accepted.shm_size)
+        throw error(fmt::format("shm region {} has the wrong size", accepted.shm_path));
+    void* m = ::mmap(nullptr, accepted.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (m == MAP_FAILED)
+        throw sys_error("mmap shm region");
+    _map = static_cast<std::byte*>(m);
+    _map_size = accepted.shm_size;
+    _region.base = _map;
+    const auto& h = _region.header();
+    if (h.magic != shm::region_magic || h.version != shm::region_version ||
+        h.geo.total_size != _map_size)
+        throw error(
+            fmt::format("shm region {} is not a Ferry region of this version", accepted.shm_path));
+    for (size_t i = 0; i < accepted.n_shm_ranges; i++) {
+        const auto* r = accepted.shm_ranges[i];
+        if (r->first_page + (r->end - r->start) / page_size > h.geo.page_count)
+            throw error("an shm range lies outside the region");
+        _ranges.push_back({r->pid, r->start, r->end, r->first_page});
+    }
+    std::sort(_ranges.begin(), _ranges.end(), [](const range& a, const range& b) {
+        return std::tie(a.pid, a.start) < std::tie(b.pid, b.start);
+    });
+    _max_pages = std::min(_max_pages, wire::max_pages_per_request);
+}
+
+shm_channel::~shm_channel() {
+    if (_map)
+        ::munmap(_map, _map_size);
+}
+
+uint64_t shm_channel::page_index(uint32_t pid, uint64_t vaddr, uint32_t nr_pages) const {
+    auto it =
+        std::upper_bound(_ranges.begin(), _ranges.end(), std::make_pair(pid, vaddr),
+                         [](const std::pair<uint32_t, uint64_t>& key, const range& r) {
+                             return std::tie(key.first, key.second) < std::tie(r.pid, r.start);
+                         });
+    if (it != _ranges.begin()) {
+        --it;
+        if (it->pid == pid && vaddr >= it->start &&
+            vaddr + uint64_t(nr_pages) * page_size <= it->end)
+            return it->first_page + (vaddr - it->start) / page_size;
+    }
+    throw error(fmt::format("pid {} pages [{:#x}, +{}) are not in the source's region", pid, vaddr,
+                            nr_pages));
+}
+
+void shm_channel::post(const shm::stage_request& r) {
+    const uint64_t start = monotonic_ns();
+    // The ring has room for far more than the requests in flight; if the
+    // source has stopped draining it, the fetch deadline reports that.
+    while (!_region.ring().try_push(r)) {
+        if (monotonic_ns() - start > 1'000'000'000ull)
+            throw error("the source's request ring stays full");
+        __builtin_ia32_pause();
+    }
+    _region.header().stager_bell.ring();
+    _model.charge(start, sizeof r); // a remote write of one ring entry
+}
+
+void shm_channel::send(const wire::page_request& r) {
+    if (r.operation == wire::op::done) {
+        auto bytes = wire::encode(r);
+        net::write_full(_control.get(), bytes, net::after(std::chrono::seconds(10)), "send done");
+        return;
+    }
+    if (_count == _queue.size())
+        throw error("too many shm requests in flight");
+    const uint64_t first = page_index(r.pid, r.vaddr, r.nr_pages);
+    if (r.operation == wire::op::refetch) {
+        // The copy we read was bad: forget it and have the source write it again.
+        for (uint32_t i = 0; i < r.nr_pages; i++)
+            _region.states()[first + i].store(shm::page_absent, std::memory_order_relaxed);
+        post({first, r.nr_pages, shm::restage_flag});
+    } else if (_urgent && _region.staged_prefix(first, r.nr_pages) < r.nr_pages) {
+        post({first, r.nr_pages, 0});
+    }
+    _queue[(_head + _count) % _queue.size()] = pending{r, first, 0};
+    _count++;
+}
+
+incoming_reply* shm_channel::pump(size_t budget) {
+    if (_count == 0)
+        return nullptr;
+    (void)budget; // a one-sided read costs the reader no more than the model says
+    pending& p = _queue[_head];
+    const uint32_t staged = _region.staged_prefix(p.first_page, p.request.nr_pages);
+    if (staged <= p.reported)
+        return p.reported ? &_reply : nullptr;
+    // The one-sided read of the newly staged pages and their checksums.
+    const uint64_t start = monotonic_ns();
+    const uint32_t fresh = staged - p.reported;
+    _model.charge(start, size_t(fresh) * (page_size + sizeof(uint64_t)));
+    _bytes_read += uint64_t(fresh) * (page_size + sizeof(uint64_t));
+    p.reported = staged;
+    _reply.header = wire::page_reply{wire::status::ok, p.request.pid, p.request.nr_pages,
+                                     p.request.vaddr, p.request.request_id};
+    _reply.checksums = _region.checksums() + p.first_page;
+    _reply.pages = _region.page(p.first_page);
+    _reply.pages_ready = staged;
+    return &_reply;
+}
+
+void shm_channel::finish_reply() noexcept {
+    if (_count == 0)
+        return;
+    _head = (_head + 1) % _queue.size();
+    _count--;
+}
+
+} // namespace ferry

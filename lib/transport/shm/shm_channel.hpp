@@ -1,0 +1,66 @@
+// The shm backend of page_channel: pages are read one-sided from the
+// source's registered region (shm_region.hpp), paying the link model's cost;
+// pages the source has not staged yet are asked for through the region's
+// request ring. Replies point straight into the region, so UFFDIO_COPY takes
+// its source from shared memory with no copy in between.
+#pragma once
+
+#include "core/unique_fd.hpp"
+#include "transport/page_channel.hpp"
+#include "transport/shm/shm_region.hpp"
+
+#include <array>
+#include <vector>
+
+namespace ferry {
+
+class shm_channel final : public page_channel {
+  public:
+    struct range {
+        uint32_t pid;
+        uint64_t start, end, first_page;
+    };
+
+    // Maps the region named in the handshake reply. `control` stays open:
+    // "done" goes over it, and the source treats its closing as our end.
+    // A fault channel asks the source to stage missing pages at once; a
+    // background channel waits for the source's own staging, so it never
+    // queues ahead of a fault.
+    shm_channel(unique_fd control, const FerryControl__PageChannelAccepted& accepted,
+                link_model model, uint32_t max_pages, bool urgent);
+    shm_channel(const shm_channel&) = delete;
+    shm_channel& operator=(const shm_channel&) = delete;
+    ~shm_channel() override;
+
+    void send(const wire::page_request& r) override;
+    incoming_reply* pump(size_t budget) override;
+    void finish_reply() noexcept override;
+    [[nodiscard]] int wait_fd() const noexcept override { return -1; }
+    [[nodiscard]] uint32_t max_pages() const noexcept override { return _max_pages; }
+    [[nodiscard]] uint64_t bytes_received() const noexcept override { return _bytes_read; }
+
+  private:
+    struct pending {
+        wire::page_request request;
+        uint64_t first_page;
+        uint32_t reported; // pages already handed out (and paid for)
+    };
+    // The region page holding image address `vaddr` of `pid`; throws if none.
+    [[nodiscard]] uint64_t page_index(uint32_t pid, uint64_t vaddr, uint32_t nr_pages) const;
+    void post(const shm::stage_request& r);
+
+    unique_fd _control;
+    link_model _model;
+    uint32_t _max_pages;
+    bool _urgent;
+    std::byte* _map = nullptr;
+    size_t _map_size = 0;
+    shm::region_view _region;
+    std::vector<range> _ranges; // sorted by (pid, start)
+    std::array<pending, 512> _queue{};
+    size_t _head = 0, _count = 0;
+    incoming_reply _reply;
+    uint64_t _bytes_read = 0;
+};
+
+} // namespace ferry

@@ -1,0 +1,108 @@
+#include "transport/tcp/tcp_channel.hpp"
+
+#include "core/error.hpp"
+#include "core/page.hpp"
+#include "wire/control.hpp"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+
+#include <cstring>
+
+namespace ferry {
+
+tcp_channel::tcp_channel(unique_fd fd, uint32_t max_pages)
+    : _fd(std::move(fd)), _max_pages(max_pages) {
+    net::set_nonblocking(_fd.get(),
+                         true); // the fault loop must never block on a half-arrived reply
+    void* p = ::mmap(nullptr, size_t(_max_pages) * page_size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED)
+        throw sys_error("mmap staging buffer");
+    _staging = static_cast<std::byte*>(p);
+    _checksums = new uint64_t[_max_pages];
+}
+
+tcp_channel::~tcp_channel() {
+    if (_staging)
+        ::munmap(_staging, size_t(_max_pages) * page_size);
+    delete[] _checksums;
+}
+
+void tcp_channel::send(const wire::page_request& r) {
+    auto bytes = wire::encode(r);
+    net::write_full(_fd.get(), bytes, net::after(std::chrono::seconds(10)), "send page request");
+}
+
+bool tcp_channel::read_some(std::byte* dst, size_t want, size_t& have, size_t& budget) {
+    const size_t n_want = std::min(want - have, std::max<size_t>(budget, 1));
+    ssize_t n = ::read(_fd.get(), dst + have, n_want);
+    if (n > 0) {
+        have += size_t(n);
+        _bytes_received += uint64_t(n);
+        budget = budget > size_t(n) ? budget - size_t(n) : 0;
+        return true;
+    }
+    if (n == 0)
+        throw error("the source closed the page channel");
+    if (errno == EAGAIN || errno == EINTR)
+        return false;
+    throw sys_error("read page channel");
+}
+
+incoming_reply* tcp_channel::pump(size_t budget) {
+    while (budget > 0) {
+        switch (_stage) {
+        case stage::header: {
+            if (!read_some(_header_buf.data(), _header_buf.size(), _have, budget))
+                return nullptr;
+            if (_have < _header_buf.size())
+                continue;
+            _reply = incoming_reply{};
+            if (auto err = wire::decode(_header_buf, _reply.header);
+                err != wire::decode_error::none)
+                throw error(fmt::format("malformed page reply: {}", wire::to_string(err)));
+            if (_reply.header.nr_pages > _max_pages)
+                throw error(fmt::format("page reply of {} pages exceeds the {} requested at most",
+                                        _reply.header.nr_pages, _max_pages));
+            _reply.checksums = _checksums;
+            _reply.pages = _staging;
+            _have = 0;
+            _stage = _reply.header.nr_pages ? stage::checksums : stage::complete;
+            if (_stage == stage::complete)
+                return &_reply;
+            continue;
+        }
+        case stage::checksums: {
+            const size_t want = size_t(_reply.header.nr_pages) * sizeof(uint64_t);
+            if (!read_some(reinterpret_cast<std::byte*>(_checksums), want, _have, budget))
+                return nullptr;
+            if (_have < want)
+                continue;
+            _have = 0;
+            _stage = stage::data;
+            continue;
+        }
+        case stage::data: {
+            const size_t want = size_t(_reply.header.nr_pages) * page_size;
+            const bool progressed = read_some(_staging, want, _have, budget);
+            _reply.pages_ready = uint32_t(_have / page_size);
+            if (_have == want)
+                _stage = stage::complete;
+            if (!progressed || _stage == stage::complete)
+                return &_reply;
+            continue;
+        }
+        case stage::complete:
+            return &_reply;
+        }
+    }
+    return _stage == stage::data || _stage == stage::complete ? &_reply : nullptr;
+}
+
+void tcp_channel::finish_reply() noexcept {
+    _stage = stage::header;
+    _have = 0;
+}
+
+} // namespace ferry

@@ -1,0 +1,49 @@
+// The tcp backend of page_channel: requests over a socket, replies read
+// incrementally into a staging buffer reserved up front, so the fault loop
+// never blocks on a half-arrived reply and never allocates.
+#pragma once
+
+#include "core/unique_fd.hpp"
+#include "transport/page_channel.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ferry {
+
+class tcp_channel final : public page_channel {
+  public:
+    // `fd` is a connected socket whose channel handshake is done.
+    tcp_channel(unique_fd fd, uint32_t max_pages);
+    tcp_channel(const tcp_channel&) = delete;
+    tcp_channel& operator=(const tcp_channel&) = delete;
+    ~tcp_channel() override;
+
+    void send(const wire::page_request& r) override;
+    // Reads until the socket would block, the current reply is complete, or
+    // `budget` bytes were read.
+    incoming_reply* pump(size_t budget) override;
+    void finish_reply() noexcept override;
+    [[nodiscard]] int wait_fd() const noexcept override { return _fd.get(); }
+    [[nodiscard]] uint32_t max_pages() const noexcept override { return _max_pages; }
+    [[nodiscard]] uint64_t bytes_received() const noexcept override { return _bytes_received; }
+
+  private:
+    // One read into [dst + have, dst + want); returns false if it would block.
+    bool read_some(std::byte* dst, size_t want, size_t& have, size_t& budget);
+
+    enum class stage : uint8_t { header, checksums, data, complete };
+
+    unique_fd _fd;
+    uint32_t _max_pages;
+    std::byte* _staging = nullptr; // mmap: _max_pages pages
+    uint64_t* _checksums = nullptr;
+    wire::header_bytes _header_buf{};
+    stage _stage = stage::header;
+    size_t _have = 0;
+    incoming_reply _reply;
+    uint64_t _bytes_received = 0;
+};
+
+} // namespace ferry

@@ -1,0 +1,101 @@
+// Control frames: a fixed 12-byte header followed by one packed
+// ferry_control.envelope (lib/proto/control.proto).
+//
+//   0 u32 magic "FRYC"   4 u16 version   6 u16 reserved (0)   8 u32 payload length
+#pragma once
+
+#include "sys/net.hpp"
+#include "wire/control.pb-c.h"
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ferry::control {
+
+inline constexpr uint32_t frame_magic = 0x43595246; // "FRYC"
+inline constexpr uint16_t frame_version = 1;
+inline constexpr size_t frame_header_size = 12;
+inline constexpr uint32_t max_frame_payload = 256u << 20;
+
+using envelope = FerryControl__Envelope;
+
+struct envelope_deleter {
+    void operator()(envelope* e) const noexcept {
+        ferry_control__envelope__free_unpacked(e, nullptr);
+    }
+};
+using envelope_ptr = std::unique_ptr<envelope, envelope_deleter>;
+
+enum class frame_error : uint8_t { none, bad_magic, bad_version, bad_reserved, too_large };
+[[nodiscard]] const char* to_string(frame_error e) noexcept;
+
+std::vector<std::byte> encode_frame(const envelope& e);
+[[nodiscard]] frame_error decode_frame_header(std::span<const std::byte, frame_header_size> header,
+                                              uint32_t& payload_len) noexcept;
+// nullptr when the payload is not a valid envelope or carries no body.
+[[nodiscard]] envelope_ptr decode_payload(std::span<const std::byte> payload) noexcept;
+
+void send(int fd, const envelope& e, net::deadline until);
+// Returns nullptr on a clean end of stream; throws ferry::error on a
+// malformed frame, a timeout, or an I/O error.
+envelope_ptr receive(int fd, net::deadline until);
+
+// Wraps one message in an envelope and sends it.
+#define FERRY_CONTROL_BODIES(X)                                                                    \
+    X(FerryControl__ErrorReply, ERROR, error)                                                      \
+    X(FerryControl__IncomingPrepare, INCOMING_PREPARE, incoming_prepare)                           \
+    X(FerryControl__PrepareOk, PREPARE_OK, prepare_ok)                                             \
+    X(FerryControl__IncomingImages, INCOMING_IMAGES, incoming_images)                              \
+    X(FerryControl__RestoreResult, RESTORE_RESULT, restore_result)                                 \
+    X(FerryControl__TransferProgress, TRANSFER_PROGRESS, transfer_progress)                        \
+    X(FerryControl__TransferStats, TRANSFER_STATS, transfer_stats)                                 \
+    X(FerryControl__OutgoingRegister, OUTGOING_REGISTER, outgoing_register)                        \
+    X(FerryControl__OutgoingRegistered, OUTGOING_REGISTERED, outgoing_registered)                  \
+    X(FerryControl__OutgoingCommit, OUTGOING_COMMIT, outgoing_commit)                              \
+    X(FerryControl__OutgoingFinish, OUTGOING_FINISH, outgoing_finish)                              \
+    X(FerryControl__OutgoingFinished, OUTGOING_FINISHED, outgoing_finished)                        \
+    X(FerryControl__OutgoingAbort, OUTGOING_ABORT, outgoing_abort)                                 \
+    X(FerryControl__OutgoingAborted, OUTGOING_ABORTED, outgoing_aborted)                           \
+    X(FerryControl__PageChannelOpen, PAGE_CHANNEL_OPEN, page_channel_open)                         \
+    X(FerryControl__PageChannelAccepted, PAGE_CHANNEL_ACCEPTED, page_channel_accepted)             \
+    X(FerryControl__LazyReady, LAZY_READY, lazy_ready)                                             \
+    X(FerryControl__ResumeRequest, RESUME_REQUEST, resume_request)                                 \
+    X(FerryControl__ResumeDecision, RESUME_DECISION, resume_decision)                              \
+    X(FerryControl__OutgoingCommitted, OUTGOING_COMMITTED, outgoing_committed)                     \
+    X(FerryControl__LazyStart, LAZY_START, lazy_start)                                             \
+    X(FerryControl__OutgoingPrepare, OUTGOING_PREPARE, outgoing_prepare)                           \
+    X(FerryControl__OutgoingPrepared, OUTGOING_PREPARED, outgoing_prepared)                        \
+    X(FerryControl__PoolOpen, POOL_OPEN, pool_open)                                                \
+    X(FerryControl__PoolAccepted, POOL_ACCEPTED, pool_accepted)                                    \
+    X(FerryControl__OutgoingHandoff, OUTGOING_HANDOFF, outgoing_handoff)                           \
+    X(FerryControl__OutgoingHandedOff, OUTGOING_HANDED_OFF, outgoing_handed_off)
+
+#define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
+    inline envelope wrap(type& m) {                                                                \
+        envelope e = FERRY_CONTROL__ENVELOPE__INIT;                                                \
+        e.body_case = FERRY_CONTROL__ENVELOPE__BODY_##upper;                                       \
+        e.field = &m;                                                                              \
+        return e;                                                                                  \
+    }
+FERRY_CONTROL_BODIES(FERRY_CONTROL_WRAP)
+#undef FERRY_CONTROL_WRAP
+
+template <typename Msg>
+void send_message(int fd, Msg& m, net::deadline until) {
+    send(fd, wrap(m), until);
+}
+
+void send_error(int fd, const std::string& message, net::deadline until);
+
+// The body's name, for error messages.
+[[nodiscard]] const char* body_name(const envelope& e) noexcept;
+
+// Throws ferry::error unless `e` carries `want`; an error_reply body becomes
+// an error carrying the peer's message, prefixed by `peer`.
+void expect(const envelope* e, FerryControl__Envelope__BodyCase want, const std::string& peer);
+
+} // namespace ferry::control
