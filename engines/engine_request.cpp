@@ -11,7 +11,7 @@
 #include <fstream>
 #include <vector>
 
-namespace ferry::engine {
+namespace ferry::engines {
 
 namespace {
 
@@ -140,4 +140,4 @@ void podman_remove(const std::string& name_or_id) {
                       std::chrono::minutes(1));
 }
 
-} // namespace ferry::engine
+} // namespace ferry::engines

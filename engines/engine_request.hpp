@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-namespace ferry::engine {
+namespace ferry::engines {
 
 inline constexpr const char* restore_request_file = "ferry-restore.json";
 
@@ -80,4 +80,4 @@ std::string podman_binary();
 // `podman container rm --force --time 0 NAME_OR_ID`; throws ferry::error.
 void podman_remove(const std::string& name_or_id);
 
-} // namespace ferry::engine
+} // namespace ferry::engines

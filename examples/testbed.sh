@@ -151,7 +151,7 @@ volume_path = "$dir/podman/root/volumes"
 # Podman's "runc" is Ferry's shim, which passes everything to runc and makes
 # checkpoint/restore lazy when Ferry asks (lib/engine_request.hpp).
 [engine.runtimes]
-runc = [ "$build/migrator/ferry-runc" ]
+runc = [ "$build/engines/ferry-runc" ]
 EOF
   cat >"$dir/storage.conf" <<EOF
 [storage]
@@ -164,7 +164,7 @@ EOF
  "bridge": "none", "storage-driver": "${FERRY_DOCKER_STORAGE:-overlay2}",
  "data-root": "$dir/docker/data", "exec-root": "$dir/docker/exec",
  "pidfile": "$dir/docker/dockerd.pid", "hosts": ["unix://$dir/docker/docker.sock"],
- "runtimes": {"ferry-runc": {"path": "$build/migrator/ferry-runc"}}, "default-runtime": "ferry-runc",
+ "runtimes": {"ferry-runc": {"path": "$build/engines/ferry-runc"}}, "default-runtime": "ferry-runc",
  "default-ulimits": {"nofile": {"Name": "nofile", "Hard": 1024, "Soft": 1024},
                      "nproc": {"Name": "nproc", "Hard": 1024, "Soft": 1024}}}
 EOF

@@ -9,12 +9,11 @@
 #include "criu/criu_image.hpp"
 #include "criu/criu_page_server.hpp"
 #include "criu/criu_rpc.hpp"
+#include "criu/dump_driver.hpp"
 #include "criu/workload_release.hpp"
-#include "docker.hpp"
-#include "dump_driver.hpp"
+#include "engine.hpp"
 #include "migration_record.hpp"
 #include "park.hpp"
-#include "podman.hpp"
 #include "pool/pool_client.hpp"
 #include "sys/hw_breakpoints.hpp"
 #include "sys/proc.hpp"
@@ -156,12 +155,11 @@ class migration {
     migration_result _r;
     unique_fd _dest;
     unique_fd _src;
-    std::unique_ptr<dump_driver> _dump;
+    std::unique_ptr<criu::dump_driver> _dump;
     // Container migrations: the container as its engine describes it.
-    std::optional<podman::container> _podman;
-    std::optional<docker::container> _docker;
-    const engine_container* _container = nullptr; // whichever of the two
-    std::string _container_config;                // docker's, as sent with the prepare
+    std::unique_ptr<engines::source_container> _source;
+    const engines::container_info* _container = nullptr; // _source's
+    std::vector<uint8_t> _container_config;              // sent with the prepare
     uint16_t _criu_port = 0;
     std::filesystem::path _dir;
     bool _dump_started = false;
@@ -206,17 +204,9 @@ void migration::set_phase(const char* phase) {
 }
 
 void migration::check_source() {
-    if (_opt.engine == "podman") {
-        _podman = podman::inspect(_opt.container);
-        podman::require_ferry_runtime();
-        _container = &*_podman;
-    } else if (_opt.engine == "docker") {
-        _docker = docker::inspect(_opt.container);
-        docker::require_ferry_runtime(*_docker);
-        _container = &*_docker;
-    } else if (!_opt.engine.empty()) {
-        throw error(
-            fmt::format("engine '{}' is not supported (podman and docker are)", _opt.engine));
+    if (!_opt.engine.empty()) {
+        _source = engines::find(_opt.engine).open_source(_opt.container);
+        _container = &_source->info();
     }
     if (_container) {
         if (!_container->running || _container->paused || _container->pid <= 0)
@@ -278,10 +268,10 @@ void migration::connect_destination(const std::string& source_addr) {
         prep.engine = const_cast<char*>(_opt.engine.c_str());
         prep.container_name = const_cast<char*>(_container->name.c_str());
         prep.container_image = const_cast<char*>(_container->image.c_str());
-        if (_docker) {
-            _container_config = _docker->config.dump();
+        _container_config = _source->config_for_prepare();
+        if (!_container_config.empty()) {
             prep.has_container_config = true;
-            prep.container_config.data = reinterpret_cast<uint8_t*>(_container_config.data());
+            prep.container_config.data = _container_config.data();
             prep.container_config.len = _container_config.size();
         }
     }
@@ -343,17 +333,16 @@ void migration::start_dump() {
     // addresses stay behind); with --tcp-close they are left out of the
     // dump and come back closed, and clients reconnect. Connections still
     // in a listener's queue (clients retrying while it is frozen) go too.
-    dump_settings settings;
-    settings.deadlines = _deadlines;
+    criu::dump_settings settings;
+    settings.limits = _deadlines;
     settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
     settings.criu_options += _opt.criu_config_extra;
     settings.criu_env = _criu_env;
-    if (_podman)
-        _dump = podman::make_dump(*_podman, _dir, _r.id, settings);
-    else if (_docker)
-        _dump = docker::make_dump(*_docker, _dir, _r.id, settings);
+    settings.interrupted = [] { return interrupt_requested(); };
+    if (_source)
+        _dump = _source->make_dump(_dir, _r.id, settings);
     else
-        _dump = make_criu_dump(_opt.pid, _dir, _r.id, settings);
+        _dump = criu::make_rpc_dump(_opt.pid, _dir, _r.id, settings);
     set_phase("freezing");
     _dump->start(_criu_port);
     _dump_started = true;
@@ -685,7 +674,7 @@ void migration::finish_source() {
             _r.recovery = e->outgoing_finished->recovery;
         if (!_dump->wait_end(_deadlines.close)) {
             if (_dump->stuck())
-                throw criu_timeout(_dump->end_error());
+                throw criu::criu_timeout(_dump->end_error());
             _log->warn("CRIU reported the dump as failed after CLOSE: {}", _dump->end_error());
         }
     } catch (const std::exception& e) {
@@ -926,7 +915,11 @@ migration_result migration::run() {
         connect_local_daemon();
         check_interrupt();
         start_dump();
-        _dump->wait_dumped(_r);
+        {
+            const auto t = _dump->wait_dumped();
+            _r.t_freeze = t.freeze;
+            _r.t_dumped = t.dumped;
+        }
         if (_opt.mode == migrate_mode::park) {
             park();
             _r.ok = true;

@@ -52,7 +52,7 @@ unique_fd block_stop_signals() {
 
 daemon::daemon(daemon_config cfg) : _cfg(std::move(cfg)), _log(make_logger("pagesrv")) {
     std::filesystem::create_directories(_cfg.state_dir / "incoming");
-    remove_stale_reservations(_cfg.state_dir / "incoming");
+    engines::remove_stale_reservations(_cfg.state_dir / "incoming");
     _criu_version = criu::require_supported_criu().to_string();
     _breakpoints = hw_breakpoints::probe();
     if (_cfg.pool) {

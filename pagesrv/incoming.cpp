@@ -159,7 +159,7 @@ class incoming_session {
     std::string _engine, _container; // a container, restored through its engine
     std::string _container_image;
     std::vector<uint8_t> _container_config;
-    std::unique_ptr<engine_restore> _engine_restore;
+    std::unique_ptr<engines::engine_restore> _engine_restore;
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;
@@ -228,7 +228,7 @@ void incoming_session::check_prepare() {
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
     if (!_engine.empty()) {
-        _engine_restore = make_engine_restore(_engine, _container);
+        _engine_restore = engines::make_engine_restore(_engine, _container);
         _engine_restore->reserve(_dir, _container_image, _container_config);
     }
 }
@@ -447,7 +447,7 @@ bool incoming_session::restore_with_engine() {
     } catch (const std::exception& ex) {
         return engine_restore_failed(ex.what(), false);
     }
-    unique_fd gate = listen_gate(_dir);
+    unique_fd gate = engines::listen_gate(_dir);
     auto engine_cmd = child_process::spawn(command, _dir / (_engine + "-restore.log"));
     bool gated = false, resume = false;
     uint64_t t_resume = 0;
@@ -479,12 +479,12 @@ bool incoming_session::restore_with_engine() {
                 continue;
             gated = true;
             try {
-                _root_pid = read_gate_request(conn.get());
+                _root_pid = engines::read_gate_request(conn.get());
                 resume = ask_to_resume();
             } catch (const std::exception& ex) {
                 _log->warn("migration {}: {}", _id, ex.what());
             }
-            answer_gate(conn.get(), resume, resume ? "" : "not committed");
+            engines::answer_gate(conn.get(), resume, resume ? "" : "not committed");
             t_resume = monotonic_ns();
         }
         if (!fds[1].revents)
@@ -664,7 +664,8 @@ void incoming_session::discard_images() noexcept {
     // The reservation record goes with the container it names (see
     // ~incoming_session), not with the images.
     for (const auto& entry : std::filesystem::directory_iterator(_dir, ec))
-        if (entry.path().extension() != ".log" && entry.path().filename() != reservation_file)
+        if (entry.path().extension() != ".log" &&
+            entry.path().filename() != engines::reservation_file)
             std::filesystem::remove(entry.path(), ec);
 }
 

@@ -78,7 +78,7 @@ TEST_CASE("a vfs layer's diff, applied to its base, gives the layer back") {
     fs::create_directories(base / "proc"); // an engine mount point: never diffed
     fs::copy(base, layer, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
     fs::copy(base, copy, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-    const auto index = migrator::tree_index::scan(base);
+    const auto index = engines::tree_index::scan(base);
 
     fs::remove(layer / "etc/issue.net");                       // deleted file
     fs::remove_all(layer / "usr/share/doc/apt");               // deleted directory
@@ -91,7 +91,7 @@ TEST_CASE("a vfs layer's diff, applied to its base, gives the layer back") {
     write(layer / "proc/ignored", "x\n");
 
     std::vector<std::string> deleted;
-    migrator::tree_diff(layer, index, t.path / "diff.tar", deleted);
+    engines::tree_diff(layer, index, t.path / "diff.tar", deleted);
     CHECK(deleted == std::vector<std::string>{"/etc/issue.net", "/usr/share/doc/apt"});
 
     apply(copy, t.path / "diff.tar", deleted);
@@ -108,8 +108,8 @@ TEST_CASE("an unchanged layer has an empty diff") {
     const auto mtime = fs::last_write_time(t.path / "base/a/b");
     fs::last_write_time(t.path / "layer/a/b", mtime);
     std::vector<std::string> deleted;
-    migrator::tree_diff(t.path / "layer", migrator::tree_index::scan(t.path / "base"),
-                        t.path / "diff.tar", deleted);
+    engines::tree_diff(t.path / "layer", engines::tree_index::scan(t.path / "base"),
+                       t.path / "diff.tar", deleted);
     CHECK(deleted.empty());
     fs::create_directories(t.path / "out");
     extract_tar(t.path / "diff.tar", t.path / "out");
@@ -165,7 +165,7 @@ TEST_CASE("an overlay upper dir: whiteouts are deletions, the rest is the tar") 
     write(upper / "etc/hostname", "engine's\n"); // an engine path: never diffed
     REQUIRE(::mknod((upper / "etc/issue.net").c_str(), S_IFCHR | 0000, makedev(0, 0)) == 0);
     std::vector<std::string> deleted;
-    migrator::overlay_diff(upper, {lower}, t.path / "diff.tar", deleted);
+    engines::overlay_diff(upper, {lower}, t.path / "diff.tar", deleted);
     CHECK(deleted == std::vector<std::string>{"/etc/issue.net"});
     fs::create_directories(out);
     extract_tar(t.path / "diff.tar", out);

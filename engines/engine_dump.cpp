@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-namespace ferry::migrator {
+namespace ferry::engines {
 
 namespace fs = std::filesystem;
 
@@ -29,15 +29,15 @@ std::vector<std::string> named_volumes(const nlohmann::json& mounts) {
     return out;
 }
 
-engine_dump::engine_dump(std::string engine, const engine_container& c, fs::path dir,
-                         std::string migration_id, dump_settings settings)
-    : _engine(std::move(engine)), _id(c.id), _name(c.name), _dir(std::move(dir)),
-      _migration_id(std::move(migration_id)), _settings(std::move(settings)),
+engine_dump::engine_dump(std::string engine, const container_info& c, fs::path dir,
+                         std::string migration_id, criu::dump_settings settings)
+    : dump_driver(settings.interrupted), _engine(std::move(engine)), _id(c.id), _name(c.name),
+      _dir(std::move(dir)), _migration_id(std::move(migration_id)), _settings(std::move(settings)),
       _log(make_logger("migrator")) {}
 
 engine_dump::~engine_dump() {
     std::error_code ec;
-    fs::remove(engine::checkpoint_request_path(_id), ec);
+    fs::remove(engines::checkpoint_request_path(_id), ec);
     if (_cmd.running()) {
         // Only reached when the migration could neither finish nor abort.
         _log->error("{}'s checkpoint of {} is still running; leaving it", _engine, _name);
@@ -52,7 +52,7 @@ void engine_dump::start(uint16_t port) {
     _status.reset(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
     if (!_status)
         throw sys_error("open " + fifo.string());
-    engine::checkpoint_request req;
+    engines::checkpoint_request req;
     req.migration_id = _migration_id;
     req.migrator_pid = ::getpid();
     req.page_server_port = port;
@@ -60,18 +60,20 @@ void engine_dump::start(uint16_t port) {
     req.criu_config = criu::write_config(_dir / "criu-dump.conf", _settings.criu_options).string();
     req.criu_env = _settings.criu_env;
     req.images_dir = redirected_images().string();
-    engine::write_request(engine::checkpoint_request_path(_id), req);
+    engines::write_request(engines::checkpoint_request_path(_id), req);
     _t_start = monotonic_ns();
     _cmd = child_process::spawn(checkpoint_command(), _dir / (_engine + "-checkpoint.log"));
 }
 
-void engine_dump::wait_dumped(migration_result& r) {
+criu::dump_times engine_dump::wait_dumped() {
     // Until the daemon reports the exact moment (the engine's pause or
     // CRIU's freeze), the command's start stands for the freeze.
-    r.t_freeze = _t_start;
-    wait_status(std::chrono::steady_clock::now() + _settings.deadlines.dump,
+    criu::dump_times t;
+    t.freeze = _t_start;
+    wait_status(std::chrono::steady_clock::now() + _settings.limits.dump,
                 "freeze it and write its images");
-    r.t_dumped = monotonic_ns();
+    t.dumped = monotonic_ns();
+    return t;
 }
 
 int engine_dump::event_fd() const {
@@ -91,7 +93,7 @@ void engine_dump::on_event() {
 // server listens.
 void engine_dump::wait_page_server(std::chrono::milliseconds bound) {
     if (_stuck && !_status_ready)
-        throw criu_timeout("CRIU is stuck: not waiting for its page server again");
+        throw criu::criu_timeout("CRIU is stuck: not waiting for its page server again");
     wait_status(std::chrono::steady_clock::now() + bound, "start its page server");
 }
 
@@ -158,8 +160,8 @@ void engine_dump::wait_status(std::chrono::steady_clock::time_point until, const
             on_event(); // throws: the engine ended without a lazy dump
         if (std::chrono::steady_clock::now() > until) {
             _stuck = true;
-            throw criu_timeout(fmt::format("{}'s checkpoint of {} did not {} in time ({})", _engine,
-                                           _name, what, log_hint()));
+            throw criu::criu_timeout(fmt::format("{}'s checkpoint of {} did not {} in time ({})",
+                                                 _engine, _name, what, log_hint()));
         }
     }
 }
@@ -174,9 +176,9 @@ bool engine_dump::remove_source() {
     }
 }
 
-std::vector<engine_file> engine_dump::writable_layer_files(const layer_diff& diff,
-                                                           const fs::path& shm) const {
-    std::vector<engine_file> files;
+std::vector<criu::engine_file> engine_dump::writable_layer_files(const layer_diff& diff,
+                                                                 const fs::path& shm) const {
+    std::vector<criu::engine_file> files;
     std::vector<std::string> deleted;
     diff(_dir / "rootfs-diff.tar", deleted);
     files.push_back({"rootfs-diff.tar", criu::read_file(_dir / "rootfs-diff.tar")});
@@ -193,4 +195,4 @@ std::vector<engine_file> engine_dump::writable_layer_files(const layer_diff& dif
     return files;
 }
 
-} // namespace ferry::migrator
+} // namespace ferry::engines

@@ -1,9 +1,9 @@
-#include "docker.hpp"
+#include "docker/docker_source.hpp"
 
 #include "core/error.hpp"
 #include "criu/criu_image.hpp"
 #include "criu/workload_release.hpp"
-#include "docker_api.hpp"
+#include "docker/docker_api.hpp"
 #include "engine_dump.hpp"
 #include "rootfs_diff.hpp"
 
@@ -11,7 +11,7 @@
 
 #include <fstream>
 
-namespace ferry::migrator::docker {
+namespace ferry::engines::docker {
 
 namespace {
 
@@ -19,8 +19,8 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 void locate_vfs_layers(container& c, const fs::path& root) {
-    c.layer_dir = ferry::docker::vfs_layer_dir(root, c.id, "mount-id");
-    c.base_dir = ferry::docker::vfs_layer_dir(root, c.id, "init-id");
+    c.layer_dir = docker_api::vfs_layer_dir(root, c.id, "mount-id");
+    c.base_dir = docker_api::vfs_layer_dir(root, c.id, "init-id");
     if (!fs::is_directory(c.layer_dir) || !fs::is_directory(c.base_dir))
         throw error(
             fmt::format("docker's vfs layers of {} are not where the layer store says", c.name));
@@ -29,7 +29,7 @@ void locate_vfs_layers(container& c, const fs::path& root) {
 } // namespace
 
 container inspect(const std::string& name) {
-    const auto j = ferry::docker::inspect_container(name);
+    const auto j = docker_api::inspect_container(name);
     if (!j)
         throw error(fmt::format("docker has no container '{}'", name));
     try {
@@ -48,7 +48,7 @@ container inspect(const std::string& name) {
             {"Name", c.name}, {"Config", j->at("Config")}, {"HostConfig", j->at("HostConfig")}};
         c.image = j->at("Config").value("Image", "");
         c.storage_driver = j->at("GraphDriver").at("Name").get<std::string>();
-        const fs::path root = ferry::docker::root_dir();
+        const fs::path root = docker_api::root_dir();
         if (c.storage_driver == "overlay2") {
             const auto& data = j->at("GraphDriver").at("Data");
             c.upper_dir = data.at("UpperDir").get<std::string>();
@@ -72,7 +72,7 @@ container inspect(const std::string& name) {
 }
 
 void require_ferry_runtime(const container& c) {
-    const auto info = ferry::docker::call("GET", "/info");
+    const auto info = docker_api::call("GET", "/info");
     std::string path;
     try {
         path = info.at("Runtimes").at(c.runtime).value("path", "");
@@ -94,7 +94,7 @@ class docker_dump final : public engine_dump {
   public:
     // Runs before the freeze: the tree the container's layer was copied
     // from is indexed now, so the freeze only walks the layer itself.
-    docker_dump(container c, fs::path dir, std::string id, dump_settings settings)
+    docker_dump(container c, fs::path dir, std::string id, criu::dump_settings settings)
         : engine_dump("docker", c, std::move(dir), std::move(id), std::move(settings)),
           _c(std::move(c)) {
         fs::create_directories(images_dir());
@@ -104,7 +104,7 @@ class docker_dump final : public engine_dump {
 
     fs::path images_dir() const override { return _dir / "images"; }
 
-    std::vector<engine_file> engine_files() override {
+    std::vector<criu::engine_file> engine_files() override {
         // The configuration went ahead, with the prepare (docker.hpp). An
         // empty /dev/shm is not sent: the shim would need its mount to
         // restore into, which not every IPC mode has.
@@ -121,12 +121,12 @@ class docker_dump final : public engine_dump {
     }
 
   protected:
-    void remove_container() override { ferry::docker::remove_container(_c.id); }
+    void remove_container() override { docker_api::remove_container(_c.id); }
 
     std::vector<std::string> checkpoint_command() const override {
         // Docker's copy of the checkpoint is never used (Ferry's images land
         // in images_dir); it goes to Ferry's work dir, not the container's.
-        return {ferry::docker::cli_binary(),
+        return {docker_api::cli_binary(),
                 "checkpoint",
                 "create",
                 "--checkpoint-dir",
@@ -144,14 +144,13 @@ class docker_dump final : public engine_dump {
     // the container is paused again, briefly, and unpaused through dockerd.
     void resync_engine() noexcept override {
         try {
-            const auto j = ferry::docker::inspect_container(_c.id);
+            const auto j = docker_api::inspect_container(_c.id);
             if (!j || !j->at("State").value("Paused", false))
                 return;
             const pid_t pid = j->at("State").value("Pid", 0);
             if (pid <= 0 || criu::cgroup_frozen(pid) || !criu::set_cgroup_frozen(pid, true))
                 return;
-            (void)ferry::docker::call("POST",
-                                      "/containers/" + ferry::docker::encode(_c.id) + "/unpause");
+            (void)docker_api::call("POST", "/containers/" + docker_api::encode(_c.id) + "/unpause");
             _log->info("docker's record of {} said paused after CRIU was killed: unpaused it",
                        _c.name);
         } catch (const std::exception& e) {
@@ -170,10 +169,33 @@ class docker_dump final : public engine_dump {
 
 } // namespace
 
-std::unique_ptr<dump_driver> make_dump(const container& c, const fs::path& dir,
-                                       const std::string& migration_id,
-                                       const dump_settings& settings) {
-    return std::make_unique<docker_dump>(c, dir, migration_id, settings);
+namespace {
+
+class docker_source final : public source_container {
+  public:
+    explicit docker_source(container c) : _c(std::move(c)) {}
+    const container_info& info() const override { return _c; }
+    // dockerd creates the container from it at the prepare, before the
+    // freeze (copying the image's layers takes seconds with vfs).
+    std::vector<uint8_t> config_for_prepare() const override {
+        const auto text = _c.config.dump();
+        return {text.begin(), text.end()};
+    }
+    std::unique_ptr<criu::dump_driver> make_dump(const fs::path& dir, const std::string& id,
+                                                 const criu::dump_settings& s) const override {
+        return std::make_unique<docker_dump>(_c, dir, id, s);
+    }
+
+  private:
+    container _c;
+};
+
+} // namespace
+
+std::unique_ptr<source_container> open_source(const std::string& name) {
+    auto c = inspect(name);
+    require_ferry_runtime(c);
+    return std::make_unique<docker_source>(std::move(c));
 }
 
-} // namespace ferry::migrator::docker
+} // namespace ferry::engines::docker

@@ -17,7 +17,7 @@
 #include <set>
 #include <unordered_set>
 
-namespace ferry::migrator {
+namespace ferry::engines {
 
 namespace {
 
@@ -209,4 +209,4 @@ void tree_diff(const fs::path& layer, const tree_index& base, const fs::path& ta
     }
 }
 
-} // namespace ferry::migrator
+} // namespace ferry::engines

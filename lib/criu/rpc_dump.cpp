@@ -6,8 +6,7 @@
 #include "core/unique_fd.hpp"
 #include "criu/criu_config.hpp"
 #include "criu/criu_rpc.hpp"
-#include "dump_driver.hpp"
-#include "engine_request.hpp"
+#include "criu/dump_driver.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -16,7 +15,7 @@
 #include <fstream>
 #include <optional>
 
-namespace ferry::migrator {
+namespace ferry::criu {
 
 namespace {
 
@@ -25,10 +24,11 @@ using std::chrono::milliseconds;
 // How often a wait on CRIU looks at the interrupt flag.
 constexpr milliseconds interrupt_slice(200);
 
-class criu_dump final : public dump_driver {
+class rpc_dump final : public dump_driver {
   public:
-    criu_dump(pid_t pid, std::filesystem::path dir, std::string id, dump_settings settings)
-        : _pid(pid), _dir(std::move(dir)), _id(std::move(id)), _settings(std::move(settings)) {}
+    rpc_dump(pid_t pid, std::filesystem::path dir, std::string id, dump_settings settings)
+        : dump_driver(settings.interrupted), _pid(pid), _dir(std::move(dir)), _id(std::move(id)),
+          _settings(std::move(settings)) {}
 
     void start(uint16_t port) override {
         _dir_fd.reset(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
@@ -50,8 +50,7 @@ class criu_dump final : public dump_driver {
         opts.ps = &ps;
         opts.has_notify_scripts = true;
         opts.notify_scripts = true;
-        const auto config =
-            criu::write_config(_dir / "criu-dump.conf", _settings.criu_options).string();
+        const auto config = write_config(_dir / "criu-dump.conf", _settings.criu_options).string();
         opts.config_file = const_cast<char*>(config.c_str());
         CriuReq req = CRIU_REQ__INIT;
         req.type = CRIU_REQ_TYPE__DUMP;
@@ -60,28 +59,29 @@ class criu_dump final : public dump_driver {
         // stuck CRIU is found by it.
         auto env = _settings.criu_env;
         env.push_back("FERRY_MIGRATION_ID=" + _id);
-        _criu.emplace(criu::service::start(env));
+        _criu.emplace(service::start(env));
         _criu->send(req);
     }
 
-    void wait_dumped(migration_result& r) override {
-        const auto until = std::chrono::steady_clock::now() + _settings.deadlines.dump;
+    dump_times wait_dumped() override {
+        dump_times t;
+        const auto until = std::chrono::steady_clock::now() + _settings.limits.dump;
         for (;;) {
             auto resp = next(until, "write the dump's images");
             if (resp->type != CRIU_REQ_TYPE__NOTIFY) {
                 _ended = true;
-                throw error(criu::describe_failure(*resp, log_path()));
+                throw error(describe_failure(*resp, log_path()));
             }
             const std::string script =
                 resp->notify && resp->notify->script ? resp->notify->script : "";
             _last_notify = script;
             if (script == "pre-dump")
-                r.t_freeze = monotonic_ns(); // CRIU seizes the tasks right after this
+                t.freeze = monotonic_ns(); // CRIU seizes the tasks right after this
             _criu->ack_notify(true);
             if (script == "post-dump") {
-                r.t_dumped = monotonic_ns();
+                t.dumped = monotonic_ns();
                 _t_post_dump = std::chrono::steady_clock::now();
-                return;
+                return t;
             }
         }
     }
@@ -93,7 +93,7 @@ class criu_dump final : public dump_driver {
     // One notification after post-dump, answered at once; the one that
     // matters is status-ready. A final response means the dump ended early.
     void on_event() override {
-        auto r = next(std::chrono::steady_clock::now() + _settings.deadlines.notify,
+        auto r = next(std::chrono::steady_clock::now() + _settings.limits.notify,
                       "answer after its notification");
         handle_after_dump(std::move(r));
     }
@@ -105,7 +105,7 @@ class criu_dump final : public dump_driver {
         // only shorten it.
         auto until = std::chrono::steady_clock::now() + bound;
         if (_t_post_dump)
-            until = std::min(until, *_t_post_dump + _settings.deadlines.page_server);
+            until = std::min(until, *_t_post_dump + _settings.limits.page_server);
         while (!_status_ready)
             handle_after_dump(next(until, "start its page server"));
     }
@@ -119,7 +119,7 @@ class criu_dump final : public dump_driver {
             return false;
         const auto until = std::chrono::steady_clock::now() + bound;
         for (;;) {
-            criu::resp_ptr r;
+            resp_ptr r;
             try {
                 r = next(until, "end its dump");
             } catch (const std::exception& e) {
@@ -133,7 +133,7 @@ class criu_dump final : public dump_driver {
             _ended = true;
             _succeeded = r->success;
             if (!r->success)
-                _end_error = criu::describe_failure(*r, log_path());
+                _end_error = describe_failure(*r, log_path());
             break;
         }
         // CRIU exits right after its answer; a bounded reap.
@@ -164,7 +164,7 @@ class criu_dump final : public dump_driver {
 
     // The next message from CRIU before `until`, looking at the interrupt
     // flag meanwhile. Running out marks the dump stuck.
-    criu::resp_ptr next(std::chrono::steady_clock::time_point until, const char* what) {
+    resp_ptr next(std::chrono::steady_clock::time_point until, const char* what) {
         for (;;) {
             if (interrupted())
                 throw error("interrupted");
@@ -181,11 +181,11 @@ class criu_dump final : public dump_driver {
         }
     }
 
-    void handle_after_dump(criu::resp_ptr r) {
+    void handle_after_dump(resp_ptr r) {
         if (r->type != CRIU_REQ_TYPE__NOTIFY) {
             _ended = true;
             throw error("CRIU ended the dump before its page server was ready: " +
-                        criu::describe_failure(*r, log_path()));
+                        describe_failure(*r, log_path()));
         }
         _criu->ack_notify(true);
         if (r->notify && r->notify->script) {
@@ -200,7 +200,7 @@ class criu_dump final : public dump_driver {
     std::string _id;
     dump_settings _settings;
     unique_fd _dir_fd;
-    std::optional<criu::service> _criu;
+    std::optional<service> _criu;
     std::optional<std::chrono::steady_clock::time_point> _t_post_dump;
     std::string _last_notify;
     bool _status_ready = false;
@@ -223,10 +223,10 @@ std::string last_log_line(const std::filesystem::path& log) {
     return last.empty() ? "(nothing)" : last;
 }
 
-std::unique_ptr<dump_driver> make_criu_dump(pid_t pid, const std::filesystem::path& dir,
-                                            const std::string& migration_id,
-                                            const dump_settings& settings) {
-    return std::make_unique<criu_dump>(pid, dir, migration_id, settings);
+std::unique_ptr<dump_driver> make_rpc_dump(pid_t pid, const std::filesystem::path& dir,
+                                           const std::string& migration_id,
+                                           const dump_settings& settings) {
+    return std::make_unique<rpc_dump>(pid, dir, migration_id, settings);
 }
 
-} // namespace ferry::migrator
+} // namespace ferry::criu

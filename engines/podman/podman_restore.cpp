@@ -7,6 +7,7 @@
 #include "criu/criu_image.hpp"
 #include "engine_request.hpp"
 #include "engine_restore.hpp"
+#include "podman/podman_source.hpp"
 #include "sys/subprocess.hpp"
 #include "tar_writer.hpp"
 
@@ -15,9 +16,11 @@
 
 #include <map>
 
-namespace ferry::pagesrv::engine_restore_detail {
+namespace ferry::engines::podman {
 
 namespace {
+
+using namespace engine_restore_detail;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -27,7 +30,7 @@ constexpr auto query_timeout = std::chrono::seconds(30);
 std::string local_image_id(const std::string& name) {
     try {
         auto out =
-            run_capture({engine::podman_binary(), "image", "inspect", "--format", "{{.Id}}", name},
+            run_capture({engines::podman_binary(), "image", "inspect", "--format", "{{.Id}}", name},
                         query_timeout);
         return out.substr(0, out.find('\n'));
     } catch (const std::exception&) {
@@ -72,7 +75,7 @@ class podman_restore final : public engine_restore {
                  const std::vector<uint8_t>& /*config*/) override {
         bool exists = true;
         try {
-            (void)run_capture({engine::podman_binary(), "container", "exists", _name},
+            (void)run_capture({engines::podman_binary(), "container", "exists", _name},
                               query_timeout);
         } catch (const std::exception&) {
             exists = false; // exit status 1: no such container
@@ -105,14 +108,14 @@ class podman_restore final : public engine_restore {
             }
         }
         const auto req = write_restore_request(dir, dir, migration_id, "", criu_env);
-        tar.add_path(std::string("checkpoint/") + engine::restore_request_file, req);
+        tar.add_path(std::string("checkpoint/") + engines::restore_request_file, req);
         tar.close();
         _created = true;
         // --name gives the container a new id: the old one may still be
         // known to a runc root this host shares with the source (as the
         // testbed does).
-        return {engine::podman_binary(), "container", "restore", "--import",
-                tar_out.string(),        "--name",    _name};
+        return {engines::podman_binary(), "container", "restore", "--import",
+                tar_out.string(),         "--name",    _name};
     }
 
     void remove() noexcept override {
@@ -120,7 +123,7 @@ class podman_restore final : public engine_restore {
             return;
         _created = false;
         try {
-            engine::podman_remove(_name);
+            engines::podman_remove(_name);
         } catch (const std::exception& e) {
             make_logger("pagesrv")->warn("cannot remove container {}: {}", _name, e.what());
         }
@@ -128,7 +131,7 @@ class podman_restore final : public engine_restore {
 
     pid_t container_pid() override {
         try {
-            auto out = run_capture({engine::podman_binary(), "container", "inspect", "--format",
+            auto out = run_capture({engines::podman_binary(), "container", "inspect", "--format",
                                     "{{.State.Pid}}", _name},
                                    query_timeout);
             return pid_t(std::stol(out));
@@ -145,8 +148,8 @@ class podman_restore final : public engine_restore {
 
 } // namespace
 
-std::unique_ptr<engine_restore> make_podman_restore(const std::string& name) {
+std::unique_ptr<engine_restore> make_restore(const std::string& name) {
     return std::make_unique<podman_restore>(name);
 }
 
-} // namespace ferry::pagesrv::engine_restore_detail
+} // namespace ferry::engines::podman

@@ -15,7 +15,7 @@
 // restores it, made lazy by the shim.
 #pragma once
 
-#include "engine_dump.hpp"
+#include "engine.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-namespace ferry::migrator::docker {
+namespace ferry::engines::docker {
 
-struct container : engine_container {
+struct container : container_info {
     std::string runtime; // HostConfig.Runtime, a name among dockerd's runtimes
     std::string storage_driver;
     // overlay2: the upper dir over its lower dirs; vfs: the container's full
@@ -45,9 +45,12 @@ container inspect(const std::string& name);
 // Throws unless the container runs under Ferry's runc shim.
 void require_ferry_runtime(const container& c);
 
-// `settings`: deadlines, CRIU options and environment (dump_driver.hpp).
-std::unique_ptr<dump_driver> make_dump(const container& c, const std::filesystem::path& dir,
-                                       const std::string& migration_id,
-                                       const dump_settings& settings);
+// The engine: docker_engine.cpp.
+extern const engines::engine engine;
 
-} // namespace ferry::migrator::docker
+std::unique_ptr<source_container> open_source(const std::string& name);
+std::unique_ptr<engine_restore> make_restore(const std::string& name);
+// Removes the container `id` if it was created and never started.
+void remove_if_never_started(const std::string& id);
+
+} // namespace ferry::engines::docker

@@ -11,16 +11,18 @@
 
 #include "core/error.hpp"
 #include "criu/criu_deadlines.hpp"
-#include "migrate.hpp"
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-namespace ferry::migrator {
+namespace ferry::criu {
 
 // A file the destination needs besides CRIU's images (an engine's config,
 // a container's writable-layer changes). Sent as "engine.<name>".
@@ -31,12 +33,21 @@ struct engine_file {
 
 // What every dump is given.
 struct dump_settings {
-    criu::deadlines deadlines;
+    deadlines limits;
     // Extra lines for CRIU's config file (e.g. "tcp-close\n").
     std::string criu_options;
     // Environment entries for CRIU (e.g. "CRIU_FAULT=130"); an engine's runc
     // gets them through the shim.
     std::vector<std::string> criu_env;
+    // Whether the operator asked to stop (SIGINT/SIGTERM): waits on CRIU
+    // then end early, until ignore_interrupts().
+    std::function<bool()> interrupted = [] { return false; };
+};
+
+// Moments of a dump on this host's monotonic clock, ns.
+struct dump_times {
+    uint64_t freeze = 0; // the tasks stop (or the best estimate of it)
+    uint64_t dumped = 0; // every image is written
 };
 
 // CRIU did not answer within its deadline.
@@ -50,9 +61,9 @@ class dump_driver {
     virtual ~dump_driver() = default;
     // Starts the freeze; CRIU's page server will listen on 127.0.0.1:port.
     virtual void start(uint16_t port) = 0;
-    // Until every image is written; sets r.t_freeze and r.t_dumped. Throws
-    // if the dump failed (then CRIU has resumed the tasks), or criu_timeout.
-    virtual void wait_dumped(migration_result& r) = 0;
+    // Until every image is written. Throws if the dump failed (then CRIU
+    // has resumed the tasks), or criu_timeout.
+    virtual dump_times wait_dumped() = 0;
     [[nodiscard]] virtual std::filesystem::path images_dir() const = 0;
     // What else the destination needs, gathered while the tasks are frozen.
     virtual std::vector<engine_file> engine_files() { return {}; }
@@ -89,20 +100,23 @@ class dump_driver {
     void ignore_interrupts() noexcept { _interrupts_ignored = true; }
 
   protected:
-    [[nodiscard]] bool interrupted() const noexcept {
-        return !_interrupts_ignored && interrupt_requested();
+    explicit dump_driver(std::function<bool()> interrupted)
+        : _interrupt_requested(std::move(interrupted)) {}
+    [[nodiscard]] bool interrupted() const {
+        return !_interrupts_ignored && _interrupt_requested && _interrupt_requested();
     }
 
   private:
+    std::function<bool()> _interrupt_requested;
     bool _interrupts_ignored = false;
 };
 
-// Bare process tree: CRIU's RPC (criu swrk), images in `dir`.
-std::unique_ptr<dump_driver> make_criu_dump(pid_t pid, const std::filesystem::path& dir,
-                                            const std::string& migration_id,
-                                            const dump_settings& settings);
+// Bare process tree: CRIU's RPC (criu swrk), images in `dir` (rpc_dump.cpp).
+std::unique_ptr<dump_driver> make_rpc_dump(pid_t pid, const std::filesystem::path& dir,
+                                           const std::string& migration_id,
+                                           const dump_settings& settings);
 
 // The last line of a CRIU log, to say where it stopped.
 std::string last_log_line(const std::filesystem::path& log);
 
-} // namespace ferry::migrator
+} // namespace ferry::criu

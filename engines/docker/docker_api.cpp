@@ -11,7 +11,7 @@
 #include <memory>
 #include <mutex>
 
-namespace ferry::docker {
+namespace ferry::docker_api {
 
 namespace {
 
@@ -145,4 +145,4 @@ std::string root_dir() {
     return root;
 }
 
-} // namespace ferry::docker
+} // namespace ferry::docker_api

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace ferry::migrator {
+namespace ferry::engines {
 
 // An overlay upper dir over its lower dirs (topmost first): whiteouts and
 // what opaque directories hide are the deletions. Podman, docker's overlay2.
@@ -51,4 +51,4 @@ void tree_diff(const std::filesystem::path& layer, const tree_index& base,
 // "a:b:c" -> {a, b, c}, as engines list overlay lower dirs.
 std::vector<std::filesystem::path> split_lower_dirs(const std::string& s);
 
-} // namespace ferry::migrator
+} // namespace ferry::engines

@@ -2,7 +2,7 @@
 //
 // The migrator sends CRIU's images plus the engine's files ("engine.*": the
 // container's configuration, its writable layer's diff, its /dev/shm). The
-// engine's part (podman_restore.cpp, docker_restore.cpp) turns them into
+// engine's part (podman/podman_restore.cpp, docker/docker_restore.cpp) turns them into
 // what that engine restores from, with Ferry's restore request among the
 // CRIU images, and names the engine command that restores. The engine runs
 // Ferry's runc shim, which makes runc's restore lazy and, as CRIU's action
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace ferry::pagesrv {
+namespace ferry::engines {
 
 inline constexpr const char* engine_file_prefix = "engine.";
 
@@ -37,7 +37,7 @@ class engine_restore {
     // Once the images are in `dir`: builds what the engine restores from;
     // returns the command that restores (it ends once the tasks run).
     // `criu_env`: environment entries for the CRIU under runc (the shim
-    // exports them; engine::criu_env_allowed).
+    // exports them; engines::criu_env_allowed).
     virtual std::vector<std::string> prepare(const std::filesystem::path& dir,
                                              const std::string& migration_id,
                                              const std::vector<std::string>& criu_env) = 0;
@@ -62,12 +62,8 @@ void remove_stale_reservations(const std::filesystem::path& incoming_root) noexc
 std::unique_ptr<engine_restore> make_engine_restore(const std::string& engine,
                                                     const std::string& container_name);
 
+// What the engines' restores share.
 namespace engine_restore_detail {
-
-std::unique_ptr<engine_restore> make_podman_restore(const std::string& name);
-std::unique_ptr<engine_restore> make_docker_restore(const std::string& name);
-// Removes the docker container `id` if it was created and never started.
-void remove_docker_if_never_started(const std::string& id);
 
 // The shim, which CRIU runs as its action script.
 std::string shim_binary();
@@ -93,4 +89,4 @@ std::filesystem::path gate_path(const std::filesystem::path& dir);
 pid_t read_gate_request(int conn);
 void answer_gate(int conn, bool resume, const std::string& reason);
 
-} // namespace ferry::pagesrv
+} // namespace ferry::engines

@@ -1,6 +1,6 @@
 // A container engine's own checkpoint command as Ferry's lazy dump.
 //
-// Ferry leaves a checkpoint request for its runc shim (lib/engine_request.hpp)
+// Ferry leaves a checkpoint request for its runc shim (engine_request.hpp)
 // and runs the engine's checkpoint; the shim adds runc's --lazy-pages,
 // --page-server and --status-fd. CRIU then keeps the container frozen until
 // Ferry's daemon sends CLOSE, so the engine's command lasts the whole
@@ -13,7 +13,8 @@
 #pragma once
 
 #include "core/unique_fd.hpp"
-#include "dump_driver.hpp"
+#include "criu/dump_driver.hpp"
+#include "engine.hpp"
 #include "sys/subprocess.hpp"
 
 #include <nlohmann/json.hpp>
@@ -27,30 +28,19 @@
 #include <string>
 #include <vector>
 
-namespace ferry::migrator {
-
-// What every engine says of a container that a migration needs.
-struct engine_container {
-    std::string id;
-    std::string name;
-    pid_t pid = 0; // its init, on the host
-    bool running = false;
-    bool paused = false;
-    std::string image;                      // its image's name, which the destination must have
-    std::vector<std::string> named_volumes; // "NAME at /dest": the engine's volumes it mounts
-};
+namespace ferry::engines {
 
 // The engine volumes among inspect's "Mounts" (bind mounts are not).
 std::vector<std::string> named_volumes(const nlohmann::json& mounts);
 
-class engine_dump : public dump_driver {
+class engine_dump : public criu::dump_driver {
   public:
-    engine_dump(std::string engine, const engine_container& c, std::filesystem::path dir,
-                std::string migration_id, dump_settings settings);
+    engine_dump(std::string engine, const container_info& c, std::filesystem::path dir,
+                std::string migration_id, criu::dump_settings settings);
     ~engine_dump() override;
 
     void start(uint16_t port) override;
-    void wait_dumped(migration_result& r) override;
+    criu::dump_times wait_dumped() override;
     [[nodiscard]] int event_fd() const override;
     void on_event() override;
     void wait_page_server(std::chrono::milliseconds bound) override;
@@ -70,7 +60,7 @@ class engine_dump : public dump_driver {
     // was deleted; with the container's /dev/shm if `shm` is a directory.
     using layer_diff =
         std::function<void(const std::filesystem::path& tar, std::vector<std::string>& deleted)>;
-    [[nodiscard]] std::vector<engine_file>
+    [[nodiscard]] std::vector<criu::engine_file>
     writable_layer_files(const layer_diff& diff, const std::filesystem::path& shm) const;
 
     // The engine's checkpoint of the container, which runs runc checkpoint.
@@ -87,7 +77,7 @@ class engine_dump : public dump_driver {
     const std::string _engine, _id, _name;
     const std::filesystem::path _dir;
     const std::string _migration_id;
-    const dump_settings _settings;
+    const criu::dump_settings _settings;
     std::shared_ptr<spdlog::logger> _log;
 
   private:
@@ -103,4 +93,4 @@ class engine_dump : public dump_driver {
     std::string _end_error;
 };
 
-} // namespace ferry::migrator
+} // namespace ferry::engines

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-namespace ferry::docker {
+namespace ferry::docker_api {
 
 struct api_reply {
     long status = 0;
@@ -53,4 +53,4 @@ std::string root_dir();
 std::filesystem::path vfs_layer_dir(const std::filesystem::path& root, const std::string& id,
                                     const char* which);
 
-} // namespace ferry::docker
+} // namespace ferry::docker_api

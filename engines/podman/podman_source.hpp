@@ -9,20 +9,20 @@
 // whole migration; Ferry takes the images and podman's files as soon as CRIU's
 // page server is up, and builds the writable layer's diff itself.
 //
-// Destination (pagesrv/engine_restore.cpp): `podman container restore
+// Destination (podman_restore.cpp): `podman container restore
 // --import` of a tar in podman's export format, made lazy by the shim too.
 #pragma once
 
-#include "engine_dump.hpp"
+#include "engine.hpp"
 
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
-namespace ferry::migrator::podman {
+namespace ferry::engines::podman {
 
-struct container : engine_container {
+struct container : container_info {
     std::filesystem::path bundle; // runc's --work-path: podman's config.dump lands here
     std::filesystem::path upper_dir;
     std::vector<std::filesystem::path> lower_dirs; // topmost first
@@ -34,9 +34,10 @@ container inspect(const std::string& name);
 // Throws unless podman's "runc" runtime is Ferry's shim.
 void require_ferry_runtime();
 
-// `settings`: deadlines, CRIU options and environment (dump_driver.hpp).
-std::unique_ptr<dump_driver> make_dump(const container& c, const std::filesystem::path& dir,
-                                       const std::string& migration_id,
-                                       const dump_settings& settings);
+// The engine: podman_engine.cpp.
+extern const engines::engine engine;
 
-} // namespace ferry::migrator::podman
+std::unique_ptr<source_container> open_source(const std::string& name);
+std::unique_ptr<engine_restore> make_restore(const std::string& name);
+
+} // namespace ferry::engines::podman

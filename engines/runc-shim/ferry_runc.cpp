@@ -83,7 +83,7 @@ size_t command_index(const std::vector<std::string>& args) {
 // What CRIU, started by runc, inherits: the migration id (for Ferry's CRIU
 // plugin) and the per-migration CRIU config.
 // runc passes its environment on to CRIU. CRIU_FAULT=130 (the request's
-// criu_env, already checked against engine::criu_env_allowed) makes CRIU step
+// criu_env, already checked against engines::criu_env_allowed) makes CRIU step
 // through syscalls where hardware breakpoints do not trap.
 void export_for_criu(const std::string& migration_id, const std::string& criu_config,
                      const std::vector<std::string>& criu_env) {
@@ -92,17 +92,18 @@ void export_for_criu(const std::string& migration_id, const std::string& criu_co
         ::setenv("CRIU_CONFIG_FILE", criu_config.c_str(), 1);
     for (const auto& e : criu_env) {
         const auto eq = e.find('=');
-        if (eq != std::string::npos && engine::criu_env_allowed(e))
+        if (eq != std::string::npos && engines::criu_env_allowed(e))
             ::setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
     }
 }
 
 // runc's last argument is the container id for every command Ferry changes.
 // A request whose migrator is gone is stale: the command runs plain.
-std::optional<engine::checkpoint_request> pending_checkpoint(const std::vector<std::string>& args) {
-    if (args.empty() || !engine::is_container_id(args.back()))
+std::optional<engines::checkpoint_request>
+pending_checkpoint(const std::vector<std::string>& args) {
+    if (args.empty() || !engines::is_container_id(args.back()))
         return std::nullopt;
-    auto req = engine::read_checkpoint_request(engine::checkpoint_request_path(args.back()));
+    auto req = engines::read_checkpoint_request(engines::checkpoint_request_path(args.back()));
     if (req && ::kill(req->migrator_pid, 0) != 0) {
         say("ignoring a stale Ferry request (its migrator is gone)");
         return std::nullopt;
@@ -141,7 +142,7 @@ bool freeze_started(const fs::path& file) {
 // pause (then runc is exec'ed as usual). The pause never fails because of
 // Ferry.
 std::optional<int> watched_pause(const std::vector<std::string>& args, std::vector<char*>& argv) {
-    std::optional<engine::checkpoint_request> req;
+    std::optional<engines::checkpoint_request> req;
     std::optional<fs::path> freezer;
     try {
         req = pending_checkpoint(args);
@@ -238,7 +239,7 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     const auto images = option_value(args, "--image-path");
     if (!images)
         return;
-    auto req = engine::read_restore_request(fs::path(*images) / engine::restore_request_file);
+    auto req = engines::read_restore_request(fs::path(*images) / engines::restore_request_file);
     if (!req)
         return;
     // CRIU connects to lazy-pages.socket in its work dir: Ferry's session
@@ -280,7 +281,7 @@ int action_script(const std::string& action) {
                 break;
             answer += c;
         }
-        if (answer == engine::gate_resume)
+        if (answer == engines::gate_resume)
             return 0;
         say("the restored tasks may not resume: " + (answer.empty() ? "no answer" : answer));
     } catch (const std::exception& e) {

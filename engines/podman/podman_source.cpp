@@ -1,4 +1,4 @@
-#include "podman.hpp"
+#include "podman/podman_source.hpp"
 
 #include "core/error.hpp"
 #include "criu/criu_image.hpp"
@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-namespace ferry::migrator::podman {
+namespace ferry::engines::podman {
 
 namespace {
 
@@ -24,7 +24,7 @@ constexpr auto query_timeout = std::chrono::seconds(30);
 container inspect(const std::string& name) {
     std::string out;
     try {
-        out = run_capture({engine::podman_binary(), "container", "inspect", name}, query_timeout);
+        out = run_capture({engines::podman_binary(), "container", "inspect", name}, query_timeout);
     } catch (const std::exception& e) {
         throw error(fmt::format("podman has no container '{}' ({})", name, e.what()));
     }
@@ -56,7 +56,7 @@ container inspect(const std::string& name) {
 
 void require_ferry_runtime() {
     const auto out = run_capture(
-        {engine::podman_binary(), "info", "--format", "{{.Host.OCIRuntime.Path}}"}, query_timeout);
+        {engines::podman_binary(), "info", "--format", "{{.Host.OCIRuntime.Path}}"}, query_timeout);
     const fs::path path = out.substr(0, out.find('\n'));
     if (path.filename() != "ferry-runc")
         throw error(fmt::format("podman runs containers with {}, not Ferry's runc shim; add\n"
@@ -69,14 +69,14 @@ namespace {
 
 class podman_dump final : public engine_dump {
   public:
-    podman_dump(container c, fs::path dir, std::string id, dump_settings settings)
+    podman_dump(container c, fs::path dir, std::string id, criu::dump_settings settings)
         : engine_dump("podman", c, std::move(dir), std::move(id), std::move(settings)),
           _c(std::move(c)) {}
 
     fs::path images_dir() const override { return _c.bundle / "checkpoint"; }
 
-    std::vector<engine_file> engine_files() override {
-        std::vector<engine_file> files;
+    std::vector<criu::engine_file> engine_files() override {
+        std::vector<criu::engine_file> files;
         for (const char* name : {"config.dump", "spec.dump", "network.status"}) {
             const auto p = _c.bundle / name;
             if (fs::exists(p))
@@ -99,13 +99,13 @@ class podman_dump final : public engine_dump {
     void remove_container() override {
         std::error_code ec;
         fs::remove(_dir / "podman-export.tar", ec);
-        engine::podman_remove(_c.id);
+        engines::podman_remove(_c.id);
     }
 
     std::vector<std::string> checkpoint_command() const override {
         // The export's rootfs and volumes are never used: Ferry ships the
         // writable layer itself, during the freeze.
-        return {engine::podman_binary(),
+        return {engines::podman_binary(),
                 "container",
                 "checkpoint",
                 "--export",
@@ -125,10 +125,27 @@ class podman_dump final : public engine_dump {
 
 } // namespace
 
-std::unique_ptr<dump_driver> make_dump(const container& c, const fs::path& dir,
-                                       const std::string& migration_id,
-                                       const dump_settings& settings) {
-    return std::make_unique<podman_dump>(c, dir, migration_id, settings);
+namespace {
+
+class podman_source final : public source_container {
+  public:
+    explicit podman_source(container c) : _c(std::move(c)) {}
+    const container_info& info() const override { return _c; }
+    std::unique_ptr<criu::dump_driver> make_dump(const fs::path& dir, const std::string& id,
+                                                 const criu::dump_settings& s) const override {
+        return std::make_unique<podman_dump>(_c, dir, id, s);
+    }
+
+  private:
+    container _c;
+};
+
+} // namespace
+
+std::unique_ptr<source_container> open_source(const std::string& name) {
+    auto c = inspect(name);
+    require_ferry_runtime();
+    return std::make_unique<podman_source>(std::move(c));
 }
 
-} // namespace ferry::migrator::podman
+} // namespace ferry::engines::podman

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "criu/criu_config.hpp"
+#include "engine.hpp"
 #include "engine_request.hpp"
 #include "sys/proc.hpp"
 
@@ -17,7 +18,7 @@
 #include <cstring>
 #include <fstream>
 
-namespace ferry::pagesrv {
+namespace ferry::engines {
 
 namespace {
 
@@ -42,11 +43,7 @@ std::unique_ptr<engine_restore> make_engine_restore(const std::string& engine,
             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
             std::string::npos)
         throw error(fmt::format("'{}' is not a container name", container_name));
-    if (engine == "podman")
-        return engine_restore_detail::make_podman_restore(container_name);
-    if (engine == "docker")
-        return engine_restore_detail::make_docker_restore(container_name);
-    throw error(fmt::format("engine '{}' is not supported here (podman and docker are)", engine));
+    return find(engine).make_restore(container_name);
 }
 
 void remove_stale_reservations(const fs::path& incoming_root) noexcept {
@@ -61,8 +58,8 @@ void remove_stale_reservations(const fs::path& incoming_root) noexcept {
             const auto r = nlohmann::json::parse(in);
             const auto engine = r.at("engine").get<std::string>();
             const auto id = r.at("id").get<std::string>();
-            if (engine == "docker")
-                engine_restore_detail::remove_docker_if_never_started(id);
+            if (const auto remove = find(engine).remove_if_never_started)
+                remove(id);
             log->info("removed container {} ({}), created for migration {} that never ran",
                       r.value("name", ""), engine, session.path().filename().string());
         } catch (const std::exception& e) {
@@ -79,7 +76,7 @@ std::string shim_binary() {
     if (const char* env = std::getenv("FERRY_RUNC_SHIM"); env && *env)
         return env;
     for (auto candidate :
-         {proc::self_dir() / "ferry-runc", proc::self_dir() / ".." / "migrator" / "ferry-runc"})
+         {proc::self_dir() / "ferry-runc", proc::self_dir() / ".." / "engines" / "ferry-runc"})
         if (fs::exists(candidate))
             return fs::canonical(candidate).string();
     throw error("cannot find ferry-runc (set FERRY_RUNC_SHIM)");
@@ -88,7 +85,7 @@ std::string shim_binary() {
 fs::path write_restore_request(const fs::path& dir, const fs::path& images,
                                const std::string& migration_id, const std::string& devshm_tar,
                                const std::vector<std::string>& criu_env) {
-    engine::restore_request req;
+    engines::restore_request req;
     req.criu_env = criu_env;
     req.migration_id = migration_id;
     req.lazy_socket = (dir / "lazy-pages.socket").string();
@@ -97,8 +94,8 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     req.devshm_tar = devshm_tar;
     criu::write_config(dir / "criu-restore.conf",
                        fmt::format("action-script {}\n{}", shim_binary(), criu::restore_options));
-    const auto file = images / engine::restore_request_file;
-    engine::write_request(file, req);
+    const auto file = images / engines::restore_request_file;
+    engines::write_request(file, req);
     return file;
 }
 
@@ -113,7 +110,7 @@ bool is_criu_image(const fs::path& file) {
     const auto name = file.filename().string();
     const auto ext = file.extension();
     return name.rfind(engine_file_prefix, 0) != 0 && ext != ".log" && ext != ".conf" &&
-           ext != ".tar" && ext != ".socket" && name != engine::restore_request_file;
+           ext != ".tar" && ext != ".socket" && name != engines::restore_request_file;
 }
 
 } // namespace engine_restore_detail
@@ -157,8 +154,8 @@ pid_t read_gate_request(int conn) {
 
 void answer_gate(int conn, bool resume, const std::string& reason) {
     const std::string a =
-        resume ? std::string(engine::gate_resume) + "\n" : fmt::format("refuse {}\n", reason);
+        resume ? std::string(engines::gate_resume) + "\n" : fmt::format("refuse {}\n", reason);
     (void)!::write(conn, a.data(), a.size());
 }
 
-} // namespace ferry::pagesrv
+} // namespace ferry::engines

@@ -6,7 +6,8 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "criu/criu_image.hpp"
-#include "docker_api.hpp"
+#include "docker/docker_api.hpp"
+#include "docker/docker_source.hpp"
 #include "engine_request.hpp"
 #include "engine_restore.hpp"
 #include "tar_extract.hpp"
@@ -19,16 +20,18 @@
 #include <fstream>
 #include <utility>
 
-namespace ferry::pagesrv::engine_restore_detail {
+namespace ferry::engines::docker {
 
 namespace {
+
+using namespace engine_restore_detail;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // The name of this dockerd's runtime that is Ferry's shim.
 std::string ferry_runtime() {
-    const auto info = docker::call("GET", "/info");
+    const auto info = docker_api::call("GET", "/info");
     const auto runtimes = info.value("Runtimes", json::object());
     for (const auto& [name, rt] : runtimes.items())
         if (fs::path(rt.value("path", "")).filename() == "ferry-runc")
@@ -38,7 +41,7 @@ std::string ferry_runtime() {
 }
 
 void require_image(const std::string& image) {
-    const auto r = docker::request("GET", "/images/" + docker::encode(image) + "/json");
+    const auto r = docker_api::request("GET", "/images/" + docker_api::encode(image) + "/json");
     if (r.status == 404)
         throw error(fmt::format(
             "this host has no image '{}': build or load it here first (docker restores a "
@@ -65,7 +68,7 @@ class docker_restore final : public engine_restore {
     // driver (seconds): it must happen before the freeze.
     void reserve(const fs::path& dir, const std::string& image,
                  const std::vector<uint8_t>& config) override {
-        if (docker::inspect_container(_name))
+        if (docker_api::inspect_container(_name))
             throw error(
                 fmt::format("a container named '{}' already exists on the destination", _name));
         (void)ferry_runtime();
@@ -93,7 +96,7 @@ class docker_restore final : public engine_restore {
         apply_rootfs_diff(dir);
         const std::string checkpoint = "ferry-" + migration_id;
         const auto images =
-            fs::path(docker::root_dir()) / "containers" / _id / "checkpoints" / checkpoint;
+            fs::path(docker_api::root_dir()) / "containers" / _id / "checkpoints" / checkpoint;
         fs::create_directories(images);
         for (const auto& entry : fs::directory_iterator(dir))
             if (entry.is_regular_file() && is_criu_image(entry.path()))
@@ -101,7 +104,7 @@ class docker_restore final : public engine_restore {
         const auto shm = dir / (std::string(engine_file_prefix) + "devshm-checkpoint.tar");
         write_restore_request(dir, images, migration_id,
                               fs::exists(shm) ? shm.string() : std::string(), criu_env);
-        return {docker::cli_binary(), "start", "--checkpoint", checkpoint, _id};
+        return {docker_api::cli_binary(), "start", "--checkpoint", checkpoint, _id};
     }
 
     void remove() noexcept override {
@@ -109,7 +112,7 @@ class docker_restore final : public engine_restore {
             return;
         const auto id = std::exchange(_id, std::string());
         try {
-            docker::remove_container(id);
+            docker_api::remove_container(id);
             release(); // gone: nothing for a restarted daemon to remove
         } catch (const std::exception& e) {
             make_logger("pagesrv")->warn("cannot remove container {}: {}", _name, e.what());
@@ -124,7 +127,7 @@ class docker_restore final : public engine_restore {
 
     pid_t container_pid() override {
         try {
-            const auto j = docker::inspect_container(_id.empty() ? _name : _id);
+            const auto j = docker_api::inspect_container(_id.empty() ? _name : _id);
             return j ? j->at("State").at("Pid").get<pid_t>() : 0;
         } catch (const std::exception&) {
             return 0;
@@ -147,7 +150,7 @@ class docker_restore final : public engine_restore {
         require_image(body.value("Image", ""));
         body["HostConfig"]["Runtime"] = ferry_runtime();
         const auto reply =
-            docker::call("POST", "/containers/create?name=" + docker::encode(_name), body);
+            docker_api::call("POST", "/containers/create?name=" + docker_api::encode(_name), body);
         _id = reply.value("Id", "");
         if (_id.empty())
             throw error("dockerd created the container but gave no id");
@@ -155,7 +158,7 @@ class docker_restore final : public engine_restore {
 
     // The source's writable-layer changes, onto this container's layer.
     void apply_rootfs_diff(const fs::path& dir) {
-        const auto j = docker::inspect_container(_id);
+        const auto j = docker_api::inspect_container(_id);
         if (!j)
             throw error(fmt::format("the container {} vanished after its creation", _name));
         const auto driver = j->at("GraphDriver").value("Name", "");
@@ -163,7 +166,7 @@ class docker_restore final : public engine_restore {
         if (driver == "overlay2") {
             layer = j->at("GraphDriver").at("Data").at("UpperDir").get<std::string>();
         } else if (driver == "vfs") {
-            layer = docker::vfs_layer_dir(docker::root_dir(), _id, "mount-id");
+            layer = docker_api::vfs_layer_dir(docker_api::root_dir(), _id, "mount-id");
         } else {
             throw error(fmt::format("docker's storage driver {} is not supported here", driver));
         }
@@ -197,18 +200,18 @@ class docker_restore final : public engine_restore {
 
 } // namespace
 
-void remove_docker_if_never_started(const std::string& id) {
-    const auto j = docker::inspect_container(id);
+void remove_if_never_started(const std::string& id) {
+    const auto j = docker_api::inspect_container(id);
     if (!j)
         return;
     const auto status = j->at("State").value("Status", "");
     if (status != "created")
         throw error(fmt::format("container {} is {}, not just created: left alone", id, status));
-    docker::remove_container(id);
+    docker_api::remove_container(id);
 }
 
-std::unique_ptr<engine_restore> make_docker_restore(const std::string& name) {
+std::unique_ptr<engine_restore> make_restore(const std::string& name) {
     return std::make_unique<docker_restore>(name);
 }
 
-} // namespace ferry::pagesrv::engine_restore_detail
+} // namespace ferry::engines::docker

@@ -1,0 +1,12 @@
+#include "podman/podman_engine.hpp"
+
+namespace ferry::engines::podman {
+
+const engines::engine engine = {
+    .name = "podman",
+    .open_source = open_source,
+    .make_restore = make_restore,
+    .remove_if_never_started = nullptr, // podman creates nothing before the freeze
+};
+
+} // namespace ferry::engines::podman
