@@ -62,5 +62,7 @@ struct engine {
 
 // The engine called `name`; throws ferry::error naming the known ones.
 const engine& find(const std::string& name);
+// Every engine's name, the default first.
+std::vector<std::string> names();
 
 } // namespace ferry::engines

@@ -12,6 +12,7 @@ namespace ferry::engines {
 
 namespace {
 
+// The first is the default.
 const engine* const known[] = {
     &podman::engine,
     &docker::engine,
@@ -27,6 +28,13 @@ const engine& find(const std::string& name) {
         names += fmt::format("{}{}", names.empty() ? "" : " and ", e->name);
     }
     throw error(fmt::format("engine '{}' is not supported ({} are)", name, names));
+}
+
+std::vector<std::string> names() {
+    std::vector<std::string> out;
+    for (const engine* e : known)
+        out.emplace_back(e->name);
+    return out;
 }
 
 } // namespace ferry::engines

@@ -1,6 +1,7 @@
 // migrator: Ferry's command line.
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine.hpp"
 #include "migrate.hpp"
 #include "park.hpp"
 #include "pool/pool_client.hpp"
@@ -31,7 +32,7 @@ struct run_args {
     std::string name; // checkpoint, restore
     std::string to, via, advertise, work_root = "/dev/shm/ferry", fabric = "tcp";
     pid_t pid = 0;
-    std::string container, engine = "podman";
+    std::string container, engine = engines::names().front();
     pool_args pool;
     bool json = false, keep_images = false, tcp_close = false;
     double deadline_scale = 1.0;
@@ -155,8 +156,8 @@ int main(int argc, char** argv) {
                                     "a running container of --engine; it keeps its name on the "
                                     "destination and is removed here once it runs there");
     pid_opt->excludes(ctr_opt);
-    mig->add_option("--engine", a.engine, "the container's engine: podman or docker")
-        ->check(CLI::IsMember({"podman", "docker"}))
+    mig->add_option("--engine", a.engine, "the container's engine")
+        ->check(CLI::IsMember(engines::names()))
         ->capture_default_str();
     mig->callback([&] {
         if (a.pid == 0 && a.container.empty())
