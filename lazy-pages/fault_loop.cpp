@@ -99,7 +99,7 @@ fault_loop::fault_loop(loop_config cfg, std::unique_ptr<page_channel> fault_chan
     }
     epoll_add_all(_wake.get(), source::wake, 0);
     // One-sided fabrics have no fd to wait on: handlers poll them instead.
-    if (_fault_ch->wait_fd() >= 0)
+    if (!_fault_ch->capabilities().one_sided)
         epoll_add_all(_fault_ch->wait_fd(), source::fault_channel, 0);
 }
 
@@ -230,7 +230,7 @@ void fault_loop::handler_main(size_t index) {
         _polling = true;
         const uint64_t spin_until = monotonic_ns() + spin_ns;
         while (!_fault_reqs.empty() && !_stop) {
-            if (_fault_ch->wait_fd() >= 0 && monotonic_ns() > spin_until)
+            if (!_fault_ch->capabilities().one_sided && monotonic_ns() > spin_until)
                 break; // epoll wakes a handler when the reply arrives
             // Between looks, leave the lock to the other threads for a while.
             lock.unlock();
@@ -279,14 +279,14 @@ void fault_loop::background_main() {
             }
             polled = !_bg_reqs.empty();
             // A one-sided fabric may already hold the next reply in full.
-            if (polled && _bg_ch->wait_fd() < 0) {
+            if (polled && _bg_ch->capabilities().one_sided) {
                 if (const auto* r = _bg_ch->pump(0); r && r->complete())
                     continue;
             }
         }
         // Wait for more background data: on its fd, or briefly for a
         // one-sided fabric, whose source stages pages on its own.
-        if (polled && _bg_ch->wait_fd() >= 0) {
+        if (polled && !_bg_ch->capabilities().one_sided) {
             pollfd p{_bg_ch->wait_fd(), POLLIN, 0};
             (void)::poll(&p, 1, 10);
         } else if (polled) {

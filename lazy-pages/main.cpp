@@ -160,7 +160,7 @@ class pool_source {
     uint64_t _object;
     std::shared_ptr<pool::pool_health> _health;
     bool _keep;
-    pool::lazy_page_index _index;
+    criu::lazy_page_index _index;
     std::vector<pool_channel*> _channels;
     std::atomic<bool> _stopping{false};
     std::atomic<uint64_t> _rebuilt_chunks{0}, _rebuild_ns{0};

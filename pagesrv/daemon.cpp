@@ -7,7 +7,8 @@
 #include "engine_restore.hpp"
 #include "incoming.hpp"
 #include "pool_node.hpp"
-#include "transport/shm/shm_region.hpp"
+#include "transport/backend.hpp"
+#include "transport/request_loop.hpp"
 #include "wire/control.hpp"
 
 #include <fmt/format.h>
@@ -184,7 +185,7 @@ void daemon::serve_connection(connection& c) {
                 serve_outgoing(fd, prepare_outgoing(fd, *first->outgoing_prepare));
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
-                serve_outgoing(fd, {std::move(first), region_file{}});
+                serve_outgoing(fd, {std::move(first), nullptr});
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
                 if (_pool)
@@ -224,6 +225,10 @@ std::shared_ptr<outgoing_migration> daemon::find_outgoing(const std::string& id,
     return found;
 }
 
+// A destination opens a channel: the migration's fabric says what goes in
+// the acceptance, then the connection carries page requests (all of them
+// over tcp; only "done" over one-sided fabrics) until the destination
+// closes it.
 void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& open) {
     auto m = find_outgoing(open.migration_id, std::chrono::seconds(10));
     if (!m) {
@@ -231,38 +236,18 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
                             net::after(first_frame_timeout));
         return;
     }
-    FerryControl__PageChannelAccepted ok = FERRY_CONTROL__PAGE_CHANNEL_ACCEPTED__INIT;
-    ok.page_size = uint32_t(page_size);
-    ok.max_pages_per_request = wire::max_pages_per_request;
-    // The shm fabric: hand over the registered region. This connection then
-    // only carries "done", and its end tells us the destination is gone.
-    std::vector<FerryControl__ShmRange> ranges;
-    std::vector<FerryControl__ShmRange*> range_ptrs;
-    std::string region_path;
     const std::string fabric = open.fabric && *open.fabric ? open.fabric : "tcp";
-    if (fabric == "shm") {
-        auto& region = m->shm_region();
-        region_path = region.file().string();
-        ok.shm_path = region_path.data();
-        ok.has_shm_size = true;
-        ok.shm_size = region.size();
-        ranges.resize(region.ranges().size());
-        for (size_t i = 0; i < ranges.size(); i++) {
-            const auto& r = region.ranges()[i];
-            ranges[i] = FERRY_CONTROL__SHM_RANGE__INIT;
-            ranges[i].pid = r.pid;
-            ranges[i].start = r.start;
-            ranges[i].end = r.end;
-            ranges[i].first_page = r.first_page;
-            range_ptrs.push_back(&ranges[i]);
-        }
-        ok.n_shm_ranges = range_ptrs.size();
-        ok.shm_ranges = range_ptrs.data();
-    } else if (fabric != "tcp") {
-        control::send_error(fd, fmt::format("unknown fabric '{}'", fabric),
+    if (fabric != m->fabric().name()) {
+        control::send_error(fd,
+                            fmt::format("migration {} crosses the {} fabric, not {}", m->id(),
+                                        m->fabric().name(), fabric),
                             net::after(first_frame_timeout));
         return;
     }
+    FerryControl__PageChannelAccepted ok = FERRY_CONTROL__PAGE_CHANNEL_ACCEPTED__INIT;
+    ok.page_size = uint32_t(page_size);
+    ok.max_pages_per_request = wire::max_pages_per_request;
+    const auto keep = m->fabric().accept(ok, m->fabric_state());
     control::send_message(fd, ok, net::after(first_frame_timeout));
     net::set_nodelay(fd);
     if (open.kind == FERRY_CONTROL__CHANNEL_KIND__BACKGROUND) {
@@ -273,75 +258,34 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
             _log->warn("migration {}: cannot make the background channel SCHED_IDLE: {}", m->id(),
                        std::strerror(errno));
     }
-
-    const size_t max_bytes = size_t(wire::max_pages_per_request) * page_size;
-    void* mem =
-        ::mmap(nullptr, max_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED)
-        throw sys_error("mmap page buffer");
-    std::unique_ptr<void, std::function<void(void*)>> unmap(
-        mem, [max_bytes](void* p) { ::munmap(p, max_bytes); });
-    auto* pages = static_cast<std::byte*>(mem);
-    std::vector<uint64_t> checksums(wire::max_pages_per_request);
-
-    for (;;) {
-        wire::header_bytes h;
-        if (!net::read_full(fd, h, net::no_deadline, "read page request"))
-            return; // the destination closed the channel
-        wire::page_request req;
-        if (auto err = wire::decode(h, req); err != wire::decode_error::none) {
-            _log->warn("migration {}: malformed page request ({}); closing the channel", m->id(),
-                       wire::to_string(err));
-            return;
-        }
-        if (req.operation == wire::op::done) {
-            _log->info("migration {}: the destination has every page", m->id());
-            m->destination_done();
-            continue;
-        }
-        const wire::status st = m->read_pages(req, pages, checksums.data());
-        wire::page_reply rep{st, req.pid, st == wire::status::ok ? req.nr_pages : 0, req.vaddr,
-                             req.request_id};
-        auto rh = wire::encode(rep);
-        iovec iov[3] = {{rh.data(), rh.size()},
-                        {checksums.data(), size_t(rep.nr_pages) * sizeof(uint64_t)},
-                        {pages, size_t(rep.nr_pages) * page_size}};
-        net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(30)), "send page reply");
-        m->count_sent(rep.nr_pages, rh.size() + iov[1].iov_len + iov[2].iov_len);
-        if (st != wire::status::ok)
-            _log->warn("migration {}: refused pid {} [{:#x}, +{} pages): {}", m->id(), req.pid,
-                       req.vaddr, req.nr_pages, wire::to_string(st));
-    }
+    transport::serve_requests(fd, *m, *_log);
 }
 
-// Before the freeze: registers memory for the fabric, then waits for the
-// registration proper. Returns that frame and the prepared region.
-std::pair<control::envelope_ptr, region_file>
-daemon::prepare_outgoing(int fd, const FerryControl__OutgoingPrepare& prep) {
-    region_file region;
-    if (std::string(prep.fabric).rfind("shm", 0) == 0) {
-        // The tree's anonymous memory, a little more for the region's header
-        // and per-page state, and some slack for what it allocates meanwhile.
-        const uint64_t anon = anonymous_bytes_of_tree(prep.root_pid);
-        const uint64_t bytes = shm::layout(anon / page_size).total_size + anon / 16;
-        region = region_file::create("/dev/shm", prep.migration_id, bytes);
-    }
+// Before the freeze: the fabric does what it can while the tree still runs
+// (shm allocates its region), then the registration proper is awaited.
+// Returns that frame and what the fabric prepared.
+daemon::prepared_outgoing daemon::prepare_outgoing(int fd,
+                                                   const FerryControl__OutgoingPrepare& prep) {
+    const auto& fabric = transport::find(fabric_spec::parse(prep.fabric).name);
+    auto state = fabric.prepare(prep.root_pid, prep.migration_id);
     FerryControl__OutgoingPrepared ok = FERRY_CONTROL__OUTGOING_PREPARED__INIT;
-    ok.region_bytes = region.size();
+    ok.region_bytes = 0;
     control::send_message(fd, ok, net::after(first_frame_timeout));
     // The dump runs meanwhile; registration follows once its images exist.
     auto next = control::receive(fd, net::no_deadline);
     control::expect(next.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER, "migrator");
-    return {std::move(next), std::move(region)};
+    return {std::move(next), std::move(state)};
 }
 
-void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file> first) {
-    const FerryControl__OutgoingRegister& reg = *first.first->outgoing_register;
+void daemon::serve_outgoing(int fd, prepared_outgoing first) {
+    const FerryControl__OutgoingRegister& reg = *first.frame->outgoing_register;
     std::shared_ptr<outgoing_migration> m;
     try {
+        const auto& fabric = transport::find(
+            fabric_spec::parse(reg.fabric && *reg.fabric ? reg.fabric : "tcp").name);
         m = std::make_shared<outgoing_migration>(
             reg.migration_id, reg.images_dir, pid_t(reg.root_pid),
-            uint16_t(reg.criu_page_server_port), std::move(first.second),
+            uint16_t(reg.criu_page_server_port), fabric, std::move(first.fabric_state),
             reg.has_deadline_scale && reg.deadline_scale > 0 ? reg.deadline_scale : 1.0);
     } catch (const std::exception& e) {
         // Until registration succeeds the migrator owns the abort.
@@ -355,13 +299,6 @@ void daemon::serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file
         _outgoing[m->id()] = m;
     }
     _registry_changed.notify_all();
-    if (reg.fabric && std::string(reg.fabric).rfind("shm", 0) == 0) {
-        try {
-            (void)m->shm_region(); // staging overlaps the destination's restore
-        } catch (const std::exception& e) {
-            _log->error("migration {}: cannot register the shm region: {}", m->id(), e.what());
-        }
-    }
     if (reg.pool && *reg.pool) {
         try {
             m->start_pool_push(pool::pool_spec::parse(reg.pool));

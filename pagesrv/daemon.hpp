@@ -63,9 +63,13 @@ class daemon {
 
     void serve_connection(connection& c);
     void serve_page_channel(int fd, const FerryControl__PageChannelOpen& open);
-    std::pair<control::envelope_ptr, region_file>
-    prepare_outgoing(int fd, const FerryControl__OutgoingPrepare& prep);
-    void serve_outgoing(int fd, std::pair<control::envelope_ptr, region_file> first);
+    // The registration frame, and what the fabric did before the freeze.
+    struct prepared_outgoing {
+        control::envelope_ptr frame;
+        std::unique_ptr<transport::source_state> fabric_state;
+    };
+    prepared_outgoing prepare_outgoing(int fd, const FerryControl__OutgoingPrepare& prep);
+    void serve_outgoing(int fd, prepared_outgoing first);
 
     std::shared_ptr<outgoing_migration> find_outgoing(const std::string& id,
                                                       std::chrono::milliseconds wait);

@@ -17,10 +17,11 @@
 namespace ferry::pagesrv {
 
 outgoing_migration::outgoing_migration(std::string id, const std::filesystem::path& images_dir,
-                                       pid_t root_pid, uint16_t criu_port, region_file prepared,
+                                       pid_t root_pid, uint16_t criu_port,
+                                       const transport::backend& fabric,
+                                       std::unique_ptr<transport::source_state> prepared,
                                        double deadline_scale)
-    : _id(std::move(id)), _root_pid(root_pid), _criu_port(criu_port),
-      _prepared_region(std::move(prepared)) {
+    : _id(std::move(id)), _root_pid(root_pid), _criu_port(criu_port), _fabric(fabric) {
     const auto images = criu::image_set::load(images_dir);
     // The tree is frozen, so its shape cannot change under us.
     const auto by_inner = proc::map_tree_by_inner_pid(root_pid);
@@ -34,7 +35,17 @@ outgoing_migration::outgoing_migration(std::string id, const std::filesystem::pa
         _procs[p.t.pid] = process{it->second, p.lazy};
         _pages_total += p.lazy_pages();
     }
+    for (const auto& [pid, p] : _procs)
+        for (const auto& r : p.lazy)
+            _index.add(pid, r.start, r.end);
     _deadlines = criu::deadlines::for_memory(_pages_total * page_size, deadline_scale);
+    _fabric_state = _fabric.start(*this, std::move(prepared));
+}
+
+// The fabric's and the pool's threads stop before the rest goes.
+outgoing_migration::~outgoing_migration() {
+    _pusher.reset();
+    _fabric_state.reset();
 }
 
 bool outgoing_migration::is_lazy(const process& p, uint64_t start, uint64_t end) const noexcept {
@@ -66,19 +77,6 @@ wire::status outgoing_migration::read_pages(const wire::page_request& r, std::by
         (fault_injected(fault::corrupt_page_once) && !_corrupted_once.exchange(true)))
         pages[0] ^= std::byte{0x5a}; // after checksumming: the destination must catch it
     return wire::status::ok;
-}
-
-namespace {
-const std::filesystem::path shm_dir = "/dev/shm"; // tmpfs on every Linux
-} // namespace
-
-shm_stager& outgoing_migration::shm_region() {
-    std::lock_guard lock(_mutex);
-    if (!_stager)
-        _stager = std::make_unique<shm_stager>(*this, _prepared_region
-                                                          ? std::move(_prepared_region)
-                                                          : region_file::create(shm_dir, _id, 0));
-    return *_stager;
 }
 
 void outgoing_migration::start_pool_push(const pool::pool_spec& spec) {

@@ -6,7 +6,8 @@
 #include "criu/criu_deadlines.hpp"
 #include "criu/criu_image.hpp"
 #include "pool_push.hpp"
-#include "shm_stager.hpp"
+#include "transport/backend.hpp"
+#include "transport/page_source.hpp"
 #include "wire/page_wire.hpp"
 
 #include <sys/types.h>
@@ -23,7 +24,7 @@
 
 namespace ferry::pagesrv {
 
-class outgoing_migration {
+class outgoing_migration final : public transport::page_source {
   public:
     enum class state : uint8_t {
         registered, // frozen; an abort resumes the source
@@ -33,22 +34,29 @@ class outgoing_migration {
     };
 
     // Reads the images and maps image pids to host pids. Throws on failure.
-    // `prepared` is an shm region allocated before the freeze, if any.
-    // `deadline_scale` multiplies every deadline on CRIU (criu::deadlines).
+    // `fabric`'s backend gets `prepared`, what it did before the freeze, and
+    // starts serving (transport/backend.hpp). `deadline_scale` multiplies
+    // every deadline on CRIU (criu::deadlines).
     outgoing_migration(std::string id, const std::filesystem::path& images_dir, pid_t root_pid,
-                       uint16_t criu_port, region_file prepared = {}, double deadline_scale = 1.0);
+                       uint16_t criu_port, const transport::backend& fabric,
+                       std::unique_ptr<transport::source_state> prepared,
+                       double deadline_scale = 1.0);
+    ~outgoing_migration() override;
 
-    [[nodiscard]] const std::string& id() const noexcept { return _id; }
+    [[nodiscard]] const std::string& id() const noexcept override { return _id; }
+    [[nodiscard]] const criu::lazy_page_index& lazy_pages() const noexcept override {
+        return _index;
+    }
     [[nodiscard]] uint64_t pages_total() const noexcept { return _pages_total; }
     [[nodiscard]] uint32_t processes() const noexcept { return uint32_t(_procs.size()); }
 
     // Reads the pages of one request into `pages` and their checksums into
     // `checksums`. Safe to call from several channel threads at once.
     [[nodiscard]] wire::status read_pages(const wire::page_request& r, std::byte* pages,
-                                          uint64_t* checksums);
-    void count_sent(uint64_t pages, uint64_t bytes) noexcept;
+                                          uint64_t* checksums) override;
+    void count_sent(uint64_t pages, uint64_t bytes) noexcept override;
     // The destination reported every page installed.
-    void destination_done();
+    void destination_done() override;
 
     // State changes; each returns false when the current state forbids it.
     bool commit();
@@ -69,20 +77,16 @@ class outgoing_migration {
     [[nodiscard]] bool wait_destination_done(std::chrono::milliseconds timeout);
     [[nodiscard]] uint64_t pages_served() const noexcept { return _pages_served; }
 
-    // Calls fn(pid, start, end) for every lazy range, by pid then address.
-    template <typename Fn>
-    void for_each_lazy_range(Fn&& fn) const {
-        for (const auto& [pid, p] : _procs)
-            for (const auto& r : p.lazy)
-                fn(pid, r.start, r.end);
-    }
     // Pool mode: starts pushing every lazy page into the pool (once).
     void start_pool_push(const pool::pool_spec& spec);
     // Waits for the push; an error result if none was started.
     push_result wait_pool_push();
 
-    // The shm fabric's region for this migration, created on first use.
-    shm_stager& shm_region();
+    // The fabric's backend and what it keeps for this migration.
+    [[nodiscard]] const transport::backend& fabric() const noexcept { return _fabric; }
+    [[nodiscard]] transport::source_state* fabric_state() const noexcept {
+        return _fabric_state.get();
+    }
     [[nodiscard]] uint64_t bytes_sent() const noexcept { return _bytes_sent; }
 
   private:
@@ -97,6 +101,7 @@ class outgoing_migration {
     const pid_t _root_pid;
     const uint16_t _criu_port;
     std::map<uint32_t, process> _procs; // by image pid; immutable after construction
+    criu::lazy_page_index _index;       // the same lazy pages, numbered
     uint64_t _pages_total = 0;
     criu::deadlines _deadlines;
     std::atomic<uint64_t> _pages_served{0};
@@ -106,8 +111,9 @@ class outgoing_migration {
     mutable std::mutex _mutex;
     std::condition_variable _changed;
     state _state = state::registered;
-    region_file _prepared_region;
-    std::unique_ptr<shm_stager> _stager; // declared last: they read from this object
+    const transport::backend& _fabric;
+    // Declared last: their threads read from this object.
+    std::unique_ptr<transport::source_state> _fabric_state;
     std::unique_ptr<pool_pusher> _pusher;
     bool _destination_done = false;
 };

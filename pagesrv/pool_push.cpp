@@ -147,8 +147,10 @@ void pool_pusher::push_all(pool::pool_client& client) {
         if (fault_injected(fault::slow_pool_push))
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
     };
-    _m.for_each_lazy_range([&](uint32_t pid, uint64_t start, uint64_t end) {
-        for (uint64_t a = start; a < end;) {
+    for (const auto& r : _m.lazy_pages().ranges()) {
+        const uint32_t pid = r.pid;
+        const uint64_t end = r.end;
+        for (uint64_t a = r.start; a < end;) {
             if (_stop)
                 throw error("stopped");
             const uint32_t n =
@@ -163,7 +165,7 @@ void pool_pusher::push_all(pool::pool_client& client) {
             if (filled == batch_pages)
                 flush();
         }
-    });
+    }
     flush();
 }
 

@@ -7,7 +7,7 @@
 namespace ferry {
 
 pool_channel::pool_channel(const pool::pool_spec& spec, uint64_t object,
-                           const pool::lazy_page_index& index,
+                           const criu::lazy_page_index& index,
                            std::shared_ptr<pool::pool_health> health,
                            std::unique_ptr<page_channel> source, uint32_t max_pages,
                            std::string name)

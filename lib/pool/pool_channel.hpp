@@ -6,6 +6,7 @@
 // only a page that is in neither place stops the migration.
 #pragma once
 
+#include "criu/lazy_page_index.hpp"
 #include "pool/pool_client.hpp"
 #include "pool/pool_layout.hpp"
 #include "transport/page_channel.hpp"
@@ -22,13 +23,18 @@ struct pool_channel_stats {
 
 class pool_channel final : public page_channel {
   public:
-    pool_channel(const pool::pool_spec& spec, uint64_t object, const pool::lazy_page_index& index,
+    pool_channel(const pool::pool_spec& spec, uint64_t object, const criu::lazy_page_index& index,
                  std::shared_ptr<pool::pool_health> health, std::unique_ptr<page_channel> source,
                  uint32_t max_pages, std::string name);
 
     void send(const wire::page_request& r) override;
     incoming_reply* pump(size_t budget) override;
     void finish_reply() noexcept override;
+    // Reads from the pool complete on its own threads: polled, like a
+    // one-sided fabric.
+    [[nodiscard]] channel_capabilities capabilities() const noexcept override {
+        return {.one_sided = true, .zero_copy_replies = false};
+    }
     [[nodiscard]] int wait_fd() const noexcept override { return -1; }
     [[nodiscard]] uint32_t max_pages() const noexcept override { return _max_pages; }
     [[nodiscard]] uint64_t bytes_received() const noexcept override;
@@ -48,7 +54,7 @@ class pool_channel final : public page_channel {
     void start_reads() noexcept;
     incoming_reply* forward_to_source(pending& p, size_t budget);
 
-    const pool::lazy_page_index& _index;
+    const criu::lazy_page_index& _index;
     pool::pool_client _client;
     std::unique_ptr<page_channel> _source;
     uint32_t _max_pages;

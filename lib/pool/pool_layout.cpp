@@ -134,28 +134,4 @@ uint64_t object_for(std::string_view migration_id) noexcept {
     return XXH3_64bits(migration_id.data(), migration_id.size());
 }
 
-void lazy_page_index::add(uint32_t pid, uint64_t start, uint64_t end) {
-    if (end <= start || (start | end) % page_size)
-        throw error(fmt::format("bad lazy range [{:#x}, {:#x})", start, end));
-    if (!_ranges.empty() && std::tie(pid, start) < std::tie(_ranges.back().pid, _ranges.back().end))
-        throw error("lazy ranges must be added in (pid, address) order");
-    _ranges.push_back({pid, start, end, _total});
-    _total += (end - start) / page_size;
-}
-
-std::optional<uint64_t> lazy_page_index::find(uint32_t pid, uint64_t vaddr,
-                                              uint32_t nr_pages) const noexcept {
-    auto it =
-        std::upper_bound(_ranges.begin(), _ranges.end(), std::make_pair(pid, vaddr),
-                         [](const std::pair<uint32_t, uint64_t>& key, const range& r) {
-                             return std::tie(key.first, key.second) < std::tie(r.pid, r.start);
-                         });
-    if (it == _ranges.begin())
-        return std::nullopt;
-    --it;
-    if (it->pid != pid || vaddr < it->start || vaddr + uint64_t(nr_pages) * page_size > it->end)
-        return std::nullopt;
-    return it->first_page + (vaddr - it->start) / page_size;
-}
-
 } // namespace ferry::pool

@@ -91,26 +91,4 @@ struct pool_spec {
 // The object id of a migration's pages in the pool.
 [[nodiscard]] uint64_t object_for(std::string_view migration_id) noexcept;
 
-// Numbers the lazy pages of a dump: ranges sorted by (pid, start), pages
-// counted in that order. Both ends build it from the same pagemap images.
-class lazy_page_index {
-  public:
-    struct range {
-        uint32_t pid;
-        uint64_t start, end, first_page;
-    };
-    // Ranges must be added in (pid, start) order.
-    void add(uint32_t pid, uint64_t start, uint64_t end);
-    // The index of the page at `vaddr` if [vaddr, +nr_pages) lies inside one
-    // lazy range of `pid`.
-    [[nodiscard]] std::optional<uint64_t> find(uint32_t pid, uint64_t vaddr,
-                                               uint32_t nr_pages) const noexcept;
-    [[nodiscard]] uint64_t total_pages() const noexcept { return _total; }
-    [[nodiscard]] const std::vector<range>& ranges() const noexcept { return _ranges; }
-
-  private:
-    std::vector<range> _ranges;
-    uint64_t _total = 0;
-};
-
 } // namespace ferry::pool

@@ -2,6 +2,7 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "transport/backend.hpp"
 
 #include <fmt/format.h>
 
@@ -63,17 +64,12 @@ double parse_ns_per_byte(const std::string& v) {
 fabric_spec fabric_spec::parse(const std::string& text) {
     fabric_spec s;
     const auto colon = text.find(':');
-    const std::string name = text.substr(0, colon);
-    if (name == "tcp")
-        s.fabric = kind::tcp;
-    else if (name == "shm")
-        s.fabric = kind::shm;
-    else
-        throw error(fmt::format("unknown fabric '{}' (tcp or shm[:lat=..,bw=..])", name));
+    s.name = text.substr(0, colon);
+    const auto& backend = transport::find(s.name); // throws for an unknown one
     if (colon == std::string::npos)
         return s;
-    if (s.fabric != kind::shm)
-        throw error("only the shm fabric takes a latency and bandwidth model");
+    if (!backend.takes_link_model())
+        throw error(fmt::format("the {} fabric takes no latency and bandwidth model", s.name));
     std::string opts = text.substr(colon + 1);
     while (!opts.empty()) {
         const auto comma = opts.find(',');
@@ -94,9 +90,7 @@ fabric_spec fabric_spec::parse(const std::string& text) {
 }
 
 std::string fabric_spec::to_string() const {
-    if (fabric == kind::tcp)
-        return "tcp";
-    std::string s = "shm";
+    std::string s = name;
     if (model.latency_ns || model.ns_per_byte > 0) {
         s += fmt::format(":lat={}ns", model.latency_ns);
         if (model.ns_per_byte > 0)

@@ -1,5 +1,5 @@
 // Which fabric a migration's pages cross, and the latency and bandwidth
-// model of the emulated one. Spelled "tcp" or "shm[:lat=2us,bw=100gbit]".
+// model of an emulated one. Spelled "tcp" or "shm[:lat=2us,bw=100gbit]".
 #pragma once
 
 #include <cstddef>
@@ -24,11 +24,11 @@ struct link_model {
 };
 
 struct fabric_spec {
-    enum class kind : uint8_t { tcp, shm };
-    kind fabric = kind::tcp;
-    link_model model;
+    std::string name = "tcp"; // a transport backend's (transport/backend.hpp)
+    link_model model;         // for backends that emulate a link
 
-    // Throws ferry::error on malformed text.
+    // "NAME[:lat=..,bw=..]", NAME one of the backends; throws ferry::error
+    // on malformed text or an unknown backend.
     static fabric_spec parse(const std::string& text);
     [[nodiscard]] std::string to_string() const;
 };

@@ -7,7 +7,8 @@
 //   shm  one-sided reads of the peer's registered region in shared memory,
 //        plus a lock-free request ring for what needs the peer's CPU
 //        (shm_channel.hpp)
-// Nothing above this interface knows which backend it talks to.
+// Backends are listed in backends.cpp (transport/backend.hpp); nothing above
+// this interface knows which one it talks to, only what it can do.
 #pragma once
 
 #include "sys/net.hpp"
@@ -31,9 +32,20 @@ struct incoming_reply {
     [[nodiscard]] bool complete() const noexcept { return pages_ready == header.nr_pages; }
 };
 
+// What a backend can do, which the fault loop plans around.
+struct channel_capabilities {
+    // Replies arrive without the peer's CPU (reads of its registered
+    // memory): progress is seen by polling pump(), and wait_fd() is -1.
+    bool one_sided = false;
+    // A reply's pages point into memory the backend keeps (the peer's
+    // registered region), not into a staging copy.
+    bool zero_copy_replies = false;
+};
+
 class page_channel {
   public:
     virtual ~page_channel() = default;
+    [[nodiscard]] virtual channel_capabilities capabilities() const noexcept = 0;
 
     // Queues a request. Get and refetch ask for pages; done tells the peer
     // that every page is installed.
@@ -47,8 +59,8 @@ class page_channel {
     // Done with the current, complete reply.
     virtual void finish_reply() noexcept = 0;
 
-    // A file descriptor that becomes readable when pump() can make progress,
-    // or -1 if progress can only be seen by polling (one-sided fabrics).
+    // A file descriptor that becomes readable when pump() can make progress;
+    // -1 for one-sided backends, whose progress is seen by polling.
     [[nodiscard]] virtual int wait_fd() const noexcept = 0;
     [[nodiscard]] virtual uint32_t max_pages() const noexcept = 0;
     [[nodiscard]] virtual uint64_t bytes_received() const noexcept = 0;

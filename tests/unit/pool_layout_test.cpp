@@ -1,4 +1,5 @@
 #include "core/page.hpp"
+#include "criu/lazy_page_index.hpp"
 #include "pool/pool_layout.hpp"
 
 #include <catch2/catch.hpp>
@@ -78,7 +79,7 @@ TEST_CASE("pool spec round-trips through its text form and rejects bad input") {
 }
 
 TEST_CASE("the lazy page index numbers pages in (pid, address) order") {
-    lazy_page_index idx;
+    criu::lazy_page_index idx;
     idx.add(1, 0x10000, 0x14000); // pages 0-3
     idx.add(1, 0x20000, 0x21000); // page 4
     idx.add(7, 0x10000, 0x12000); // pages 5-6

@@ -1,5 +1,6 @@
 // The shm fabric's mechanisms: the lock-free request ring and the link model.
 #include "core/clock.hpp"
+#include "transport/backend.hpp"
 #include "transport/fabric.hpp"
 #include "transport/shm/shm_region.hpp"
 #include "transport/shm/shm_ring.hpp"
@@ -101,7 +102,7 @@ TEST_CASE("several producer processes and a consumer lose and duplicate nothing"
 
 TEST_CASE("the link model's cost is latency plus size over bandwidth", "[shm][model]") {
     auto spec = fabric_spec::parse("shm:lat=2us,bw=100gbit");
-    REQUIRE(spec.fabric == fabric_spec::kind::shm);
+    REQUIRE(spec.name == "shm");
     REQUIRE(spec.model.latency_ns == 2000);
     // 100 Gbit/s is 12.5 bytes per ns: 4096 bytes take 327.68 ns.
     REQUIRE(spec.model.cost_ns(4096) == 2000 + 328);
@@ -109,14 +110,28 @@ TEST_CASE("the link model's cost is latency plus size over bandwidth", "[shm][mo
     REQUIRE(fabric_spec::parse("shm:bw=8gbyte").model.cost_ns(8000) == 1000);
     REQUIRE(fabric_spec::parse("shm:lat=1ms").model.latency_ns == 1'000'000);
     REQUIRE(fabric_spec::parse("shm").model.free());
-    REQUIRE(fabric_spec::parse("tcp").fabric == fabric_spec::kind::tcp);
+    REQUIRE(fabric_spec::parse("tcp").name == "tcp");
     REQUIRE(fabric_spec::parse(spec.to_string()).model.cost_ns(4096) == spec.model.cost_ns(4096));
     REQUIRE_THROWS_WITH(fabric_spec::parse("ib"), Catch::Contains("unknown fabric"));
     REQUIRE_THROWS_WITH(fabric_spec::parse("shm:lat=2"), Catch::Contains("unit"));
     REQUIRE_THROWS_WITH(fabric_spec::parse("shm:bw=-1gbit"), Catch::Contains("not a bandwidth"));
     REQUIRE_THROWS_WITH(fabric_spec::parse("shm:jitter=1us"),
                         Catch::Contains("unknown fabric option"));
-    REQUIRE_THROWS_WITH(fabric_spec::parse("tcp:lat=1us"), Catch::Contains("only the shm fabric"));
+    REQUIRE_THROWS_WITH(fabric_spec::parse("tcp:lat=1us"),
+                        Catch::Contains("takes no latency and bandwidth model"));
+}
+
+TEST_CASE("fabrics are the registered transport backends", "[transport]") {
+    const auto names = transport::names();
+    REQUIRE(names.front() == "tcp"); // the default
+    for (const auto& n : names) {
+        const auto& b = transport::find(n);
+        CHECK(std::string(b.name()) == n);
+        CHECK(fabric_spec::parse(n).name == n);
+    }
+    REQUIRE_THROWS_WITH(transport::find("ib"), Catch::Contains("known: tcp, shm"));
+    CHECK(transport::find("shm").takes_link_model());
+    CHECK_FALSE(transport::find("tcp").takes_link_model());
 }
 
 TEST_CASE("charging the link model waits at least its cost, measured on the clock",
@@ -139,9 +154,9 @@ TEST_CASE("charging the link model waits at least its cost, measured on the cloc
 
 TEST_CASE("the region layout is aligned and covers every page", "[shm]") {
     for (uint64_t pages : {0ull, 1ull, 1000ull, 262144ull}) {
-        const auto g = shm::layout(pages);
-        REQUIRE(g.ring_offset >= sizeof(shm::region_header));
-        REQUIRE(g.states_offset >= g.ring_offset + sizeof(shm::request_ring));
+        const auto g = transport::shm::layout(pages);
+        REQUIRE(g.ring_offset >= sizeof(transport::shm::region_header));
+        REQUIRE(g.states_offset >= g.ring_offset + sizeof(transport::shm::request_ring));
         REQUIRE(g.checksums_offset >= g.states_offset + pages);
         REQUIRE(g.data_offset % 4096 == 0);
         REQUIRE(g.data_offset >= g.checksums_offset + pages * 8);

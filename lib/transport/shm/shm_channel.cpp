@@ -2,6 +2,7 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/mapping.hpp"
 #include "core/page.hpp"
 
 #include <fcntl.h>
@@ -11,7 +12,7 @@
 
 #include <algorithm>
 
-namespace ferry {
+namespace ferry::transport::shm {
 
 shm_channel::shm_channel(unique_fd control, const FerryControl__PageChannelAccepted& accepted,
                          link_model model, uint32_t max_pages, bool urgent)
@@ -24,51 +25,38 @@ shm_channel::shm_channel(unique_fd control, const FerryControl__PageChannelAccep
     struct stat st {};
     if (::fstat(fd.get(), &st) || uint64_t(st.st_size) != accepted.shm_size)
         throw error(fmt::format("shm region {} has the wrong size", accepted.shm_path));
-    void* m = ::mmap(nullptr, accepted.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (m == MAP_FAILED)
-        throw sys_error("mmap shm region");
-    _map = static_cast<std::byte*>(m);
-    _map_size = accepted.shm_size;
-    _region.base = _map;
+    _map = mapping::of_file(fd.get(), accepted.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                            "shm region");
+    _region.base = _map.data();
     const auto& h = _region.header();
-    if (h.magic != shm::region_magic || h.version != shm::region_version ||
-        h.geo.total_size != _map_size)
+    if (h.magic != region_magic || h.version != region_version || h.geo.total_size != _map.size())
         throw error(
             fmt::format("shm region {} is not a Ferry region of this version", accepted.shm_path));
-    for (size_t i = 0; i < accepted.n_shm_ranges; i++) {
-        const auto* r = accepted.shm_ranges[i];
-        if (r->first_page + (r->end - r->start) / page_size > h.geo.page_count)
-            throw error("an shm range lies outside the region");
-        _ranges.push_back({r->pid, r->start, r->end, r->first_page});
-    }
-    std::sort(_ranges.begin(), _ranges.end(), [](const range& a, const range& b) {
-        return std::tie(a.pid, a.start) < std::tie(b.pid, b.start);
+    // The source numbered its lazy pages as this side does: the same index,
+    // built in the same order, must give every range the same first page.
+    std::vector<const FerryControl__ShmRange*> ranges(accepted.shm_ranges,
+                                                      accepted.shm_ranges + accepted.n_shm_ranges);
+    std::sort(ranges.begin(), ranges.end(), [](const auto* a, const auto* b) {
+        return std::tie(a->pid, a->start) < std::tie(b->pid, b->start);
     });
+    for (const auto* r : ranges) {
+        _index.add(r->pid, r->start, r->end);
+        if (_index.ranges().back().first_page != r->first_page)
+            throw error("the source's shm region numbers its pages differently");
+    }
+    if (_index.total_pages() > h.geo.page_count)
+        throw error("the shm ranges lie outside the region");
     _max_pages = std::min(_max_pages, wire::max_pages_per_request);
 }
 
-shm_channel::~shm_channel() {
-    if (_map)
-        ::munmap(_map, _map_size);
-}
-
 uint64_t shm_channel::page_index(uint32_t pid, uint64_t vaddr, uint32_t nr_pages) const {
-    auto it =
-        std::upper_bound(_ranges.begin(), _ranges.end(), std::make_pair(pid, vaddr),
-                         [](const std::pair<uint32_t, uint64_t>& key, const range& r) {
-                             return std::tie(key.first, key.second) < std::tie(r.pid, r.start);
-                         });
-    if (it != _ranges.begin()) {
-        --it;
-        if (it->pid == pid && vaddr >= it->start &&
-            vaddr + uint64_t(nr_pages) * page_size <= it->end)
-            return it->first_page + (vaddr - it->start) / page_size;
-    }
+    if (const auto i = _index.find(pid, vaddr, nr_pages))
+        return *i;
     throw error(fmt::format("pid {} pages [{:#x}, +{}) are not in the source's region", pid, vaddr,
                             nr_pages));
 }
 
-void shm_channel::post(const shm::stage_request& r) {
+void shm_channel::post(const stage_request& r) {
     const uint64_t start = monotonic_ns();
     // The ring has room for far more than the requests in flight; if the
     // source has stopped draining it, the fetch deadline reports that.
@@ -93,8 +81,8 @@ void shm_channel::send(const wire::page_request& r) {
     if (r.operation == wire::op::refetch) {
         // The copy we read was bad: forget it and have the source write it again.
         for (uint32_t i = 0; i < r.nr_pages; i++)
-            _region.states()[first + i].store(shm::page_absent, std::memory_order_relaxed);
-        post({first, r.nr_pages, shm::restage_flag});
+            _region.states()[first + i].store(page_absent, std::memory_order_relaxed);
+        post({first, r.nr_pages, restage_flag});
     } else if (_urgent && _region.staged_prefix(first, r.nr_pages) < r.nr_pages) {
         post({first, r.nr_pages, 0});
     }
@@ -131,4 +119,4 @@ void shm_channel::finish_reply() noexcept {
     _count--;
 }
 
-} // namespace ferry
+} // namespace ferry::transport::shm

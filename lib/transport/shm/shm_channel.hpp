@@ -5,22 +5,19 @@
 // its source from shared memory with no copy in between.
 #pragma once
 
+#include "core/mapping.hpp"
 #include "core/unique_fd.hpp"
+#include "criu/lazy_page_index.hpp"
 #include "transport/page_channel.hpp"
 #include "transport/shm/shm_region.hpp"
 
 #include <array>
 #include <vector>
 
-namespace ferry {
+namespace ferry::transport::shm {
 
 class shm_channel final : public page_channel {
   public:
-    struct range {
-        uint32_t pid;
-        uint64_t start, end, first_page;
-    };
-
     // Maps the region named in the handshake reply. `control` stays open:
     // "done" goes over it, and the source treats its closing as our end.
     // A fault channel asks the source to stage missing pages at once; a
@@ -30,8 +27,11 @@ class shm_channel final : public page_channel {
                 link_model model, uint32_t max_pages, bool urgent);
     shm_channel(const shm_channel&) = delete;
     shm_channel& operator=(const shm_channel&) = delete;
-    ~shm_channel() override;
+    ~shm_channel() override = default;
 
+    [[nodiscard]] channel_capabilities capabilities() const noexcept override {
+        return {.one_sided = true, .zero_copy_replies = true};
+    }
     void send(const wire::page_request& r) override;
     incoming_reply* pump(size_t budget) override;
     void finish_reply() noexcept override;
@@ -47,20 +47,19 @@ class shm_channel final : public page_channel {
     };
     // The region page holding image address `vaddr` of `pid`; throws if none.
     [[nodiscard]] uint64_t page_index(uint32_t pid, uint64_t vaddr, uint32_t nr_pages) const;
-    void post(const shm::stage_request& r);
+    void post(const stage_request& r);
 
     unique_fd _control;
     link_model _model;
     uint32_t _max_pages;
     bool _urgent;
-    std::byte* _map = nullptr;
-    size_t _map_size = 0;
-    shm::region_view _region;
-    std::vector<range> _ranges; // sorted by (pid, start)
+    mapping _map;
+    region_view _region;
+    criu::lazy_page_index _index; // as the source numbered the region
     std::array<pending, 512> _queue{};
     size_t _head = 0, _count = 0;
     incoming_reply _reply;
     uint64_t _bytes_read = 0;
 };
 
-} // namespace ferry
+} // namespace ferry::transport::shm

@@ -22,7 +22,7 @@ void shm_doorbell::sleep(uint32_t seen, uint64_t timeout_ns) noexcept {
     ::syscall(SYS_futex, &rings, FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
-namespace shm {
+namespace transport::shm {
 
 namespace {
 uint64_t round_up(uint64_t v, uint64_t to) {
@@ -50,5 +50,5 @@ uint32_t region_view::staged_prefix(uint64_t first, uint32_t count) const noexce
     return n;
 }
 
-} // namespace shm
+} // namespace transport::shm
 } // namespace ferry

@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace ferry::shm {
+namespace ferry::transport::shm {
 
 inline constexpr uint32_t region_magic = 0x4d595246; // "FRYM"
 inline constexpr uint16_t region_version = 1;
@@ -81,4 +81,4 @@ struct region_view {
     [[nodiscard]] uint32_t staged_prefix(uint64_t first, uint32_t count) const noexcept;
 };
 
-} // namespace ferry::shm
+} // namespace ferry::transport::shm

@@ -9,7 +9,7 @@
 
 #include <cstring>
 
-namespace ferry {
+namespace ferry::transport::tcp {
 
 tcp_channel::tcp_channel(unique_fd fd, uint32_t max_pages)
     : _fd(std::move(fd)), _max_pages(max_pages) {
@@ -105,4 +105,4 @@ void tcp_channel::finish_reply() noexcept {
     _have = 0;
 }
 
-} // namespace ferry
+} // namespace ferry::transport::tcp

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-namespace ferry {
+namespace ferry::transport::tcp {
 
 class tcp_channel final : public page_channel {
   public:
@@ -20,6 +20,7 @@ class tcp_channel final : public page_channel {
     tcp_channel& operator=(const tcp_channel&) = delete;
     ~tcp_channel() override;
 
+    [[nodiscard]] channel_capabilities capabilities() const noexcept override { return {}; }
     void send(const wire::page_request& r) override;
     // Reads until the socket would block, the current reply is complete, or
     // `budget` bytes were read.
@@ -46,4 +47,4 @@ class tcp_channel final : public page_channel {
     uint64_t _bytes_received = 0;
 };
 
-} // namespace ferry
+} // namespace ferry::transport::tcp

@@ -1,11 +1,13 @@
 // Source side of the shm fabric: registers an outgoing migration's lazy pages
-// as a shared-memory region (lib/shm_region.hpp) and keeps it filled. One
+// as a shared-memory region (shm_region.hpp) and keeps it filled. One
 // thread stages pages from the frozen tasks into the region: requested pages
 // first (from the region's request ring), everything else in layout order
 // when no request waits. Readers then copy pages one-sided, without this
 // daemon's CPU.
 #pragma once
 
+#include "criu/lazy_page_index.hpp"
+#include "transport/page_source.hpp"
 #include "transport/shm/shm_region.hpp"
 
 #include <atomic>
@@ -16,9 +18,7 @@
 #include <thread>
 #include <vector>
 
-namespace ferry::pagesrv {
-
-class outgoing_migration;
+namespace ferry::transport::shm {
 
 // The shared-memory file behind a region: created (and its pages allocated)
 // ahead of time if the migrator prepared the migration before the freeze,
@@ -55,14 +55,9 @@ uint64_t anonymous_bytes_of_tree(pid_t root);
 
 class shm_stager {
   public:
-    struct range {
-        uint32_t pid;
-        uint64_t start, end, first_page;
-    };
-
     // Lays the migration's lazy pages out in `file` (growing it if needed)
     // and starts staging.
-    shm_stager(outgoing_migration& m, region_file file);
+    shm_stager(page_source& src, region_file file);
     shm_stager(const shm_stager&) = delete;
     shm_stager& operator=(const shm_stager&) = delete;
     // Stops staging, then unmaps and unlinks the region; readers that mapped
@@ -71,21 +66,21 @@ class shm_stager {
 
     [[nodiscard]] const std::filesystem::path& file() const noexcept { return _file.path(); }
     [[nodiscard]] uint64_t size() const noexcept { return _file.size(); }
-    [[nodiscard]] const std::vector<range>& ranges() const noexcept { return _ranges; }
+    // Where each lazy page lies in the region: the index both ends share.
+    [[nodiscard]] const criu::lazy_page_index& index() const noexcept { return _src.lazy_pages(); }
 
   private:
     void run();
     // Stages pages [first, first + count), which may span several ranges.
     void stage(uint64_t first, uint64_t count, bool restage);
 
-    outgoing_migration& _m;
+    page_source& _src;
     region_file _file;
-    std::vector<range> _ranges; // in layout order, first_page ascending
-    shm::region_view _region;
+    region_view _region;
     std::atomic<bool> _stop{false};
     bool _read_error_logged = false;
     uint64_t _started_ns = 0;
     std::thread _thread;
 };
 
-} // namespace ferry::pagesrv
+} // namespace ferry::transport::shm

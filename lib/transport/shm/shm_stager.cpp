@@ -1,11 +1,10 @@
-#include "shm_stager.hpp"
+#include "transport/shm/shm_stager.hpp"
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/page.hpp"
 #include "core/unique_fd.hpp"
-#include "outgoing.hpp"
 #include "sys/proc.hpp"
 
 #include <fcntl.h>
@@ -16,7 +15,7 @@
 #include <algorithm>
 #include <fstream>
 
-namespace ferry::pagesrv {
+namespace ferry::transport::shm {
 
 namespace {
 
@@ -96,13 +95,8 @@ uint64_t anonymous_bytes_of_tree(pid_t root) {
     return total;
 }
 
-shm_stager::shm_stager(outgoing_migration& m, region_file file) : _m(m), _file(std::move(file)) {
-    uint64_t pages = 0;
-    m.for_each_lazy_range([&](uint32_t pid, uint64_t start, uint64_t end) {
-        _ranges.push_back({pid, start, end, pages});
-        pages += (end - start) / page_size;
-    });
-    const shm::region_geometry geo = shm::layout(pages);
+shm_stager::shm_stager(page_source& src, region_file file) : _src(src), _file(std::move(file)) {
+    const region_geometry geo = layout(_src.lazy_pages().total_pages());
     // A region prepared before the freeze may be larger than needed; the
     // reader maps what the handshake says.
     _file.ensure_size(geo.total_size);
@@ -115,9 +109,9 @@ shm_stager::shm_stager(outgoing_migration& m, region_file file) : _m(m), _file(s
     h.staged_pages.store(0, std::memory_order_relaxed);
     h.stager_alive.store(1, std::memory_order_relaxed);
     _region.ring().init();
-    h.version = shm::region_version;
+    h.version = region_version;
     std::atomic_thread_fence(std::memory_order_release);
-    h.magic = shm::region_magic; // last: a reader that sees the magic sees the rest
+    h.magic = region_magic; // last: a reader that sees the magic sees the rest
     _started_ns = monotonic_ns();
     _thread = std::thread([this] { run(); });
 }
@@ -132,21 +126,16 @@ shm_stager::~shm_stager() {
 void shm_stager::stage(uint64_t first, uint64_t count, bool restage) {
     const uint64_t end = std::min(first + count, _region.header().geo.page_count);
     while (first < end) {
-        // The range holding page `first`.
-        auto it = std::upper_bound(_ranges.begin(), _ranges.end(), first,
-                                   [](uint64_t p, const range& r) { return p < r.first_page; });
-        const range& r = *std::prev(it);
+        const auto& r = _src.lazy_pages().range_of(first);
         const uint64_t range_pages = (r.end - r.start) / page_size;
         uint64_t run_end = std::min(end, r.first_page + range_pages);
         // Skip what is staged already, unless asked to write it again.
         auto* states = _region.states();
         if (!restage) {
-            while (first < run_end &&
-                   states[first].load(std::memory_order_relaxed) == shm::page_staged)
+            while (first < run_end && states[first].load(std::memory_order_relaxed) == page_staged)
                 first++;
             uint64_t stop = first;
-            while (stop < run_end &&
-                   states[stop].load(std::memory_order_relaxed) != shm::page_staged)
+            while (stop < run_end && states[stop].load(std::memory_order_relaxed) != page_staged)
                 stop++;
             run_end = stop;
         }
@@ -157,20 +146,20 @@ void shm_stager::stage(uint64_t first, uint64_t count, bool restage) {
         const wire::page_request req{wire::op::get, r.pid, n,
                                      r.start + (first - r.first_page) * page_size, 0};
         const wire::status st =
-            _m.read_pages(req, _region.page(first), _region.checksums() + first);
+            _src.read_pages(req, _region.page(first), _region.checksums() + first);
         if (st != wire::status::ok) {
             if (!_read_error_logged)
                 make_logger("pagesrv")->error("migration {}: cannot stage pid {} {:#x}: {}",
-                                              _m.id(), r.pid, req.vaddr, wire::to_string(st));
+                                              _src.id(), r.pid, req.vaddr, wire::to_string(st));
             _read_error_logged = true;
             first += n; // left absent: the reader's fetch deadline reports it
             continue;
         }
         for (uint32_t i = 0; i < n; i++)
-            states[first + i].store(shm::page_staged,
+            states[first + i].store(page_staged,
                                     std::memory_order_release); // pairs with readers' acquire
         _region.header().staged_pages.fetch_add(n, std::memory_order_relaxed);
-        _m.count_sent(n, uint64_t(n) * (page_size + sizeof(uint64_t)));
+        _src.count_sent(n, uint64_t(n) * (page_size + sizeof(uint64_t)));
         first += n;
     }
 }
@@ -183,9 +172,9 @@ void shm_stager::run() {
     uint64_t last_work = monotonic_ns();
     while (!_stop.load(std::memory_order_relaxed)) {
         bool worked = false;
-        shm::stage_request req;
+        stage_request req;
         while (ring.try_pop(req)) {
-            stage(req.first_page, req.count, req.flags & shm::restage_flag);
+            stage(req.first_page, req.count, req.flags & restage_flag);
             worked = true;
         }
         if (cursor < total) {
@@ -193,8 +182,9 @@ void shm_stager::run() {
             cursor += eager_chunk_pages;
             worked = true;
             if (cursor >= total)
-                make_logger("pagesrv")->info("migration {}: {} pages staged in {:.1f} ms", _m.id(),
-                                             total, ns_to_ms(monotonic_ns() - _started_ns));
+                make_logger("pagesrv")->info("migration {}: {} pages staged in {:.1f} ms",
+                                             _src.id(), total,
+                                             ns_to_ms(monotonic_ns() - _started_ns));
         }
         const uint64_t now = monotonic_ns();
         if (worked) {
@@ -209,4 +199,4 @@ void shm_stager::run() {
     }
 }
 
-} // namespace ferry::pagesrv
+} // namespace ferry::transport::shm

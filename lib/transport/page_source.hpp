@@ -1,0 +1,36 @@
+// The source's side of every transport: what a backend's server half serves
+// pages from. The daemon's outgoing migration (the frozen tasks) is one.
+#pragma once
+
+#include "criu/lazy_page_index.hpp"
+#include "wire/page_wire.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ferry::transport {
+
+class page_source {
+  public:
+    virtual ~page_source() = default;
+    [[nodiscard]] virtual const std::string& id() const noexcept = 0;
+    // The lazy pages, numbered as both ends number them.
+    [[nodiscard]] virtual const criu::lazy_page_index& lazy_pages() const noexcept = 0;
+    // Reads one request's pages into `pages` and their checksums into
+    // `checksums`. Safe to call from several threads at once.
+    [[nodiscard]] virtual wire::status read_pages(const wire::page_request& r, std::byte* pages,
+                                                  uint64_t* checksums) = 0;
+    virtual void count_sent(uint64_t pages, uint64_t bytes) noexcept = 0;
+    // The destination reported every page installed.
+    virtual void destination_done() = 0;
+};
+
+// What a backend keeps on the source for one migration (shm: its region and
+// the thread that stages it). Owned by the migration.
+class source_state {
+  public:
+    virtual ~source_state() = default;
+};
+
+} // namespace ferry::transport

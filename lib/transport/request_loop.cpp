@@ -1,0 +1,48 @@
+#include "transport/request_loop.hpp"
+
+#include "core/mapping.hpp"
+#include "core/page.hpp"
+#include "sys/net.hpp"
+
+#include <sys/uio.h>
+
+#include <vector>
+
+namespace ferry::transport {
+
+void serve_requests(int fd, page_source& src, spdlog::logger& log) {
+    const auto buffer =
+        mapping::anonymous(size_t(wire::max_pages_per_request) * page_size, "page reply buffer");
+    std::byte* pages = buffer.data();
+    std::vector<uint64_t> checksums(wire::max_pages_per_request);
+    for (;;) {
+        wire::header_bytes h;
+        if (!net::read_full(fd, h, net::no_deadline, "read page request"))
+            return; // the destination closed the channel
+        wire::page_request req;
+        if (auto err = wire::decode(h, req); err != wire::decode_error::none) {
+            log.warn("migration {}: malformed page request ({}); closing the channel", src.id(),
+                     wire::to_string(err));
+            return;
+        }
+        if (req.operation == wire::op::done) {
+            log.info("migration {}: the destination has every page", src.id());
+            src.destination_done();
+            continue;
+        }
+        const wire::status st = src.read_pages(req, pages, checksums.data());
+        wire::page_reply rep{st, req.pid, st == wire::status::ok ? req.nr_pages : 0, req.vaddr,
+                             req.request_id};
+        auto rh = wire::encode(rep);
+        iovec iov[3] = {{rh.data(), rh.size()},
+                        {checksums.data(), size_t(rep.nr_pages) * sizeof(uint64_t)},
+                        {pages, size_t(rep.nr_pages) * page_size}};
+        net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(30)), "send page reply");
+        src.count_sent(rep.nr_pages, rh.size() + iov[1].iov_len + iov[2].iov_len);
+        if (st != wire::status::ok)
+            log.warn("migration {}: refused pid {} [{:#x}, +{} pages): {}", src.id(), req.pid,
+                     req.vaddr, req.nr_pages, wire::to_string(st));
+    }
+}
+
+} // namespace ferry::transport

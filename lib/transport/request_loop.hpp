@@ -1,0 +1,16 @@
+// The source's end of a page channel's connection, for every backend: page
+// requests in (tcp's whole traffic; "done" alone on one-sided fabrics),
+// replies out, until the destination closes it.
+#pragma once
+
+#include "transport/page_source.hpp"
+
+#include <spdlog/logger.h>
+
+namespace ferry::transport {
+
+// Returns when the peer closes the connection or sends a malformed frame
+// (logged); throws on a failed write.
+void serve_requests(int fd, page_source& src, spdlog::logger& log);
+
+} // namespace ferry::transport

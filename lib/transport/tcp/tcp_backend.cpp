@@ -1,0 +1,16 @@
+#include "transport/tcp/tcp_backend.hpp"
+
+#include "transport/tcp/tcp_channel.hpp"
+
+namespace ferry::transport::tcp {
+
+const tcp_backend backend_instance;
+
+std::unique_ptr<page_channel> tcp_backend::open(unique_fd handshake,
+                                                const FerryControl__PageChannelAccepted&,
+                                                const fabric_spec&, FerryControl__ChannelKind,
+                                                uint32_t max_pages) const {
+    return std::make_unique<tcp_channel>(std::move(handshake), max_pages);
+}
+
+} // namespace ferry::transport::tcp
