@@ -36,6 +36,7 @@ class request_ring {
     [[nodiscard]] static constexpr size_t capacity() noexcept { return Capacity; }
     [[nodiscard]] size_t size() const noexcept { return _size; }
     [[nodiscard]] outstanding_request& front() noexcept { return _slots[_head]; }
+    [[nodiscard]] const outstanding_request& front() const noexcept { return _slots[_head]; }
 
     outstanding_request& push(const outstanding_request& r) noexcept {
         auto& slot = _slots[(_head + _size) % Capacity];

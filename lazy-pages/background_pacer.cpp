@@ -1,0 +1,99 @@
+#include "background_pacer.hpp"
+
+#include "core/clock.hpp"
+#include "core/page.hpp"
+#include "fault_state.hpp"
+
+#include <algorithm>
+
+namespace ferry::lazy {
+
+namespace {
+
+constexpr size_t budget_bytes_idle = 256 * 1024;
+constexpr size_t budget_bytes_faulting = 64 * 1024;
+
+// The next run of lazy pages after the process's cursor that no fault has
+// asked for, up to one background chunk.
+bool next_run(lazy_process& p, uint32_t chunk, uint64_t& addr, uint64_t& img, uint32_t& n) {
+    bool wrapped = false;
+    for (;;) {
+        auto r = p.lazy.first_ending_after(p.bg_cursor);
+        if (!r) {
+            // Pages behind the cursor are still lazy only if a request for
+            // them is pending or was abandoned: rescan once nothing is pending.
+            if (wrapped || p.bg_cursor == 0 || p.bg_outstanding)
+                return false;
+            p.bg_cursor = 0;
+            wrapped = true;
+            continue;
+        }
+        uint64_t start = std::max(r->start, p.bg_cursor);
+        if (auto busy = p.in_flight.find(start)) {
+            p.bg_cursor = busy->end;
+            continue;
+        }
+        uint64_t end = std::min(r->end, start + uint64_t(chunk) * page_size);
+        if (auto busy = p.in_flight.first_ending_after(start); busy && busy->start < end)
+            end = busy->start;
+        addr = start;
+        img = r->img_of(start);
+        n = uint32_t(pages_in(end - start));
+        p.bg_cursor = end;
+        return true;
+    }
+}
+
+} // namespace
+
+void background_pacer::note_fault(uint64_t now) noexcept {
+    const uint64_t window = uint64_t(_cfg.fault_window.count()) * 1000;
+    if (now - _window_start_ns >= window) {
+        _busy_until_ns = _window_faults >= _cfg.faulting_threshold ? _window_start_ns + 2 * window
+                                                                   : _busy_until_ns;
+        _window_start_ns = now;
+        _window_faults = 0;
+    }
+    if (++_window_faults >= _cfg.faulting_threshold)
+        _busy_until_ns = _window_start_ns + 2 * window;
+}
+
+bool background_pacer::faulting() const noexcept {
+    return _cfg.faulting_threshold > 0 && monotonic_ns() < _busy_until_ns;
+}
+
+uint32_t background_pacer::depth() const noexcept {
+    return faulting() ? 1 : _cfg.background_depth;
+}
+
+uint32_t background_pacer::chunk_pages() const noexcept {
+    return faulting() ? std::min(_cfg.background_chunk_pages, _cfg.faulting_chunk_pages)
+                      : _cfg.background_chunk_pages;
+}
+
+size_t background_pacer::budget_bytes() const noexcept {
+    return faulting() ? budget_bytes_faulting : budget_bytes_idle;
+}
+
+void pump_background(fault_state& s) {
+    if (!s.restore_finished || s.procs.empty() || s.cfg.background_depth == 0)
+        return;
+    const uint32_t depth = s.pacer.depth();
+    while (s.bg_reqs.size() < depth) {
+        bool issued = false;
+        for (size_t tries = 0; tries < s.procs.size() && !issued; tries++) {
+            lazy_process& p = *s.procs[s.bg_next_proc];
+            s.bg_next_proc = (s.bg_next_proc + 1) % s.procs.size();
+            uint64_t addr, img;
+            uint32_t n;
+            if (!p.exited && next_run(p, s.pacer.chunk_pages(), addr, img, n)) {
+                s.issue(request_kind::background, p, addr, img, n, ~0ull, 0, 0);
+                issued = true;
+            }
+        }
+        if (!issued)
+            return;
+    }
+}
+
+} // namespace ferry::lazy

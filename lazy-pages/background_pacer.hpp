@@ -1,0 +1,50 @@
+// The background pull's policy: how hard to pull while the application is
+// faulting, and what to pull next. A policy object, so that the loop that
+// runs it (fault_loop.cpp) says nothing of when to back off.
+//
+// Faults are counted in windows of cfg.fault_window; a window with at least
+// cfg.faulting_threshold faults marks the application as faulting until the
+// next window ends (a stray fault now and then does not count). While it
+// faults, the background steps back to one small request at a time, so that
+// fault replies share the channel, the source's CPU and this loop with as
+// little as possible (CRIU's lazy-pages does the same with its transfer
+// length).
+#pragma once
+
+#include "loop_config.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ferry::lazy {
+
+struct fault_state;
+struct lazy_process;
+
+class background_pacer {
+  public:
+    explicit background_pacer(const loop_config& cfg) : _cfg(cfg) {}
+
+    void note_fault(uint64_t now_ns) noexcept;
+    [[nodiscard]] bool faulting() const noexcept;
+    // Background requests to keep in flight now.
+    [[nodiscard]] uint32_t depth() const noexcept;
+    // Pages per background request now.
+    [[nodiscard]] uint32_t chunk_pages() const noexcept;
+    // Background bytes handled per turn of the background thread, which
+    // holds the state lock meanwhile.
+    [[nodiscard]] size_t budget_bytes() const noexcept;
+
+  private:
+    const loop_config& _cfg;
+    uint64_t _window_start_ns = 0;
+    uint32_t _window_faults = 0;
+    uint64_t _busy_until_ns = 0;
+};
+
+// Keeps background requests in flight once restore has finished: runs of
+// lazy pages after each process's cursor that no fault asked for, taken
+// from the processes in turn. Under the state lock.
+void pump_background(fault_state& s);
+
+} // namespace ferry::lazy

@@ -1,0 +1,56 @@
+// What the fault path's threads share (fault_loop.cpp): the restored
+// processes, the requests in flight, the account. Every member is guarded by
+// the loop's state lock; nothing here allocates in steady state.
+#pragma once
+
+#include "background_pacer.hpp"
+#include "core/latency_recorder.hpp"
+#include "lazy_process.hpp"
+#include "loop_config.hpp"
+#include "request_ring.hpp"
+#include "transport/page_channel.hpp"
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace ferry::lazy {
+
+struct fault_state {
+    fault_state(const loop_config& c, page_channel& fault, page_channel& background)
+        : cfg(c), fault_ch(fault), bg_ch(background), pacer(c) {}
+
+    const loop_config& cfg;
+    page_channel& fault_ch; // faults travel alone, ahead of background data
+    page_channel& bg_ch;
+    request_ring<256> fault_reqs;
+    request_ring<16> bg_reqs;
+    std::vector<std::unique_ptr<lazy_process>> procs;
+    size_t bg_next_proc = 0;
+    uint64_t next_request_id = 1;
+    bool restore_finished = false;
+    loop_stats stats;
+    latency_recorder fault_latency;
+    latency_recorder fetch_latency{1u << 18};
+    latency_recorder install_latency{1u << 18};
+    background_pacer pacer;
+    // The loop's epoll sets: a uffd joins every handler's (as process
+    // `index`), or leaves them.
+    std::function<void(int uffd, uint32_t index)> watch_uffd;
+    std::function<void(int uffd)> unwatch_uffd;
+
+    // A new process (restored, or forked after restore) joins the loop.
+    lazy_process& add(std::unique_ptr<lazy_process> p);
+    // Sends a request and records it in flight.
+    void issue(request_kind kind, lazy_process& p, uint64_t addr, uint64_t img_addr,
+               uint32_t nr_pages, uint64_t fault_addr, uint64_t fault_ns, uint8_t attempt);
+    // The process exited: its lazy pages are dropped, its uffd forgotten.
+    void process_gone(lazy_process& p);
+    // Throws if the oldest request of either kind has waited too long: a
+    // page that cannot be served never turns into a zero page.
+    void check_deadlines() const;
+    // Every page installed (or its process gone), nothing in flight.
+    [[nodiscard]] bool finished() const noexcept;
+};
+
+} // namespace ferry::lazy

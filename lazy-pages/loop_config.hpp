@@ -1,0 +1,42 @@
+// The fault path's tuning and its account.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace ferry::lazy {
+
+struct loop_config {
+    uint32_t fault_window_pages = 4; // pages per fault (the faulting one and its successors) ...
+    uint32_t max_window_pages = 64;  // ... growing to this while the access is sequential
+    uint32_t background_chunk_pages = 256;        // 1 MiB per background request
+    uint32_t background_depth = 2;                // background requests in flight
+    uint32_t faulting_chunk_pages = 16;           // background request size while faults arrive
+    std::chrono::microseconds fault_window{2000}; // faults are counted per window ...
+    uint32_t faulting_threshold = 4;   // ... and this many mean "the application is faulting"
+    uint32_t install_batch_pages = 32; // install background data as it arrives, in runs this long
+    std::chrono::milliseconds fetch_deadline{10'000};
+    std::chrono::milliseconds progress_interval{200};
+    std::chrono::microseconds spin{200}; // a handler polls a tcp channel this long for a reply
+    uint32_t handlers = 0;               // handler threads (0: one per allowed CPU)
+};
+
+struct loop_stats {
+    uint64_t pages_total = 0; // lazy pages of the restored processes
+    uint64_t pages_faulted = 0;
+    uint64_t pages_prefetched = 0;
+    uint64_t pages_background = 0;
+    uint64_t pages_zero = 0;
+    uint64_t pages_dropped = 0; // unmapped, removed, or owned by an exited process
+    uint64_t pages_forked = 0;  // installed into children forked after restore
+    uint64_t pages_refetched = 0;
+    uint64_t pages_duplicate = 0; // arrived after the page was already installed
+    uint64_t faults = 0;
+    uint64_t events = 0;
+    uint32_t processes = 0;
+    [[nodiscard]] uint64_t pages_done() const noexcept {
+        return pages_faulted + pages_prefetched + pages_background + pages_dropped;
+    }
+};
+
+} // namespace ferry::lazy

@@ -1,0 +1,198 @@
+// Replies, in the order the channel answers requests: the front of the
+// request ring is always the request the next reply belongs to. A page is
+// installed only after its checksum matched, and only if it is still lazy
+// in its process's current map (uffd_events.cpp changes the map as events
+// arrive): pages unmapped, removed or installed meanwhile are dropped. A
+// corrupt page is fetched again once, and a second corruption stops the
+// migration rather than install it.
+#include "replies.hpp"
+
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/page.hpp"
+#include "uffd_ops.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace ferry::lazy {
+
+namespace {
+
+// Installs verified pages [first, first + count) of `req` whose data starts
+// at `data`. Each page is checked against the process's current lazy map:
+// pages unmapped, removed or already installed meanwhile are skipped.
+void install_run(fault_state& s, outstanding_request& req, const std::byte* data, uint32_t first,
+                 uint32_t count) {
+    lazy_process& p = *req.proc;
+    uint64_t addr = req.addr + uint64_t(first) * page_size;
+    uint64_t img = req.img_addr + uint64_t(first) * page_size;
+    uint32_t left = count;
+    while (left > 0 && !p.exited) {
+        const auto r = p.lazy.find(addr);
+        if (!r || r->img_of(addr) != img) {
+            s.stats.pages_duplicate++;
+            if (addr == req.fault_addr)
+                s.fault_latency.record(monotonic_ns() - req.fault_ns);
+            addr += page_size, img += page_size, data += page_size, left--;
+            continue;
+        }
+        const uint32_t run = uint32_t(std::min<uint64_t>(left, pages_in(r->end - addr)));
+        const uint64_t copy_start = monotonic_ns();
+        const auto res = uffd::copy(p.uffd.get(), addr, data, uint64_t(run) * page_size);
+        uint32_t done = uint32_t(pages_in(res.bytes));
+        if (res.result == uffd::outcome::exists)
+            done++; // the page at addr + done was present already: nothing to install there
+        p.lazy.erase(addr, addr + uint64_t(done) * page_size);
+
+        // Account for what landed.
+        const bool has_fault_page =
+            req.fault_addr >= addr && req.fault_addr < addr + uint64_t(done) * page_size;
+        if (has_fault_page) {
+            const uint64_t now = monotonic_ns();
+            s.fault_latency.record(now - req.fault_ns);
+            s.install_latency.record(now - copy_start);
+        }
+        if (p.forked) {
+            s.stats.pages_forked += done;
+        } else if (req.kind == request_kind::background) {
+            s.stats.pages_background += done;
+        } else {
+            s.stats.pages_faulted += has_fault_page ? 1 : 0;
+            s.stats.pages_prefetched += done - (has_fault_page ? 1 : 0);
+        }
+
+        switch (res.result) {
+        case uffd::outcome::done:
+        case uffd::outcome::exists:
+            break;
+        case uffd::outcome::retry:
+            // The address space is changing (fork, mremap): leave the rest
+            // lazy and let blocked threads fault again once events are read.
+            (void)uffd::wake(p.uffd.get(), addr + uint64_t(done) * page_size,
+                             uint64_t(left - done) * page_size);
+            return;
+        case uffd::outcome::target_gone:
+            s.process_gone(p);
+            return;
+        case uffd::outcome::fatal:
+            throw sys_error(
+                fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid, addr, run), res.err);
+        }
+        addr += uint64_t(done) * page_size;
+        img += uint64_t(done) * page_size;
+        data += size_t(done) * page_size;
+        left -= done;
+    }
+}
+
+// Verifies and installs pages [req.consumed, upto) of a reply. A page whose
+// checksum fails is never installed: it and the rest of the request are
+// fetched again once, by finish_request.
+void consume_pages(fault_state& s, outstanding_request& req, const incoming_reply& reply,
+                   uint32_t upto) {
+    if (req.bad_from != ~0u)
+        return;
+    uint32_t first = req.consumed;
+    uint32_t good = first;
+    while (good < upto &&
+           page_checksum(reply.pages + size_t(good) * page_size) == reply.checksums[good])
+        good++;
+    if (good < upto)
+        req.bad_from = good;
+    if (req.fault_addr != ~0ull && first == 0 && req.attempt == 0) // not a prefetch
+        s.fetch_latency.record(monotonic_ns() - req.fault_ns);
+    if (good > first && !req.proc->exited) {
+        auto install = [&](uint32_t from, uint32_t to) {
+            if (to > from)
+                install_run(s, req, reply.pages + size_t(from) * page_size, from, to - from);
+        };
+        // The faulting page alone first: its copy wakes the thread, and the
+        // window's other pages (a few microseconds each into fresh memory)
+        // need not delay it.
+        const uint64_t fault_index = (req.fault_addr - req.addr) / page_size;
+        if (req.fault_addr >= req.addr && fault_index >= first && fault_index < good) {
+            const auto k = uint32_t(fault_index);
+            install(k, k + 1);
+            install(first, k);
+            install(k + 1, good);
+        } else {
+            install(first, good);
+        }
+    }
+    req.consumed = good;
+}
+
+void finish_request(fault_state& s, const outstanding_request& req) {
+    lazy_process& p = *req.proc;
+    if (req.kind == request_kind::fault)
+        p.in_flight.erase(req.addr, req.addr + uint64_t(req.nr_pages) * page_size);
+    else
+        p.bg_outstanding--;
+    if (req.bad_from == ~0u || p.exited)
+        return;
+    const uint32_t bad = req.nr_pages - req.bad_from;
+    if (req.attempt >= 1)
+        throw error(fmt::format(
+            "checksum mismatch again for pid {} page {:#x}: refusing to install a corrupt page",
+            p.image_pid, req.img_addr + uint64_t(req.bad_from) * page_size));
+    s.stats.pages_refetched += bad;
+    const uint64_t addr = req.addr + uint64_t(req.bad_from) * page_size;
+    const uint64_t img = req.img_addr + uint64_t(req.bad_from) * page_size;
+    s.issue(req.kind, p, addr, img, bad, req.fault_addr >= addr ? req.fault_addr : ~0ull,
+            req.fault_ns, 1);
+}
+
+} // namespace
+
+void drain_channel(fault_state& s, page_channel& ch, request_kind kind, size_t budget,
+                   const std::atomic<uint32_t>& handlers_waiting) {
+    auto ring_empty = [&] {
+        return kind == request_kind::fault ? s.fault_reqs.empty() : s.bg_reqs.empty();
+    };
+    while (budget > 0) {
+        // Background data gives the lock up to any handler waiting for it.
+        if (kind == request_kind::background &&
+            handlers_waiting.load(std::memory_order_relaxed) > 0)
+            return;
+        const uint64_t before = ch.bytes_received();
+        incoming_reply* reply = ch.pump(budget);
+        const uint64_t got = ch.bytes_received() - before;
+        budget = budget > got ? budget - size_t(got) : 0;
+        if (!reply)
+            return;
+        if (ring_empty())
+            throw error("the source sent a page reply nobody asked for");
+        outstanding_request& req =
+            kind == request_kind::fault ? s.fault_reqs.front() : s.bg_reqs.front();
+        const auto& h = reply->header;
+        if (h.request_id != req.id || h.pid != req.proc->image_pid || h.vaddr != req.img_addr)
+            throw error(
+                fmt::format("page reply {} does not match request {}", h.request_id, req.id));
+        if (h.result != wire::status::ok)
+            throw error(fmt::format("the source could not serve pid {} pages [{:#x}, +{}): {}",
+                                    h.pid, h.vaddr, req.nr_pages, wire::to_string(h.result)));
+        if (h.nr_pages != req.nr_pages)
+            throw error(fmt::format("the source sent {} pages for a request of {}", h.nr_pages,
+                                    req.nr_pages));
+
+        // Fault replies are installed whole; background data as it arrives.
+        const bool whole = kind == request_kind::fault || reply->complete();
+        if (whole || reply->pages_ready - req.consumed >= s.cfg.install_batch_pages)
+            consume_pages(s, req, *reply, reply->pages_ready);
+        if (!reply->complete())
+            return; // the rest has not arrived yet
+        // Pop before finishing: a refetch pushes onto the same ring.
+        const outstanding_request done = req;
+        if (kind == request_kind::fault)
+            s.fault_reqs.pop();
+        else
+            s.bg_reqs.pop();
+        ch.finish_reply();
+        finish_request(s, done);
+    }
+}
+
+} // namespace ferry::lazy
