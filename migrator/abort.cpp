@@ -1,0 +1,139 @@
+#include "migration.hpp"
+
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/fault_inject.hpp"
+#include "core/log.hpp"
+#include "criu/criu_image.hpp"
+#include "criu/criu_page_server.hpp"
+#include "criu/criu_rpc.hpp"
+#include "criu/workload_release.hpp"
+#include "pool/pool_client.hpp"
+#include "sys/hw_breakpoints.hpp"
+#include "sys/proc.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <vector>
+
+namespace ferry::migrator {
+
+// Before the commit (or after it, when the destination's restore failed
+// before its tasks ran): the source tasks must run again. CRIU resumes them
+// itself when it can; a CRIU that is stuck is not waited on again: it is
+// killed and what it left is undone (release_source). Bounded throughout.
+void migration::abort_source(const std::string& reason) {
+    if (!_dump_started || (_dump->ended() && !_dump->stuck()))
+        return; // CRIU never froze the tasks, or already resumed them after its own failure
+    set_phase("aborting");
+    _dump->ignore_interrupts(); // the abort itself must finish
+    if (!_dump->stuck() && abort_gracefully(reason) && criu::inspect_workload(_opt.pid).running())
+        return;
+    release_source(false);
+    tell_daemon_aborted(reason);
+}
+
+// CRIU's own way back: an abort through its page server (by way of the
+// local daemon once it serves the migration). True if CRIU ended.
+bool migration::abort_gracefully(const std::string& reason) {
+    try {
+        // A healthy CRIU is at most moments away from its page server (no
+        // memory work is left after post-dump); one that is not is treated
+        // as stuck rather than waited on for a full deadline.
+        _dump->wait_page_server(
+            std::min<std::chrono::milliseconds>(_deadlines.page_server, abort_page_server_grace));
+        if (_registered && _src) {
+            try {
+                FerryControl__OutgoingAbort a = FERRY_CONTROL__OUTGOING_ABORT__INIT;
+                a.reason = const_cast<char*>(reason.c_str());
+                a.has_destination_never_ran = _r.committed;
+                a.destination_never_ran = _r.committed;
+                control::send_message(_src.get(), a, net::after(control_timeout));
+                auto e =
+                    control::receive(_src.get(), net::after(_deadlines.abort + control_timeout));
+                control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORTED,
+                                "local daemon");
+                _daemon_told_abort = true;
+            } catch (const std::exception& e) {
+                _log->warn("the local daemon could not abort ({}); aborting CRIU directly",
+                           e.what());
+                criu::abort_lazy_dump(_criu_port, std::chrono::seconds(10));
+            }
+        } else {
+            criu::abort_lazy_dump(_criu_port, std::chrono::seconds(10));
+        }
+        (void)_dump->wait_end(_deadlines.abort); // failed, by design: the tasks were resumed
+        return _dump->ended() && !_dump->stuck();
+    } catch (const std::exception& e) {
+        _log->warn("CRIU did not take the abort: {}", e.what());
+        return false;
+    }
+}
+
+// CRIU is killed (the kernel detaches its tracees), then the freezer and
+// the network lock it left are undone, and the tasks are checked. With
+// `end_workload` (after the commit) the tasks are killed first instead.
+void migration::release_source(bool end_workload) {
+    set_phase("releasing");
+    _r.criu_stuck = _dump && _dump->stuck();
+    criu::release_request req;
+    req.root = _opt.pid;
+    req.migration_id = _r.id;
+    if (_dump)
+        req.criu = _dump->criu_pids();
+    req.end_workload = end_workload;
+    req.was_frozen_before = _cgroup_was_frozen;
+    req.bound = _deadlines.release;
+    if (_dump)
+        req.after_criu_killed = [this] { _dump->after_criu_killed(); };
+    const auto res = criu::release_workload(req);
+    _r.recovery = res.summary;
+}
+
+// The daemon serving the migration stops (it no longer tries CRIU's page
+// server: CRIU is gone). Best effort, bounded.
+void migration::tell_daemon_aborted(const std::string& reason) {
+    if (!_registered || !_src || _daemon_told_abort)
+        return;
+    try {
+        FerryControl__OutgoingAbort a = FERRY_CONTROL__OUTGOING_ABORT__INIT;
+        a.reason = const_cast<char*>(reason.c_str());
+        a.has_destination_never_ran = _r.committed;
+        a.destination_never_ran = _r.committed;
+        a.has_criu_gone = true;
+        a.criu_gone = true;
+        control::send_message(_src.get(), a, net::after(std::chrono::seconds(5)));
+        (void)control::receive(_src.get(), net::after(std::chrono::seconds(10)));
+        _daemon_told_abort = true;
+    } catch (const std::exception& e) {
+        _log->warn("could not tell the local daemon about the abort: {}", e.what());
+    }
+}
+
+// A failed migration keeps CRIU's logs for the post-mortem, not its images
+// (they can be as large as the workload's memory, and /dev/shm is memory).
+void migration::cleanup() {
+    if (_opt.keep_images || _dir.empty())
+        return;
+    std::error_code ec;
+    if (_r.ok) {
+        std::filesystem::remove_all(_dir, ec);
+        return;
+    }
+    for (const auto& entry : std::filesystem::directory_iterator(_dir, ec))
+        if (entry.path().extension() != ".log")
+            std::filesystem::remove_all(entry.path(), ec);
+}
+
+} // namespace ferry::migrator

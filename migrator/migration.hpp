@@ -1,0 +1,118 @@
+// One migration from this host, as the migrator drives it: a class whose
+// steps are defined by phase, one file each:
+//   migrate.cpp     checks, connections, the record, run() for each mode
+//   ship.cpp        the lazy dump, registration with the source daemon, images
+//   resume.cpp      the destination's restore, the commit, post-copy, the end
+//   abort.cpp       a failure before the commit: the source runs again
+//   park_mode.cpp   the pool as destination (checkpoint) or source (restore)
+// Internal to the migrator; migrate.hpp is its interface.
+#pragma once
+
+#include "core/unique_fd.hpp"
+#include "criu/criu_deadlines.hpp"
+#include "criu/dump_driver.hpp"
+#include "engine.hpp"
+#include "migrate.hpp"
+#include "migration_record.hpp"
+#include "park.hpp"
+#include "wire/control.hpp"
+
+#include <spdlog/logger.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::migrator {
+
+inline constexpr auto connect_timeout = std::chrono::seconds(5);
+inline constexpr auto control_timeout = std::chrono::seconds(30);
+// Beyond the destination's own restore deadline: the images' trip and
+// lazy-pages' start, before the destination reports either way.
+inline constexpr auto restore_margin = std::chrono::seconds(60);
+// How long an abort waits for CRIU's page server, through which CRIU resumes
+// the tasks itself, before it kills CRIU instead.
+inline constexpr auto abort_page_server_grace = std::chrono::seconds(5);
+// The destination reports progress every 200 ms; this much silence means it is gone.
+inline constexpr auto transfer_silence_limit = std::chrono::seconds(60);
+
+// Throws "interrupted" once SIGINT/SIGTERM arrived.
+void check_interrupt();
+// Exists, is not a zombie, and is not stopped by a tracer (CRIU's freeze).
+[[nodiscard]] bool process_running(pid_t pid);
+[[nodiscard]] bool process_gone(pid_t pid);
+
+// Image files as they travel: names and contents.
+struct image_list {
+    std::vector<std::string> names;
+    std::vector<std::vector<uint8_t>> contents;
+};
+
+// Bytes [offset, +len) of image `i`, checksummed; points into `l`.
+FerryControl__ImageFile image_piece(const image_list& l, size_t i, size_t offset, size_t len);
+
+class migration {
+  public:
+    explicit migration(const migrate_options& opt);
+    ~migration() { records::remove(_r.id); }
+
+    migration_result run();
+
+  private:
+    void check_source();
+    void connect_destination(const std::string& source_addr);
+    void connect_local_daemon();
+    void start_dump();
+    void register_with_source();
+    image_list collect_images();
+    void send_images(const image_list& images);
+    void wait_registered();
+    void park();
+    void load_parked();
+    void run_unpark();
+    void reserve_park_name();
+    void commit_source();
+    bool receive_handoff();
+    void wait_resumed();
+    void handle_resume_request();
+    void wait_transfer();
+    void request_handoff();
+    void handle_handoff();
+    void finish_source();
+    void abort_source(const std::string& reason);
+    bool abort_gracefully(const std::string& reason);
+    void release_source(bool end_workload);
+    void tell_daemon_aborted(const std::string& reason);
+    void set_phase(const char* phase);
+    void cleanup();
+
+    migrate_options _opt;
+    std::shared_ptr<spdlog::logger> _log;
+    migration_result _r;
+    unique_fd _dest;
+    unique_fd _src;
+    std::unique_ptr<criu::dump_driver> _dump;
+    // Container migrations: the container as its engine describes it.
+    std::unique_ptr<engines::source_container> _source;
+    const engines::container_info* _container = nullptr; // _source's
+    std::vector<uint8_t> _container_config;              // sent with the prepare
+    uint16_t _criu_port = 0;
+    std::filesystem::path _dir;
+    bool _dump_started = false;
+    bool _registered = false;
+    bool _destination_never_ran = false; // its restore failed before the tasks ran
+    bool _handoff_pending = false;       // the source daemon owes an outgoing_handed_off
+    parked_record _parked;               // unpark: the record being restored
+    bool _record_stored = false;         // park: the record is in the pool
+    criu::deadlines _deadlines;          // grown with the workload in check_source
+    std::vector<std::string> _criu_env;  // for every CRIU of this migration
+    bool _cgroup_was_frozen = false;
+    records::migration_record _rec; // what `migrator status` shows of this migration
+    bool _daemon_told_abort = false;
+    bool _committing = false; // the commit was sent (or is about to be)
+};
+
+} // namespace ferry::migrator

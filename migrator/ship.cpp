@@ -1,0 +1,196 @@
+#include "migration.hpp"
+
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/fault_inject.hpp"
+#include "core/log.hpp"
+#include "criu/criu_image.hpp"
+#include "criu/criu_page_server.hpp"
+#include "criu/criu_rpc.hpp"
+#include "criu/workload_release.hpp"
+#include "pool/pool_client.hpp"
+#include "sys/hw_breakpoints.hpp"
+#include "sys/proc.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <vector>
+
+namespace ferry::migrator {
+
+namespace {
+
+// CRIU's lazy dump parks every page in pipes of at most fs.pipe-max-size,
+// with one round trip to its parasite per pipe. CRIU can use pipes of up to
+// 819 pages; with the default 1 MiB limit (256 pages) freezing 1 GiB took
+// about twice as long on the machines Ferry was measured on.
+void raise_pipe_max_size(spdlog::logger& log) {
+    constexpr uint64_t wanted = 4u << 20;
+    const char* path = "/proc/sys/fs/pipe-max-size";
+    uint64_t current = 0;
+    std::ifstream(path) >> current;
+    if (current >= wanted)
+        return;
+    std::ofstream out(path);
+    out << wanted;
+    out.close();
+    if (out)
+        log.info("raised fs.pipe-max-size from {} to {} for CRIU's lazy dump", current, wanted);
+    else
+        log.warn("cannot raise fs.pipe-max-size to {} (it is {}); the freeze will be longer",
+                 wanted, current);
+}
+
+} // namespace
+
+// Bytes [offset, +len) of image `i`, checksummed; points into `l`.
+FerryControl__ImageFile image_piece(const image_list& l, size_t i, size_t offset, size_t len) {
+    FerryControl__ImageFile f = FERRY_CONTROL__IMAGE_FILE__INIT;
+    f.name = const_cast<char*>(l.names[i].c_str());
+    f.data.data = const_cast<uint8_t*>(l.contents[i].data()) + offset;
+    f.data.len = len;
+    f.xxh64 = buffer_checksum(f.data.data, len);
+    f.has_offset = true;
+    f.offset = offset;
+    return f;
+}
+
+void migration::start_dump() {
+    raise_pipe_max_size(*_log);
+    _dir = _opt.work_root / _r.id;
+    std::filesystem::create_directories(_dir);
+    _criu_port = net::pick_free_loopback_port();
+    // Established TCP connections cannot move with the workload here (its
+    // addresses stay behind); with --tcp-close they are left out of the
+    // dump and come back closed, and clients reconnect. Connections still
+    // in a listener's queue (clients retrying while it is frozen) go too.
+    criu::dump_settings settings;
+    settings.limits = _deadlines;
+    settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
+    settings.criu_options += _opt.criu_config_extra;
+    settings.criu_env = _criu_env;
+    settings.interrupted = [] { return interrupt_requested(); };
+    if (_source)
+        _dump = _source->make_dump(_dir, _r.id, settings);
+    else
+        _dump = criu::make_rpc_dump(_opt.pid, _dir, _r.id, settings);
+    set_phase("freezing");
+    _dump->start(_criu_port);
+    _dump_started = true;
+}
+
+// Registration comes before the images leave, so the source can serve pages
+// as soon as the destination asks; its reply is read afterwards.
+void migration::register_with_source() {
+    FerryControl__OutgoingRegister reg = FERRY_CONTROL__OUTGOING_REGISTER__INIT;
+    const std::string dir = _dump->images_dir().string();
+    reg.migration_id = const_cast<char*>(_r.id.c_str());
+    reg.images_dir = const_cast<char*>(dir.c_str());
+    reg.root_pid = _opt.pid;
+    reg.criu_page_server_port = _criu_port;
+    const std::string fabric = _opt.fabric.to_string();
+    reg.fabric = const_cast<char*>(fabric.c_str());
+    reg.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
+    reg.has_deadline_scale = true;
+    reg.deadline_scale = _opt.deadline_scale;
+    control::send_message(_src.get(), reg, net::after(control_timeout));
+}
+
+image_list migration::collect_images() {
+    image_list l;
+    for (const auto& entry : std::filesystem::directory_iterator(_dump->images_dir())) {
+        if (!entry.is_regular_file() || entry.path().extension() == ".log")
+            continue;
+        l.names.push_back(entry.path().filename().string());
+        l.contents.push_back(criu::read_file(entry.path()));
+    }
+    const uint64_t t0 = monotonic_ns();
+    auto engine_files = _dump->engine_files();
+    _r.engine_files_ns = monotonic_ns() - t0;
+    for (auto& f : engine_files) {
+        l.names.push_back("engine." + f.name);
+        l.contents.push_back(std::move(f.data));
+    }
+    if (fault_injected(fault::corrupt_images)) {
+        for (size_t i = 0; i < l.names.size(); i++)
+            if (l.names[i].rfind("pagemap-", 0) == 0 && l.contents[i].size() > 16)
+                for (size_t b = 8; b < l.contents[i].size(); b += 7)
+                    l.contents[i][b] ^= 0xa5;
+    }
+    return l;
+}
+
+void migration::send_images(const image_list& images) {
+    const auto& names = images.names;
+    const auto& contents = images.contents;
+    // Frames of about 16 MiB at most: a lazy dump's images are small, but
+    // memory CRIU cannot leave lazy (shared mappings, for one) lands in them.
+    constexpr size_t frame_bytes = 16u << 20;
+    std::vector<FerryControl__ImageFile> pieces;
+    pieces.reserve(64);
+    auto flush = [&](bool last) {
+        std::vector<FerryControl__ImageFile*> ptrs;
+        for (auto& p : pieces)
+            ptrs.push_back(&p);
+        FerryControl__IncomingImages msg = FERRY_CONTROL__INCOMING_IMAGES__INIT;
+        msg.n_files = ptrs.size();
+        msg.files = ptrs.data();
+        msg.has_last = true;
+        msg.last = last;
+        control::send_message(_dest.get(), msg, net::after(control_timeout));
+        pieces.clear();
+    };
+    size_t in_frame = 0;
+    for (size_t i = 0; i < names.size(); i++) {
+        _r.images_bytes += contents[i].size();
+        size_t offset = 0;
+        do {
+            const size_t len = std::min(contents[i].size() - offset, frame_bytes);
+            const auto f = image_piece(images, i, offset, len);
+            if (in_frame + len > frame_bytes && !pieces.empty()) {
+                flush(false);
+                in_frame = 0;
+            }
+            pieces.push_back(f);
+            in_frame += len;
+            offset += len;
+        } while (offset < contents[i].size());
+    }
+    flush(true);
+    _r.image_files = uint32_t(names.size());
+    _r.t_images_sent = monotonic_ns();
+}
+
+void migration::wait_registered() {
+    auto e = control::receive(_src.get(), net::after(control_timeout));
+    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTERED, "local daemon");
+    _registered = true;
+    _r.source_pages_total = e->outgoing_registered->pages_total;
+    if (const auto* m = e->outgoing_registered->moments) {
+        // The source daemon shares this host's clock. The workload stopped
+        // at the engine's pause (docker) or else at CRIU's freeze.
+        _r.t_engine_pause = m->has_engine_pause_ns ? m->engine_pause_ns : 0;
+        _r.t_criu_freeze = m->has_freeze_start_ns ? m->freeze_start_ns : 0;
+        _r.t_frozen = m->has_frozen_ns ? m->frozen_ns : 0;
+        // Before them the migrator only knew when it asked for the dump.
+        uint64_t exact = 0;
+        for (const uint64_t t : {_r.t_engine_pause, _r.t_criu_freeze})
+            if (t && (!exact || t < exact))
+                exact = t;
+        if (exact)
+            _r.t_freeze = exact;
+    }
+}
+
+} // namespace ferry::migrator
