@@ -6,6 +6,7 @@
 #include "criu/criu_rpc.hpp"
 #include "engine_restore.hpp"
 #include "incoming.hpp"
+#include "outgoing_session.hpp"
 #include "pool_node.hpp"
 #include "transport/backend.hpp"
 #include "transport/request_loop.hpp"
@@ -29,11 +30,6 @@ namespace ferry::pagesrv {
 namespace {
 
 constexpr auto first_frame_timeout = std::chrono::seconds(10);
-// How long a committed source waits for its destination to report every
-// page installed when the migrator is gone.
-constexpr auto orphaned_commit_wait = std::chrono::hours(1);
-// How long FINISH's reply waits for CRIU's dump-end report after CLOSE.
-constexpr auto dump_end_wait = std::chrono::seconds(2);
 
 unique_fd block_stop_signals() {
     sigset_t set;
@@ -317,84 +313,7 @@ void daemon::serve_outgoing(int fd, prepared_outgoing first) {
     ok.moments = &freeze;
     control::send_message(fd, ok, net::after(first_frame_timeout));
 
-    for (;;) {
-        control::envelope_ptr e;
-        try {
-            e = control::receive(fd, net::no_deadline);
-        } catch (const std::exception& ex) {
-            _log->warn("migration {}: migrator connection: {}", m->id(), ex.what());
-        }
-        if (!e) {
-            if (m->abort("the migrator disconnected before the destination resumed"))
-                break;
-            if (m->current_state() == outgoing_migration::state::committed) {
-                _log->warn("migration {}: the migrator left after commit; finishing when the "
-                           "destination is done",
-                           m->id());
-                if (m->wait_destination_done(orphaned_commit_wait)) {
-                    try {
-                        (void)m->finish();
-                    } catch (const std::exception& ex) {
-                        _log->error("migration {}: {}", m->id(), ex.what());
-                    }
-                } else
-                    _log->error(
-                        "migration {}: the destination never finished; the source stays frozen",
-                        m->id());
-            }
-            break;
-        }
-        const auto until = net::after(first_frame_timeout);
-        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_COMMIT) {
-            if (m->commit()) {
-                FerryControl__OutgoingCommitted c = FERRY_CONTROL__OUTGOING_COMMITTED__INIT;
-                control::send_message(fd, c, until);
-            } else {
-                control::send_error(fd, "the migration was already aborted: the source is running",
-                                    until);
-            }
-        } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISH) {
-            try {
-                const std::string recovery = m->finish();
-                FerryControl__OutgoingFinished f = FERRY_CONTROL__OUTGOING_FINISHED__INIT;
-                f.recovery = recovery.empty() ? nullptr : const_cast<char*>(recovery.c_str());
-                f.pages_served = m->pages_served();
-                f.bytes_sent = m->bytes_sent();
-                // CRIU exits right after CLOSE; with the plugin loaded (it
-                // reported the freeze), its dump-end is a moment away.
-                auto moments = _criu_events.moments(m->id());
-                if (moments.freeze_start && !moments.dump_end)
-                    moments = _criu_events.wait_for(m->id(), "dump-end", dump_end_wait);
-                FerryControl__CriuMoments cm;
-                moments.to_message(cm);
-                f.moments = &cm;
-                control::send_message(fd, f, until);
-            } catch (const std::exception& ex) {
-                control::send_error(fd, ex.what(), until);
-            }
-            break;
-        } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDOFF) {
-            const auto r = m->wait_pool_push();
-            FerryControl__OutgoingHandedOff h = FERRY_CONTROL__OUTGOING_HANDED_OFF__INIT;
-            h.ok = r.ok;
-            h.error = r.ok ? nullptr : const_cast<char*>(r.error.c_str());
-            h.pages = r.pages;
-            h.bytes_stored = r.bytes_stored;
-            h.push_ns = r.push_ns;
-            control::send_message(fd, h, net::after(first_frame_timeout));
-        } else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORT) {
-            const auto& a = *e->outgoing_abort;
-            if (m->abort(a.reason, a.has_destination_never_ran && a.destination_never_ran,
-                         a.has_criu_gone && a.criu_gone)) {
-                FerryControl__OutgoingAborted a = FERRY_CONTROL__OUTGOING_ABORTED__INIT;
-                control::send_message(fd, a, until);
-                break;
-            }
-            control::send_error(fd, "cannot abort: the migration is committed", until);
-        } else {
-            control::send_error(fd, fmt::format("unexpected {}", control::body_name(*e)), until);
-        }
-    }
+    outgoing_session(fd, *m, _criu_events, *_log).run();
     {
         std::lock_guard lock(_mutex);
         _outgoing.erase(m->id());

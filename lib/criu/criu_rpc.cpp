@@ -1,6 +1,7 @@
 #include "criu/criu_rpc.hpp"
 
 #include "core/error.hpp"
+#include "sys/subprocess.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -27,47 +28,24 @@ std::string criu_binary() {
 }
 
 service service::start(const std::vector<std::string>& extra_env) {
-    // The environment is built before fork: the child of a threaded
-    // process may only make async-signal-safe calls.
-    std::vector<std::string> env_strings(extra_env);
-    for (char** e = environ; *e; e++)
-        env_strings.emplace_back(*e);
-    std::vector<char*> envp;
-    for (auto& e : env_strings)
-        envp.push_back(e.data());
-    envp.push_back(nullptr);
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
         throw sys_error("socketpair");
     unique_fd ours(sv[0]), theirs(sv[1]);
-    const std::string bin = criu_binary();
-    const std::string fd_arg = std::to_string(theirs.get());
-    pid_t pid = ::fork();
-    if (pid < 0)
-        throw sys_error("fork");
-    if (pid == 0) {
-        // Child: keep only the service socket open across exec, and leave
-        // the terminal's process group: a Ctrl-C meant for Ferry must not
-        // kill CRIU while its parasite sits in the frozen tasks.
-        ::setpgid(0, 0);
-        ::fcntl(theirs.get(), F_SETFD, 0);
-        char* const argv[] = {const_cast<char*>(bin.c_str()), const_cast<char*>("swrk"),
-                              const_cast<char*>(fd_arg.c_str()), nullptr};
-        ::execvpe(bin.c_str(), argv, envp.data());
-        ::_exit(127);
-    }
-    return service(pid, std::move(ours));
+    child_process::options o;
+    o.extra_env = extra_env;
+    o.keep_fds = {theirs.get()}; // only the service socket stays open across exec
+    o.own_process_group = true;  // a Ctrl-C for Ferry must not kill CRIU mid-parasite
+    auto proc = child_process::spawn({criu_binary(), "swrk", std::to_string(theirs.get())}, o);
+    return service(std::move(proc), std::move(ours));
 }
-
-service::service(service&& o) noexcept
-    : _pid(std::exchange(o._pid, -1)), _sock(std::move(o._sock)) {}
 
 // Closing the socket ends a healthy swrk process (or fails its request, so
 // that CRIU resumes the tasks); one that is stuck is killed rather than
 // waited for.
 service::~service() {
     _sock.reset();
-    if (_pid > 0 && !reap(std::chrono::seconds(10)))
+    if (_proc.running() && !reap(std::chrono::seconds(10)))
         kill();
 }
 
@@ -86,7 +64,7 @@ resp_ptr service::receive(net::deadline until) {
     if (len < 0)
         throw sys_error("recv from criu swrk");
     if (len == 0)
-        throw error(fmt::format("criu (pid {}) exited without an answer; see its log", _pid));
+        throw error(fmt::format("criu (pid {}) exited without an answer; see its log", pid()));
     std::vector<uint8_t> buf(static_cast<size_t>(len));
     if (::recv(_sock.get(), buf.data(), buf.size(), 0) != len)
         throw sys_error("recv from criu swrk");
@@ -105,26 +83,19 @@ void service::ack_notify(bool success) {
 }
 
 bool service::reap(std::chrono::milliseconds bound) noexcept {
-    const auto until = std::chrono::steady_clock::now() + bound;
-    while (_pid > 0) {
-        int status = 0;
-        const pid_t r = ::waitpid(_pid, &status, WNOHANG);
-        if (r == _pid || (r < 0 && errno == ECHILD)) {
-            _pid = -1;
-            break;
-        }
-        if (std::chrono::steady_clock::now() >= until)
-            return false;
-        ::usleep(2000);
+    if (!_proc.running())
+        return true;
+    try {
+        return _proc.wait_for(bound).has_value();
+    } catch (const std::exception&) {
+        return false;
     }
-    return true;
 }
 
 void service::kill() noexcept {
-    if (_pid > 0)
-        ::kill(_pid, SIGKILL);
+    _proc.signal(SIGKILL);
     if (!reap(std::chrono::seconds(5)))
-        _pid = -1; // unkillable (in the kernel): left to init once Ferry exits
+        _proc.detach(); // unkillable (in the kernel): left to init once Ferry exits
 }
 
 version query_version() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/unique_fd.hpp"
+#include "sys/subprocess.hpp"
 #include "criu/rpc.pb-c.h"
 #include "sys/net.hpp"
 
@@ -37,7 +38,7 @@ class service {
     // `extra_env` entries (NAME=VALUE) are added to CRIU's environment.
     static service start(const std::vector<std::string>& extra_env = {});
 
-    service(service&&) noexcept;
+    service(service&&) noexcept = default;
     service& operator=(service&&) = delete;
     ~service();
 
@@ -47,7 +48,7 @@ class service {
     resp_ptr receive(net::deadline until);
     void ack_notify(bool success);
 
-    [[nodiscard]] pid_t pid() const noexcept { return _pid; }
+    [[nodiscard]] pid_t pid() const noexcept { return _proc.pid(); }
     [[nodiscard]] int fd() const noexcept { return _sock.get(); }
     // Reaps the swrk process once it has exited, waiting at most `bound`;
     // true if it is reaped (or was).
@@ -57,8 +58,8 @@ class service {
     void kill() noexcept;
 
   private:
-    service(pid_t pid, unique_fd sock) : _pid(pid), _sock(std::move(sock)) {}
-    pid_t _pid = -1;
+    service(child_process proc, unique_fd sock) : _proc(std::move(proc)), _sock(std::move(sock)) {}
+    child_process _proc;
     unique_fd _sock;
 };
 

@@ -30,11 +30,20 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 
 extern "C" char** environ;
 
-// In the forked child: stdout/stderr to the given fds, stdin from /dev/null,
-// no blocked signals, then exec.
-[[noreturn]] void exec_child(int out_fd, int err_fd, char* const* argv, char* const* envp) {
-    ::dup2(out_fd, STDOUT_FILENO);
-    ::dup2(err_fd, STDERR_FILENO);
+// In the forked child: stdout/stderr to the given fds (-1: inherited),
+// stdin from /dev/null, no blocked signals, then exec. Async-signal-safe
+// calls only: the parent may have threads.
+[[noreturn]] void exec_child(int out_fd, int err_fd, char* const* argv, char* const* envp,
+                             const int* keep = nullptr, size_t n_keep = 0,
+                             bool own_group = false) {
+    if (own_group)
+        ::setpgid(0, 0);
+    for (size_t i = 0; i < n_keep; i++)
+        ::fcntl(keep[i], F_SETFD, 0);
+    if (out_fd >= 0)
+        ::dup2(out_fd, STDOUT_FILENO);
+    if (err_fd >= 0)
+        ::dup2(err_fd, STDERR_FILENO);
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0)
         ::dup2(devnull, STDIN_FILENO);
@@ -67,30 +76,41 @@ child_process::~child_process() {
     }
 }
 
-child_process child_process::spawn(const std::vector<std::string>& argv,
-                                   const std::filesystem::path& log,
-                                   const std::vector<std::string>& extra_env) {
-    std::vector<std::string> env;
+child_process child_process::spawn(const std::vector<std::string>& argv, const options& o) {
+    // Everything the child needs is built before fork.
+    std::vector<std::string> env(o.extra_env);
     for (char** e = environ; *e; e++)
         env.emplace_back(*e);
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
     auto args = c_strings(argv);
     auto envp = c_strings(env);
-    unique_fd out(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-    if (!out)
-        throw sys_error("open " + log.string());
+    unique_fd out;
+    if (!o.log.empty()) {
+        out.reset(::open(o.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+        if (!out)
+            throw sys_error("open " + o.log.string());
+    }
     const pid_t pid = ::fork();
     if (pid < 0)
         throw sys_error("fork");
     if (pid == 0)
-        exec_child(out.get(), out.get(), args.data(), envp.data());
+        exec_child(out.get(), out.get(), args.data(), envp.data(), o.keep_fds.data(),
+                   o.keep_fds.size(), o.own_process_group);
     child_process c;
     c._pid = pid;
     c._pidfd.reset(pidfd_open(pid));
-    c._log = log;
+    c._log = o.log;
     if (!c._pidfd)
         throw sys_error("pidfd_open");
     return c;
+}
+
+child_process child_process::spawn(const std::vector<std::string>& argv,
+                                   const std::filesystem::path& log,
+                                   const std::vector<std::string>& extra_env) {
+    options o;
+    o.log = log;
+    o.extra_env = extra_env;
+    return spawn(argv, o);
 }
 
 std::optional<int> child_process::wait_for(std::chrono::milliseconds timeout) {

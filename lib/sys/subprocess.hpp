@@ -24,8 +24,20 @@ class child_process {
     // Kills a child still running: every owner must wait for it first.
     ~child_process();
 
-    // Starts argv[0] (searched in PATH) with stdout and stderr appended to
-    // `log`; `extra_env` entries (NAME=VALUE) are added to the environment.
+    struct options {
+        // stdout and stderr are appended here; empty: inherited.
+        std::filesystem::path log;
+        // Entries (NAME=VALUE) put before the environment, so they win.
+        std::vector<std::string> extra_env;
+        // Descriptors the child keeps across exec, at the same numbers.
+        std::vector<int> keep_fds;
+        // In a process group of its own: a Ctrl-C meant for Ferry does not
+        // reach it (CRIU, while its parasite sits in frozen tasks).
+        bool own_process_group = false;
+    };
+    // Starts argv[0] (searched in PATH). Throws std::system_error.
+    static child_process spawn(const std::vector<std::string>& argv, const options& o);
+    // The same, with stdout and stderr appended to `log`.
     static child_process spawn(const std::vector<std::string>& argv,
                                const std::filesystem::path& log,
                                const std::vector<std::string>& extra_env = {});

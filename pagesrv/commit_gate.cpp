@@ -1,0 +1,70 @@
+#include "incoming_session.hpp"
+
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/fault_inject.hpp"
+#include "criu/criu_config.hpp"
+#include "criu/criu_image.hpp"
+#include "engine_request.hpp"
+#include "pool/pool_layout.hpp"
+#include "sys/proc.hpp"
+#include "transport/fabric.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace ferry::pagesrv {
+
+// The tasks run: tell the migrator, with the destination's phases.
+void incoming_session::report_resumed(uint64_t restore_ns,
+                                      std::optional<uint64_t> engine_settle_ns) {
+    _resumed = true;
+    FerryControl__RestoreResult res = FERRY_CONTROL__RESTORE_RESULT__INIT;
+    res.ok = true;
+    res.has_root_pid = true;
+    res.root_pid = _root_pid;
+    res.has_images_check_ns = true;
+    res.images_check_ns = _images_check_ns;
+    res.has_lazy_start_ns = true;
+    res.lazy_start_ns = _lazy_start_ns;
+    res.has_criu_restore_ns = true;
+    res.criu_restore_ns = restore_ns;
+    res.has_engine_settle_ns = engine_settle_ns.has_value();
+    res.engine_settle_ns = engine_settle_ns.value_or(0);
+    FerryControl__CriuMoments moments;
+    _d.criu_events().moments(_id).to_message(moments);
+    res.moments = &moments;
+    try {
+        control::send_message(_fd, res, net::after(control_timeout));
+    } catch (const std::exception& ex) {
+        _log->warn("migration {}: cannot report the resume: {}", _id, ex.what());
+    }
+}
+
+bool incoming_session::ask_to_resume() {
+    std::string refusal = "the migrator went away";
+    try {
+        FerryControl__ResumeRequest ask = FERRY_CONTROL__RESUME_REQUEST__INIT;
+        control::send_message(_fd, ask, net::after(control_timeout));
+        auto d = control::receive(_fd, net::after(control_timeout));
+        if (d && d->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_DECISION) {
+            if (d->resume_decision->resume && !fault_injected(fault::dest_fail_after_commit))
+                return true;
+            refusal = d->resume_decision->reason ? d->resume_decision->reason : "refused";
+        }
+    } catch (const std::exception& ex) {
+        refusal = ex.what();
+    }
+    _log->warn("migration {}: resume refused ({}); CRIU kills the restored tasks", _id, refusal);
+    return false;
+}
+
+} // namespace ferry::pagesrv

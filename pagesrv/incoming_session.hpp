@@ -1,0 +1,124 @@
+// One incoming migration on one connection from the migrator (incoming.hpp).
+// Its steps, a file each:
+//   incoming.cpp        the prepare, the images, run()
+//   lazy_child.cpp      the lazy-pages child: start, reports, the post-copy relay
+//   restore_criu.cpp    restoring a process tree through CRIU's RPC
+//   restore_engine.cpp  restoring a container through its engine
+//   commit_gate.cpp     asking the migrator whether the tasks may resume
+// Internal to the daemon.
+#pragma once
+
+#include "core/log.hpp"
+#include "core/unique_fd.hpp"
+#include "criu/criu_deadlines.hpp"
+#include "criu/criu_rpc.hpp"
+#include "daemon.hpp"
+#include "engine_restore.hpp"
+#include "sys/subprocess.hpp"
+#include "wire/control.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::pagesrv {
+
+inline constexpr auto control_timeout = std::chrono::seconds(30);
+
+// The lazy-pages child of a session and the sockets it reports on
+// (lazy_child.cpp).
+struct lazy_child {
+    child_process proc;
+    unique_fd report; // control frames from the child
+    unique_fd keeper; // duplicates of the restored tasks' uffds
+    std::vector<unique_fd> held_uffds;
+
+    // Takes the uffd duplicates the child has sent so far.
+    void take_uffds();
+};
+
+class incoming_session {
+  public:
+    incoming_session(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare)
+        : _d(d), _fd(fd), _id(prepare.migration_id),
+          _source(prepare.source_addr ? prepare.source_addr : ""),
+          _fabric(prepare.fabric && *prepare.fabric ? prepare.fabric : "tcp"),
+          _pool(prepare.pool ? prepare.pool : ""), _engine(prepare.engine ? prepare.engine : ""),
+          _container(prepare.container_name ? prepare.container_name : ""),
+          _container_image(prepare.container_image ? prepare.container_image : ""),
+          _container_config(prepare.has_container_config
+                                ? std::vector<uint8_t>(prepare.container_config.data,
+                                                       prepare.container_config.data +
+                                                           prepare.container_config.len)
+                                : std::vector<uint8_t>()),
+          _log(make_logger("pagesrv")) {
+        const double scale =
+            prepare.has_deadline_scale && prepare.deadline_scale > 0 ? prepare.deadline_scale : 1.0;
+        _deadlines = criu::deadlines::for_memory(
+            prepare.has_workload_bytes ? prepare.workload_bytes : 0, scale);
+        const auto method =
+            d.criu_stop_method(prepare.has_no_hw_breakpoints && prepare.no_hw_breakpoints);
+        if (!method.criu_env.empty())
+            _criu_env.push_back(method.criu_env);
+    }
+
+    // A container reserved here that never ran is removed; one that runs
+    // is the engine's. The plugin's moments of this migration are done with.
+    ~incoming_session() {
+        if (_engine_restore && _resumed)
+            _engine_restore->release();
+        else if (_engine_restore)
+            _engine_restore->remove();
+        _d.criu_events().forget(_id);
+    }
+
+    void run();
+    // Once the session is over the images are of no use; the logs stay.
+    // The reservation record too, until the session ends.
+    void discard_images() noexcept;
+
+  private:
+    void prepare();
+    void check_prepare();
+    bool receive_images();
+    bool start_lazy_pages();
+    bool restore();
+    bool restore_with_engine();
+    bool engine_restore_failed(const std::string& why, bool tasks_ran);
+    void report_resumed(uint64_t restore_ns, std::optional<uint64_t> engine_settle_ns);
+    void spawn_lazy_pages();
+    void relay_transfer();
+    std::optional<std::string> lazy_report_before_resume();
+    bool ask_to_resume();
+    bool cancel_restore(criu::service& criu, const std::string& why);
+    bool restore_with_criu();
+    void send_restore_failure(const std::string& why);
+    void kill_restored(const std::string& why);
+
+    daemon& _d;
+    int _fd;
+    std::string _id;
+    std::string _source;
+    std::string _fabric;
+    std::string _pool;               // pool mode: the pool_spec lazy-pages reads from
+    std::string _engine, _container; // a container, restored through its engine
+    std::string _container_image;
+    std::vector<uint8_t> _container_config;
+    std::unique_ptr<engines::engine_restore> _engine_restore;
+    std::shared_ptr<spdlog::logger> _log;
+    std::filesystem::path _dir;
+    lazy_child _lazy;
+    std::optional<criu::service> _criu; // started at prepare, used for the restore
+    pid_t _root_pid = -1;
+    bool _resumed = false;
+    criu::deadlines _deadlines;         // the restore's, grown with the workload
+    std::vector<std::string> _criu_env; // CRIU_FAULT=130 where breakpoints do not trap
+    uint64_t _images_check_ns = 0;
+    uint64_t _lazy_start_ns = 0;
+};
+
+} // namespace ferry::pagesrv

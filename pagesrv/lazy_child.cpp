@@ -1,0 +1,205 @@
+#include "incoming_session.hpp"
+
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/fault_inject.hpp"
+#include "criu/criu_config.hpp"
+#include "criu/criu_image.hpp"
+#include "engine_request.hpp"
+#include "pool/pool_layout.hpp"
+#include "sys/proc.hpp"
+#include "transport/fabric.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace ferry::pagesrv {
+
+namespace {
+
+constexpr auto lazy_ready_timeout = std::chrono::seconds(30);
+
+// The lazy-pages binary: $FERRY_LAZY_PAGES, beside pagesrv once installed,
+// or in the build tree.
+std::string lazy_pages_binary() {
+    if (const char* env = std::getenv("FERRY_LAZY_PAGES"); env && *env)
+        return env;
+    for (auto candidate :
+         {proc::self_dir() / "lazy-pages", proc::self_dir() / ".." / "lazy-pages" / "lazy-pages"})
+        if (std::filesystem::exists(candidate))
+            return candidate.string();
+    throw error("cannot find the lazy-pages binary (set FERRY_LAZY_PAGES)");
+}
+
+} // namespace
+
+void lazy_child::take_uffds() {
+    for (;;) {
+        pollfd p{keeper.get(), POLLIN, 0};
+        if (::poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN))
+            return;
+        try {
+            held_uffds.push_back(net::recv_fd(keeper.get()));
+        } catch (const std::exception&) {
+            return; // the child closed its end
+        }
+    }
+}
+
+// Started while the source is still running, so that neither exec nor
+// set-up falls inside the downtime; it waits for lazy_start.
+void incoming_session::spawn_lazy_pages() {
+    int report[2], keeper[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, report) ||
+        ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, keeper))
+        throw sys_error("socketpair");
+    unique_fd report_ours(report[0]), report_theirs(report[1]);
+    unique_fd keeper_ours(keeper[0]), keeper_theirs(keeper[1]);
+    const std::string bin = lazy_pages_binary();
+    std::vector<std::string> args = {bin,
+                                     "--images",
+                                     _dir.string(),
+                                     "--source",
+                                     _source,
+                                     "--migration",
+                                     _id,
+                                     "--report-fd",
+                                     std::to_string(report_theirs.get()),
+                                     "--uffd-keeper-fd",
+                                     std::to_string(keeper_theirs.get()),
+                                     "--wait-start",
+                                     "--fabric",
+                                     _fabric};
+    if (!_pool.empty()) {
+        args.push_back("--pool");
+        args.push_back(_pool);
+    }
+    // Extra options for tuning experiments, e.g. FERRY_LAZY_PAGES_ARGS="--window 16".
+    if (const char* extra = std::getenv("FERRY_LAZY_PAGES_ARGS"); extra && *extra) {
+        std::istringstream words(extra);
+        for (std::string w; words >> w;)
+            args.push_back(w);
+    }
+    child_process::options o;
+    o.log = _dir / "lazy-pages.log";
+    o.keep_fds = {report_theirs.get(), keeper_theirs.get()};
+    _lazy.proc = child_process::spawn(args, o);
+    _lazy.report = std::move(report_ours);
+    _lazy.keeper = std::move(keeper_ours);
+    report_theirs.reset();
+    keeper_theirs.reset();
+}
+
+bool incoming_session::start_lazy_pages() {
+    const uint64_t t0 = monotonic_ns();
+    FerryControl__LazyStart go = FERRY_CONTROL__LAZY_START__INIT;
+    try {
+        control::send_message(_lazy.report.get(), go, net::after(control_timeout));
+    } catch (const std::exception& ex) {
+        send_restore_failure(fmt::format("lazy-pages is gone: {}", ex.what()));
+        return false;
+    }
+    auto e = control::receive(_lazy.report.get(), net::after(lazy_ready_timeout));
+    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_READY) {
+        _lazy_start_ns = monotonic_ns() - t0;
+        return true;
+    }
+    std::string why = "lazy-pages exited before it was ready";
+    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS &&
+        e->transfer_stats->error)
+        why = fmt::format("lazy-pages failed: {}", e->transfer_stats->error);
+    send_restore_failure(why);
+    return false;
+}
+
+// A message from lazy-pages while restore runs. Returns a failure reason if
+// lazy-pages failed or died; progress reports are dropped.
+std::optional<std::string> incoming_session::lazy_report_before_resume() {
+    control::envelope_ptr e;
+    try {
+        e = control::receive(_lazy.report.get(), net::after(control_timeout));
+    } catch (const std::exception& ex) {
+        return fmt::format("lazy-pages report channel: {}", ex.what());
+    }
+    if (!e)
+        return std::string("lazy-pages died during restore");
+    if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS)
+        return fmt::format("lazy-pages failed during restore: {}",
+                           e->transfer_stats->error ? e->transfer_stats->error : "unknown error");
+    return std::nullopt;
+}
+
+// After the resume: forward lazy-pages' progress to the migrator until it
+// reports its final statistics, holding the uffd duplicates meanwhile.
+void incoming_session::relay_transfer() {
+    std::optional<std::string> failure;
+    for (;;) {
+        pollfd fds[2] = {{_lazy.report.get(), POLLIN, 0}, {_lazy.keeper.get(), POLLIN, 0}};
+        if (::poll(fds, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            throw sys_error("poll lazy-pages");
+        }
+        if (fds[1].revents)
+            _lazy.take_uffds();
+        if (!fds[0].revents)
+            continue;
+        control::envelope_ptr e;
+        try {
+            e = control::receive(_lazy.report.get(), net::after(control_timeout));
+        } catch (const std::exception& ex) {
+            failure = fmt::format("lazy-pages report channel: {}", ex.what());
+        }
+        if (!e) {
+            failure = failure.value_or("lazy-pages died without reporting");
+            break;
+        }
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_PROGRESS) {
+            try {
+                control::send(_fd, *e, net::after(control_timeout));
+            } catch (const std::exception&) {
+                // Progress is informational; the transfer goes on without the migrator.
+            }
+            continue;
+        }
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS) {
+            // It exits right after its final report.
+            const auto status = _lazy.proc.wait_for(std::chrono::seconds(10));
+            if (!e->transfer_stats->ok)
+                failure = e->transfer_stats->error ? e->transfer_stats->error : "lazy-pages failed";
+            else if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
+                failure = "lazy-pages reported success but exited abnormally";
+            if (failure)
+                kill_restored(*failure);
+            try {
+                control::send(_fd, *e, net::after(control_timeout));
+            } catch (const std::exception&) {
+            }
+            break;
+        }
+    }
+    if (failure && _lazy.proc.running()) {
+        kill_restored(*failure);
+        FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
+        t.ok = false;
+        t.error = const_cast<char*>(failure->c_str());
+        try {
+            control::send_message(_fd, t, net::after(control_timeout));
+        } catch (const std::exception&) {
+        }
+    }
+    // Every page is in place (or the tree is dead): release the uffds, or
+    // the tasks would block on their next non-cooperative event.
+    _lazy.held_uffds.clear();
+    _log->info("migration {}: transfer {}", _id, failure ? "failed: " + *failure : "complete");
+}
+
+} // namespace ferry::pagesrv

@@ -1,0 +1,136 @@
+#include "outgoing_session.hpp"
+
+#include "wire/control.hpp"
+
+#include <fmt/format.h>
+
+namespace ferry::pagesrv {
+
+namespace {
+
+constexpr auto reply_timeout = std::chrono::seconds(10);
+// How long a committed source waits for its destination to report every
+// page installed when the migrator is gone.
+constexpr auto orphaned_commit_wait = std::chrono::hours(1);
+// How long FINISH's reply waits for CRIU's dump-end report after CLOSE.
+constexpr auto dump_end_wait = std::chrono::seconds(2);
+
+} // namespace
+
+void outgoing_session::run() {
+    for (;;) {
+        control::envelope_ptr e;
+        try {
+            e = control::receive(_fd, net::no_deadline);
+        } catch (const std::exception& ex) {
+            _log.warn("migration {}: migrator connection: {}", _m.id(), ex.what());
+        }
+        if (!e) {
+            on_migrator_gone();
+            return;
+        }
+        next n = next::more;
+        switch (e->body_case) {
+        case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_COMMIT:
+            n = on_commit();
+            break;
+        case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISH:
+            n = on_finish();
+            break;
+        case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDOFF:
+            n = on_handoff();
+            break;
+        case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORT:
+            n = on_abort(*e->outgoing_abort);
+            break;
+        default:
+            control::send_error(_fd, fmt::format("unexpected {}", control::body_name(*e)),
+                                net::after(reply_timeout));
+        }
+        if (n == next::done)
+            return;
+    }
+}
+
+outgoing_session::next outgoing_session::on_commit() {
+    if (_m.commit()) {
+        FerryControl__OutgoingCommitted c = FERRY_CONTROL__OUTGOING_COMMITTED__INIT;
+        control::send_message(_fd, c, net::after(reply_timeout));
+    } else {
+        control::send_error(_fd, "the migration was already aborted: the source is running",
+                            net::after(reply_timeout));
+    }
+    return next::more;
+}
+
+// Every page reached the destination: CLOSE ends the dump and the source.
+outgoing_session::next outgoing_session::on_finish() {
+    try {
+        const std::string recovery = _m.finish();
+        FerryControl__OutgoingFinished f = FERRY_CONTROL__OUTGOING_FINISHED__INIT;
+        f.recovery = recovery.empty() ? nullptr : const_cast<char*>(recovery.c_str());
+        f.pages_served = _m.pages_served();
+        f.bytes_sent = _m.bytes_sent();
+        // CRIU exits right after CLOSE; with the plugin loaded (it reported
+        // the freeze), its dump-end is a moment away.
+        auto moments = _events.moments(_m.id());
+        if (moments.freeze_start && !moments.dump_end)
+            moments = _events.wait_for(_m.id(), "dump-end", dump_end_wait);
+        FerryControl__CriuMoments cm;
+        moments.to_message(cm);
+        f.moments = &cm;
+        control::send_message(_fd, f, net::after(reply_timeout));
+    } catch (const std::exception& ex) {
+        control::send_error(_fd, ex.what(), net::after(reply_timeout));
+    }
+    return next::done;
+}
+
+// Pool mode: answered once the push is over, either way.
+outgoing_session::next outgoing_session::on_handoff() {
+    const auto r = _m.wait_pool_push();
+    FerryControl__OutgoingHandedOff h = FERRY_CONTROL__OUTGOING_HANDED_OFF__INIT;
+    h.ok = r.ok;
+    h.error = r.ok ? nullptr : const_cast<char*>(r.error.c_str());
+    h.pages = r.pages;
+    h.bytes_stored = r.bytes_stored;
+    h.push_ns = r.push_ns;
+    control::send_message(_fd, h, net::after(reply_timeout));
+    return next::more;
+}
+
+outgoing_session::next outgoing_session::on_abort(const FerryControl__OutgoingAbort& a) {
+    if (_m.abort(a.reason, a.has_destination_never_ran && a.destination_never_ran,
+                 a.has_criu_gone && a.criu_gone)) {
+        FerryControl__OutgoingAborted done = FERRY_CONTROL__OUTGOING_ABORTED__INIT;
+        control::send_message(_fd, done, net::after(reply_timeout));
+        return next::done;
+    }
+    control::send_error(_fd, "cannot abort: the migration is committed", net::after(reply_timeout));
+    return next::more;
+}
+
+// Before the commit the source resumes; after it, the destination runs the
+// workload and still needs the source's pages: it ends once they are all
+// there.
+void outgoing_session::on_migrator_gone() {
+    if (_m.abort("the migrator disconnected before the destination resumed"))
+        return;
+    if (_m.current_state() != outgoing_migration::state::committed)
+        return;
+    _log.warn("migration {}: the migrator left after commit; finishing when the destination is "
+              "done",
+              _m.id());
+    if (!_m.wait_destination_done(orphaned_commit_wait)) {
+        _log.error("migration {}: the destination never finished; the source stays frozen",
+                   _m.id());
+        return;
+    }
+    try {
+        (void)_m.finish();
+    } catch (const std::exception& ex) {
+        _log.error("migration {}: {}", _m.id(), ex.what());
+    }
+}
+
+} // namespace ferry::pagesrv

@@ -1,0 +1,33 @@
+// The migrator's connection for one outgoing migration, once registered: one
+// message at a time, each with its own handler (outgoing_session.cpp).
+#pragma once
+
+#include "criu_events.hpp"
+#include "outgoing.hpp"
+
+#include <spdlog/logger.h>
+
+namespace ferry::pagesrv {
+
+class outgoing_session {
+  public:
+    outgoing_session(int fd, outgoing_migration& m, criu_event_log& events, spdlog::logger& log)
+        : _fd(fd), _m(m), _events(events), _log(log) {}
+    // Until the migration is finished or aborted, or the migrator is gone.
+    void run();
+
+  private:
+    enum class next : bool { more, done };
+    next on_commit();
+    next on_finish();
+    next on_handoff();
+    next on_abort(const FerryControl__OutgoingAbort& a);
+    void on_migrator_gone();
+
+    int _fd;
+    outgoing_migration& _m;
+    criu_event_log& _events;
+    spdlog::logger& _log;
+};
+
+} // namespace ferry::pagesrv

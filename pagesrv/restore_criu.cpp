@@ -1,0 +1,106 @@
+#include "incoming_session.hpp"
+
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/fault_inject.hpp"
+#include "criu/criu_config.hpp"
+#include "criu/criu_image.hpp"
+#include "engine_request.hpp"
+#include "pool/pool_layout.hpp"
+#include "sys/proc.hpp"
+#include "transport/fabric.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace ferry::pagesrv {
+
+// A process tree: `criu restore --lazy-pages` over CRIU's RPC, started at
+// the prepare. CRIU's post-restore notification is the commit gate.
+bool incoming_session::restore_with_criu() {
+    const uint64_t t0 = monotonic_ns();
+    unique_fd dir(::open(_dir.c_str(), O_DIRECTORY | O_CLOEXEC));
+    if (!dir)
+        throw sys_error("open " + _dir.string());
+    CriuOpts opts = CRIU_OPTS__INIT;
+    opts.images_dir_fd = dir.get();
+    opts.has_work_dir_fd = true;
+    opts.work_dir_fd = dir.get();
+    opts.log_file = const_cast<char*>("restore.log");
+    opts.has_log_level = true;
+    opts.log_level = 4;
+    opts.has_lazy_pages = true;
+    opts.lazy_pages = true;
+    opts.has_notify_scripts = true;
+    opts.notify_scripts = true;
+    const auto config =
+        criu::write_config(_dir / "criu-restore.conf", criu::restore_options).string();
+    opts.config_file = const_cast<char*>(config.c_str());
+    CriuReq req = CRIU_REQ__INIT;
+    req.type = CRIU_REQ_TYPE__RESTORE;
+    req.opts = &opts;
+
+    criu::service& criu = *_criu;
+    criu.send(req);
+    const std::string log_hint = (_dir / "restore.log").string();
+    const auto until = net::after(_deadlines.restore);
+    for (;;) {
+        // Watch lazy-pages too: if it dies during restore, the restored
+        // tasks would block on their first fault and CRIU with them.
+        pollfd fds[2] = {{criu.fd(), POLLIN, 0}, {_lazy.report.get(), POLLIN, 0}};
+        if (::poll(fds, 2, 1000) < 0 && errno != EINTR)
+            throw sys_error("poll restore");
+        _lazy.take_uffds();
+        if (std::chrono::steady_clock::now() > until)
+            return cancel_restore(criu, "restore did not finish in time");
+        if (fds[1].revents) {
+            auto e = lazy_report_before_resume();
+            if (e)
+                return cancel_restore(criu, *e);
+        }
+        if (!fds[0].revents)
+            continue;
+        auto r = criu.receive(net::after(_deadlines.notify));
+        if (r->type != CRIU_REQ_TYPE__NOTIFY) {
+            if (r->success)
+                return true;
+            send_restore_failure(criu::describe_failure(*r, log_hint));
+            return false;
+        }
+        const std::string script = r->notify && r->notify->script ? r->notify->script : "";
+        bool ok = true;
+        if (script == "post-restore") {
+            // The tasks are restored but have not run. This is the last
+            // notification whose failure makes CRIU kill them (a failed
+            // pre-resume is only logged), so it is the commit gate: ask the
+            // migrator whether the source is ready to stay frozen for good.
+            if (r->notify->has_pid)
+                _root_pid = r->notify->pid;
+            ok = ask_to_resume();
+        } else if (script == "post-resume") {
+            report_resumed(monotonic_ns() - t0, std::nullopt);
+        }
+        criu.ack_notify(ok);
+    }
+}
+
+// Stops a restore that cannot succeed: the tasks it created are killed, so
+// none of them can run without its pages.
+bool incoming_session::cancel_restore(criu::service& criu, const std::string& why) {
+    proc::kill_descendants(criu.pid());
+    criu.kill();
+    if (_root_pid > 0)
+        ::kill(_root_pid, SIGKILL);
+    send_restore_failure(why);
+    return false;
+}
+
+} // namespace ferry::pagesrv
