@@ -1,0 +1,112 @@
+// pool_client's private state, shared by its files: pool_client.cpp
+// (connections, framing, deadlines), pool_reads.cpp (read planning, degraded
+// reads, scrub) and pool_writes.cpp. Not for other users.
+#pragma once
+
+#include "core/error.hpp"
+#include "pool/pool_client.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace ferry::pool {
+
+namespace detail {
+
+enum member_state : uint8_t { idle, requested, arrived, failed, slow, missing };
+
+inline constexpr uint64_t initial_deadline_ns = 50'000'000;
+
+} // namespace detail
+
+using namespace detail;
+
+struct pool_client::expectation {
+    uint64_t request_id = 0;
+    uint64_t sent_ns = 0;
+    op operation = op::get;
+    int32_t read_slot = -1;
+    uint32_t read_gen = 0;
+    uint32_t stripe_index = 0;
+    uint8_t member = 0;
+};
+
+// One connection to one node. Replies arrive in request order, so the
+// expectations form a ring; a reply is parsed incrementally, its payload
+// read straight into the buffer waiting for it.
+struct pool_client::link {
+    net::endpoint ep;
+    unique_fd fd;
+    std::vector<expectation> ring;
+    size_t head = 0, count = 0;
+
+    enum class stage : uint8_t { header, meta, data } at = stage::header;
+    header_bytes header{};
+    size_t have = 0;
+    reply current;
+    std::byte* meta_dst = nullptr;
+    std::byte* data_dst = nullptr;
+
+    uint64_t last_reply_ns = 0; // or the last strike: when the deadline clock restarted
+    uint64_t last_heard_ns = 0; // the last reply, for the death verdict
+    double srtt_ns = 0, rttvar_ns = 0;
+    bool rtt_valid = false;
+    uint32_t strikes = 0;
+
+    [[nodiscard]] bool live() const noexcept { return bool(fd); }
+    [[nodiscard]] expectation& front() noexcept { return ring[head]; }
+    void push(const expectation& e) {
+        if (count == ring.size())
+            throw error(
+                fmt::format("too many requests outstanding to pool node {}", ep.to_string()));
+        ring[(head + count) % ring.size()] = e;
+        count++;
+    }
+    void pop() noexcept {
+        head = (head + 1) % ring.size();
+        count--;
+    }
+    void sample(uint64_t ns) noexcept {
+        const double r = double(ns);
+        if (!rtt_valid) {
+            srtt_ns = r;
+            rttvar_ns = r / 2;
+            rtt_valid = true;
+            return;
+        }
+        rttvar_ns = 0.75 * rttvar_ns + 0.25 * std::fabs(srtt_ns - r);
+        srtt_ns = 0.875 * srtt_ns + 0.125 * r;
+    }
+    [[nodiscard]] uint64_t deadline_ns(uint64_t lo, uint64_t hi) const noexcept {
+        if (!rtt_valid)
+            return std::max(lo, initial_deadline_ns);
+        return std::clamp(uint64_t(srtt_ns + 4 * rttvar_ns), lo, hi);
+    }
+};
+
+struct pool_client::read_op {
+    int32_t index = 0; // in _reads
+    bool active = false;
+    uint32_t gen = 0;
+    bool distrust = false;
+    bool all_members = false;
+    uint64_t first_page = 0;
+    uint32_t nr_pages = 0;
+    uint64_t first_stripe = 0;
+    uint32_t nr_stripes = 0;
+    uint32_t stripes_left = 0;
+    read_status status = read_status::pending;
+    std::string error;
+    std::byte* data = nullptr;   // whole stripes' data members, page aligned
+    std::byte* parity = nullptr; // the parity members, per stripe
+    size_t map_bytes = 0;
+    std::vector<uint64_t> sums;
+    std::vector<uint8_t> states; // stripe * max_members + member
+    std::vector<uint8_t> done;
+};
+
+} // namespace ferry::pool
