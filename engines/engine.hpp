@@ -10,6 +10,7 @@
 #pragma once
 
 #include "criu/dump_driver.hpp"
+#include "sys/host_tools.hpp"
 
 #include <sys/types.h>
 
@@ -51,13 +52,15 @@ struct engine {
     const char* name;
     // Inspects the container and checks that it runs under Ferry's runc
     // shim; throws with what to do otherwise.
-    std::unique_ptr<source_container> (*open_source)(const std::string& container);
+    std::unique_ptr<source_container> (*open_source)(const std::string& container,
+                                                     const host_tools& tools);
     // For a container of that name arriving here.
-    std::unique_ptr<engine_restore> (*make_restore)(const std::string& container);
+    std::unique_ptr<engine_restore> (*make_restore)(const std::string& container,
+                                                    const host_tools& tools);
     // Removes container `id`, which a daemon created for a migration that
     // never ran, if it never started; nullptr if the engine creates nothing
     // before the freeze.
-    void (*remove_if_never_started)(const std::string& id);
+    void (*remove_if_never_started)(const std::string& id, const host_tools& tools);
 };
 
 // The engine called `name`; throws ferry::error naming the known ones.

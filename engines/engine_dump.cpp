@@ -30,10 +30,10 @@ std::vector<std::string> named_volumes(const nlohmann::json& mounts) {
 }
 
 engine_dump::engine_dump(std::string engine, const container_info& c, fs::path dir,
-                         std::string migration_id, criu::dump_settings settings)
+                         std::string migration_id, criu::dump_settings settings, host_tools tools)
     : dump_driver(settings.interrupted), _engine(std::move(engine)), _id(c.id), _name(c.name),
       _dir(std::move(dir)), _migration_id(std::move(migration_id)), _settings(std::move(settings)),
-      _log(make_logger("migrator")) {}
+      _tools(std::move(tools)), _log(make_logger("migrator")) {}
 
 engine_dump::~engine_dump() {
     std::error_code ec;
@@ -57,7 +57,9 @@ void engine_dump::start(uint16_t port) {
     req.migrator_pid = ::getpid();
     req.page_server_port = port;
     req.status_fifo = fifo.string();
-    req.criu_config = criu::write_config(_dir / "criu-dump.conf", _settings.criu_options).string();
+    req.criu_config =
+        criu::write_config(_dir / "criu-dump.conf", _settings.criu_options, _settings.plugin_dir)
+            .string();
     req.criu_env = _settings.criu_env;
     req.images_dir = redirected_images().string();
     engines::write_request(engines::checkpoint_request_path(_id), req);

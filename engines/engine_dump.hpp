@@ -36,7 +36,7 @@ std::vector<std::string> named_volumes(const nlohmann::json& mounts);
 class engine_dump : public criu::dump_driver {
   public:
     engine_dump(std::string engine, const container_info& c, std::filesystem::path dir,
-                std::string migration_id, criu::dump_settings settings);
+                std::string migration_id, criu::dump_settings settings, host_tools tools);
     ~engine_dump() override;
 
     void start(uint16_t port) override;
@@ -78,6 +78,7 @@ class engine_dump : public criu::dump_driver {
     const std::filesystem::path _dir;
     const std::string _migration_id;
     const criu::dump_settings _settings;
+    const host_tools _tools;
     std::shared_ptr<spdlog::logger> _log;
 
   private:

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <cstdlib>
 #include <fstream>
 #include <vector>
 
@@ -130,13 +129,8 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
     return r;
 }
 
-std::string podman_binary() {
-    const char* env = std::getenv("FERRY_PODMAN");
-    return env && *env ? env : "podman";
-}
-
-void podman_remove(const std::string& name_or_id) {
-    (void)run_capture({podman_binary(), "container", "rm", "--force", "--time", "0", name_or_id},
+void podman_remove(const std::string& podman, const std::string& name_or_id) {
+    (void)run_capture({podman, "container", "rm", "--force", "--time", "0", name_or_id},
                       std::chrono::minutes(1));
 }
 

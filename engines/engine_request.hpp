@@ -75,9 +75,7 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
 //   daemon -> shim: "resume\n" or "refuse <reason>\n"
 inline constexpr const char* gate_resume = "resume";
 
-// The podman command: $FERRY_PODMAN, else `podman` from PATH.
-std::string podman_binary();
 // `podman container rm --force --time 0 NAME_OR_ID`; throws ferry::error.
-void podman_remove(const std::string& name_or_id);
+void podman_remove(const std::string& podman, const std::string& name_or_id);
 
 } // namespace ferry::engines

@@ -37,16 +37,17 @@ sockaddr_un gate_address(const fs::path& dir) {
 } // namespace
 
 std::unique_ptr<engine_restore> make_engine_restore(const std::string& engine,
-                                                    const std::string& container_name) {
+                                                    const std::string& container_name,
+                                                    const host_tools& tools) {
     if (container_name.empty() || container_name.size() > 200 ||
         container_name.find_first_not_of(
             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
             std::string::npos)
         throw error(fmt::format("'{}' is not a container name", container_name));
-    return find(engine).make_restore(container_name);
+    return find(engine).make_restore(container_name, tools);
 }
 
-void remove_stale_reservations(const fs::path& incoming_root) noexcept {
+void remove_stale_reservations(const fs::path& incoming_root, const host_tools& tools) noexcept {
     auto log = make_logger("pagesrv");
     std::error_code ec;
     for (const auto& session : fs::directory_iterator(incoming_root, ec)) {
@@ -59,7 +60,7 @@ void remove_stale_reservations(const fs::path& incoming_root) noexcept {
             const auto engine = r.at("engine").get<std::string>();
             const auto id = r.at("id").get<std::string>();
             if (const auto remove = find(engine).remove_if_never_started)
-                remove(id);
+                remove(id, tools);
             log->info("removed container {} ({}), created for migration {} that never ran",
                       r.value("name", ""), engine, session.path().filename().string());
         } catch (const std::exception& e) {
@@ -71,20 +72,11 @@ void remove_stale_reservations(const fs::path& incoming_root) noexcept {
 
 namespace engine_restore_detail {
 
-// $FERRY_RUNC_SHIM, beside pagesrv once installed, or in the build tree.
-std::string shim_binary() {
-    if (const char* env = std::getenv("FERRY_RUNC_SHIM"); env && *env)
-        return env;
-    for (auto candidate :
-         {proc::self_dir() / "ferry-runc", proc::self_dir() / ".." / "engines" / "ferry-runc"})
-        if (fs::exists(candidate))
-            return fs::canonical(candidate).string();
-    throw error("cannot find ferry-runc (set FERRY_RUNC_SHIM)");
-}
-
 fs::path write_restore_request(const fs::path& dir, const fs::path& images,
                                const std::string& migration_id, const std::string& devshm_tar,
-                               const std::vector<std::string>& criu_env) {
+                               const std::vector<std::string>& criu_env, const host_tools& tools) {
+    if (tools.runc_shim.empty())
+        throw error("cannot find Ferry's runc shim ferry-runc (set FERRY_RUNC_SHIM)");
     engines::restore_request req;
     req.criu_env = criu_env;
     req.migration_id = migration_id;
@@ -93,7 +85,8 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     req.criu_config = (dir / "criu-restore.conf").string();
     req.devshm_tar = devshm_tar;
     criu::write_config(dir / "criu-restore.conf",
-                       fmt::format("action-script {}\n{}", shim_binary(), criu::restore_options));
+                       fmt::format("action-script {}\n{}", tools.runc_shim, criu::restore_options),
+                       tools.criu_plugin_dir);
     const auto file = images / engines::restore_request_file;
     engines::write_request(file, req);
     return file;

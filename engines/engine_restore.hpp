@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/unique_fd.hpp"
+#include "sys/host_tools.hpp"
 
 #include <sys/types.h>
 
@@ -56,25 +57,24 @@ inline constexpr const char* reservation_file = "engine-reservation.json";
 // At the daemon's start: removes the containers that sessions below
 // `incoming_root` created before the freeze and that never ran (the daemon
 // died in between). Errors are logged.
-void remove_stale_reservations(const std::filesystem::path& incoming_root) noexcept;
+void remove_stale_reservations(const std::filesystem::path& incoming_root,
+                               const host_tools& tools) noexcept;
 
 // Throws for an unknown engine or a name that is not a container name.
 std::unique_ptr<engine_restore> make_engine_restore(const std::string& engine,
-                                                    const std::string& container_name);
+                                                    const std::string& container_name,
+                                                    const host_tools& tools);
 
 // What the engines' restores share.
 namespace engine_restore_detail {
 
-// The shim, which CRIU runs as its action script.
-std::string shim_binary();
-// Writes Ferry's restore request (lib/engine_request.hpp) into `images`: the
+// Writes Ferry's restore request (engine_request.hpp) into `images`: the
 // lazy-pages socket and gate of the session in `dir`, and a CRIU config with
-// the shim as action script. `devshm_tar` may be empty.
-std::filesystem::path write_restore_request(const std::filesystem::path& dir,
-                                            const std::filesystem::path& images,
-                                            const std::string& migration_id,
-                                            const std::string& devshm_tar,
-                                            const std::vector<std::string>& criu_env);
+// the shim (tools.runc_shim) as action script. `devshm_tar` may be empty.
+std::filesystem::path
+write_restore_request(const std::filesystem::path& dir, const std::filesystem::path& images,
+                      const std::string& migration_id, const std::string& devshm_tar,
+                      const std::vector<std::string>& criu_env, const host_tools& tools);
 // The session's engine file `name` ("engine.<name>"); throws if it is missing.
 std::filesystem::path engine_file(const std::filesystem::path& dir, const std::string& name);
 // The CRIU images among `dir`'s files (not engine files, logs, configs).

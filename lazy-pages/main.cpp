@@ -11,6 +11,7 @@
 #include "fault_loop.hpp"
 #include "pool/pool_channel.hpp"
 #include "pool/pool_rebuild.hpp"
+#include "sys/host_tools.hpp"
 #include "sys/net.hpp"
 #include "transport/page_channel.hpp"
 #include "wire/control.hpp"
@@ -373,6 +374,7 @@ int main(int argc, char** argv) {
     app.add_flag("--wait-start", opt.wait_start,
                  "wait for lazy_start on --report-fd before reading the images");
     CLI11_PARSE(app, argc, argv);
+    configure_logging(log_level_from_environment());
     opt.loop.fetch_deadline = std::chrono::milliseconds(deadline_ms);
     opt.loop.spin = std::chrono::microseconds(spin_us);
 

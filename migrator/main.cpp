@@ -89,6 +89,12 @@ int run_migrate(const run_args& a) {
         return 2;
     }
     opt.work_root = a.work_root;
+    try {
+        opt.tools = host_tools::from_environment();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "migrator: %s\n", e.what());
+        return 2;
+    }
     opt.deadline_scale = a.deadline_scale;
     opt.no_hw_breakpoints = a.no_hw_breakpoints;
     if (!a.criu_config.empty()) {
@@ -254,6 +260,7 @@ int main(int argc, char** argv) {
     pool_stats->add_option("--node", stats_node, "the pool node, IP:PORT")->required();
 
     CLI11_PARSE(app, argc, argv);
+    configure_logging(log_level_from_environment());
     if (pool_stats->parsed())
         return run_pool_stats(stats_node);
     if (status_cmd->parsed())

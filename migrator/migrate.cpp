@@ -117,7 +117,7 @@ void migration::set_phase(const char* phase) {
 
 void migration::check_source() {
     if (!_opt.engine.empty()) {
-        _source = engines::find(_opt.engine).open_source(_opt.container);
+        _source = engines::find(_opt.engine).open_source(_opt.container, _opt.tools);
         _container = &_source->info();
     }
     if (_container) {
@@ -147,10 +147,8 @@ void migration::check_source() {
     _deadlines = criu::deadlines::for_memory(_r.workload_bytes, _opt.deadline_scale);
     // Whether CRIU may stop the tasks with hardware breakpoints: if they do
     // not trap here, CRIU would hang in its parasite's cure.
-    const char* fault = std::getenv("CRIU_FAULT");
-    const auto method =
-        hw_breakpoints::decide(hw_breakpoints::probe(), _opt.no_hw_breakpoints,
-                               fault ? std::optional<std::string>(fault) : std::nullopt);
+    const auto method = hw_breakpoints::decide(hw_breakpoints::probe(), _opt.no_hw_breakpoints,
+                                               _opt.tools.criu_fault);
     _r.criu_stop_method = method.reason;
     if (!method.criu_env.empty())
         _criu_env.push_back(method.criu_env);
@@ -225,7 +223,7 @@ migration_result migration::run() {
         set_phase("preparing");
         check_source();
         set_phase("preparing");
-        (void)criu::require_supported_criu();
+        (void)criu::require_supported_criu(_opt.tools.criu);
         if (_opt.mode == migrate_mode::park) {
             reserve_park_name();
         } else {

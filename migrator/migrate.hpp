@@ -13,6 +13,7 @@
 #pragma once
 
 #include "pool/pool_layout.hpp"
+#include "sys/host_tools.hpp"
 #include "sys/net.hpp"
 #include "transport/fabric.hpp"
 #include "wire/control.pb-c.h"
@@ -59,6 +60,7 @@ struct migrate_options {
     bool no_hw_breakpoints = false;
     // Extra lines for CRIU's config file on the source (a user's options).
     std::string criu_config_extra;
+    host_tools tools; // the programs it runs (CRIU, engines)
 };
 
 // lazy-pages' final account, as the destination relayed it.

@@ -46,7 +46,7 @@ void migration::park() {
     }
     _r.image_files = uint32_t(files.size());
     wait_registered();
-    const std::string criu_version = criu::require_supported_criu().to_string();
+    const std::string criu_version = criu::require_supported_criu(_opt.tools.criu).to_string();
     char host[256] = "";
     ::gethostname(host, sizeof host - 1);
     FerryControl__ParkedWorkload rec = FERRY_CONTROL__PARKED_WORKLOAD__INIT;

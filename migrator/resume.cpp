@@ -50,10 +50,7 @@ void migration::handle_resume_request() {
             d.resume = false;
             const std::string why = fmt::format("the source cannot commit: {}", e.what());
             d.reason = const_cast<char*>(why.c_str());
-            try {
-                control::send_message(_dest.get(), d, net::after(std::chrono::seconds(5)));
-            } catch (const std::exception&) {
-            }
+            (void)control::try_send_message(_dest.get(), d, net::after(std::chrono::seconds(5)));
             _destination_never_ran = true;
             throw;
         }

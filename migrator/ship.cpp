@@ -80,6 +80,8 @@ void migration::start_dump() {
     settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
     settings.criu_options += _opt.criu_config_extra;
     settings.criu_env = _criu_env;
+    settings.criu = _opt.tools.criu;
+    settings.plugin_dir = _opt.tools.criu_plugin_dir;
     settings.interrupted = [] { return interrupt_requested(); };
     if (_source)
         _dump = _source->make_dump(_dir, _r.id, settings);

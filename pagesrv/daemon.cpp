@@ -49,8 +49,8 @@ unique_fd block_stop_signals() {
 
 daemon::daemon(daemon_config cfg) : _cfg(std::move(cfg)), _log(make_logger("pagesrv")) {
     std::filesystem::create_directories(_cfg.state_dir / "incoming");
-    engines::remove_stale_reservations(_cfg.state_dir / "incoming");
-    _criu_version = criu::require_supported_criu().to_string();
+    engines::remove_stale_reservations(_cfg.state_dir / "incoming", _cfg.tools);
+    _criu_version = criu::require_supported_criu(_cfg.tools.criu).to_string();
     _breakpoints = hw_breakpoints::probe();
     if (_cfg.pool) {
         _pool = std::make_unique<pool_store>(*_cfg.pool);
@@ -108,9 +108,8 @@ void daemon::run() {
 }
 
 hw_breakpoints::criu_stop_method daemon::criu_stop_method(bool forced) const {
-    const char* fault = std::getenv("CRIU_FAULT");
     return hw_breakpoints::decide(_breakpoints, forced || _cfg.no_hw_breakpoints,
-                                  fault ? std::optional<std::string>(fault) : std::nullopt);
+                                  _cfg.tools.criu_fault);
 }
 
 void daemon::reap_finished_connections() {

@@ -9,6 +9,7 @@
 #include "criu_events.hpp"
 #include "outgoing.hpp"
 #include "pool_store.hpp"
+#include "sys/host_tools.hpp"
 #include "sys/hw_breakpoints.hpp"
 #include "sys/net.hpp"
 #include "wire/control.hpp"
@@ -36,6 +37,7 @@ struct daemon_config {
     // CRIU restores step through syscalls even where hardware breakpoints
     // trap (lib/hw_breakpoints.hpp); a migrator can ask for it too.
     bool no_hw_breakpoints = false;
+    host_tools tools; // the programs it runs (CRIU, lazy-pages, engines)
 };
 
 class daemon {

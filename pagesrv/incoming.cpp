@@ -46,10 +46,8 @@ void incoming_session::send_restore_failure(const std::string& why) {
     FerryControl__RestoreResult r = FERRY_CONTROL__RESTORE_RESULT__INIT;
     r.ok = false;
     r.error = const_cast<char*>(why.c_str());
-    try {
-        control::send_message(_fd, r, net::after(control_timeout));
-    } catch (const std::exception&) {
-    }
+    (void)control::try_send_message(_fd, r,
+                                    net::after(control_timeout)); // the migrator may be gone
 }
 
 void incoming_session::kill_restored(const std::string& why) {
@@ -65,10 +63,7 @@ void incoming_session::prepare() {
     try {
         check_prepare();
     } catch (const std::exception& e) {
-        try {
-            control::send_error(_fd, e.what(), net::after(control_timeout));
-        } catch (const std::exception&) {
-        }
+        (void)control::try_send_error(_fd, e.what(), net::after(control_timeout));
         throw;
     }
     // The helpers start now, before the source freezes.
@@ -77,7 +72,7 @@ void incoming_session::prepare() {
         // Ferry's CRIU plugin tags its reports with the migration id.
         auto env = _criu_env;
         env.push_back("FERRY_MIGRATION_ID=" + _id);
-        _criu.emplace(criu::service::start(env));
+        _criu.emplace(criu::service::start(_d.config().tools.criu, env));
     }
     FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
     ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
@@ -97,7 +92,7 @@ void incoming_session::check_prepare() {
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
     if (!_engine.empty()) {
-        _engine_restore = engines::make_engine_restore(_engine, _container);
+        _engine_restore = engines::make_engine_restore(_engine, _container, _d.config().tools);
         _engine_restore->reserve(_dir, _container_image, _container_config);
     }
 }

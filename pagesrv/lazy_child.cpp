@@ -27,18 +27,6 @@ namespace {
 
 constexpr auto lazy_ready_timeout = std::chrono::seconds(30);
 
-// The lazy-pages binary: $FERRY_LAZY_PAGES, beside pagesrv once installed,
-// or in the build tree.
-std::string lazy_pages_binary() {
-    if (const char* env = std::getenv("FERRY_LAZY_PAGES"); env && *env)
-        return env;
-    for (auto candidate :
-         {proc::self_dir() / "lazy-pages", proc::self_dir() / ".." / "lazy-pages" / "lazy-pages"})
-        if (std::filesystem::exists(candidate))
-            return candidate.string();
-    throw error("cannot find the lazy-pages binary (set FERRY_LAZY_PAGES)");
-}
-
 } // namespace
 
 void lazy_child::take_uffds() {
@@ -63,7 +51,10 @@ void incoming_session::spawn_lazy_pages() {
         throw sys_error("socketpair");
     unique_fd report_ours(report[0]), report_theirs(report[1]);
     unique_fd keeper_ours(keeper[0]), keeper_theirs(keeper[1]);
-    const std::string bin = lazy_pages_binary();
+    const auto& tools = _d.config().tools;
+    if (tools.lazy_pages.empty())
+        throw error("cannot find the lazy-pages binary (set FERRY_LAZY_PAGES)");
+    const std::string& bin = tools.lazy_pages;
     std::vector<std::string> args = {bin,
                                      "--images",
                                      _dir.string(),
@@ -83,11 +74,7 @@ void incoming_session::spawn_lazy_pages() {
         args.push_back(_pool);
     }
     // Extra options for tuning experiments, e.g. FERRY_LAZY_PAGES_ARGS="--window 16".
-    if (const char* extra = std::getenv("FERRY_LAZY_PAGES_ARGS"); extra && *extra) {
-        std::istringstream words(extra);
-        for (std::string w; words >> w;)
-            args.push_back(w);
-    }
+    args.insert(args.end(), tools.lazy_pages_args.begin(), tools.lazy_pages_args.end());
     child_process::options o;
     o.log = _dir / "lazy-pages.log";
     o.keep_fds = {report_theirs.get(), keeper_theirs.get()};
@@ -163,11 +150,8 @@ void incoming_session::relay_transfer() {
             break;
         }
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_PROGRESS) {
-            try {
-                control::send(_fd, *e, net::after(control_timeout));
-            } catch (const std::exception&) {
-                // Progress is informational; the transfer goes on without the migrator.
-            }
+            // Progress is informational; the transfer goes on without the migrator.
+            (void)control::try_send(_fd, *e, net::after(control_timeout));
             continue;
         }
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS) {
@@ -179,10 +163,7 @@ void incoming_session::relay_transfer() {
                 failure = "lazy-pages reported success but exited abnormally";
             if (failure)
                 kill_restored(*failure);
-            try {
-                control::send(_fd, *e, net::after(control_timeout));
-            } catch (const std::exception&) {
-            }
+            (void)control::try_send(_fd, *e, net::after(control_timeout)); // migrator may be gone
             break;
         }
     }
@@ -191,10 +172,7 @@ void incoming_session::relay_transfer() {
         FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
         t.ok = false;
         t.error = const_cast<char*>(failure->c_str());
-        try {
-            control::send_message(_fd, t, net::after(control_timeout));
-        } catch (const std::exception&) {
-        }
+        (void)control::try_send_message(_fd, t, net::after(control_timeout));
     }
     // Every page is in place (or the tree is dead): release the uffds, or
     // the tasks would block on their next non-cooperative event.

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
                  "(default: only where they do not trap; $FERRY_NO_HW_BREAKPOINTS=1)");
     CLI11_PARSE(app, argc, argv);
 
+    ferry::configure_logging(ferry::log_level_from_environment());
     auto log = ferry::make_logger("pagesrv");
     try {
         ferry::pagesrv::daemon_config cfg;
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
         cfg.state_dir = state_dir;
         cfg.drain_timeout = std::chrono::seconds(drain_seconds);
         cfg.no_hw_breakpoints = no_hw_breakpoints;
+        cfg.tools = ferry::host_tools::from_environment();
         if (pool_node) {
             ferry::pagesrv::pool_store_config p;
             p.capacity_bytes = ferry::pagesrv::parse_size(capacity);

@@ -41,8 +41,9 @@ bool incoming_session::restore_with_criu() {
     opts.lazy_pages = true;
     opts.has_notify_scripts = true;
     opts.notify_scripts = true;
-    const auto config =
-        criu::write_config(_dir / "criu-restore.conf", criu::restore_options).string();
+    const auto config = criu::write_config(_dir / "criu-restore.conf", criu::restore_options,
+                                           _d.config().tools.criu_plugin_dir)
+                            .string();
     opts.config_file = const_cast<char*>(config.c_str());
     CriuReq req = CRIU_REQ__INIT;
     req.type = CRIU_REQ_TYPE__RESTORE;

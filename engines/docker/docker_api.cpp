@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <cctype>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -40,26 +39,13 @@ std::string encode(const std::string& s) {
     return out;
 }
 
-std::string socket_path() {
-    const char* host = std::getenv("DOCKER_HOST");
-    if (!host || !*host)
-        return "/var/run/docker.sock";
-    const std::string h = host;
-    const std::string scheme = "unix://";
-    if (h.rfind(scheme, 0) != 0)
-        throw error(fmt::format("DOCKER_HOST={} is not a unix socket; Ferry talks to the local "
-                                "dockerd only",
-                                h));
-    return h.substr(scheme.size());
-}
-
-api_reply request(const std::string& method, const std::string& path, const std::string& body,
-                  std::chrono::milliseconds timeout) {
+api_reply client::request(const std::string& method, const std::string& path,
+                          const std::string& body, std::chrono::milliseconds timeout) const {
     init_curl_once();
     std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> c(curl_easy_init(), curl_easy_cleanup);
     if (!c)
         throw error("curl_easy_init failed");
-    const std::string sock = socket_path();
+    const std::string& sock = _socket;
     // The host part is ignored on a unix socket; API v1.41 is dockerd 20.10's.
     const std::string url = "http://docker/v1.41" + path;
     api_reply reply;
@@ -85,14 +71,15 @@ api_reply request(const std::string& method, const std::string& path, const std:
     return reply;
 }
 
-json call(const std::string& method, const std::string& path, const json& body,
-          std::chrono::milliseconds timeout) {
+json client::call(const std::string& method, const std::string& path, const json& body,
+                  std::chrono::milliseconds timeout) const {
     const auto r = request(method, path, body.is_null() ? "" : body.dump(), timeout);
     if (r.status < 200 || r.status >= 300) {
         std::string message = r.body;
         try {
             message = json::parse(r.body).at("message").get<std::string>();
         } catch (const std::exception&) {
+            message = r.body; // not dockerd's JSON error: the body as it came
         }
         throw error(fmt::format("dockerd: {} {}: {} (HTTP {})", method, path, message, r.status));
     }
@@ -105,7 +92,7 @@ json call(const std::string& method, const std::string& path, const json& body,
     }
 }
 
-std::optional<json> inspect_container(const std::string& name_or_id) {
+std::optional<json> client::inspect_container(const std::string& name_or_id) const {
     const auto r = request("GET", "/containers/" + encode(name_or_id) + "/json");
     if (r.status == 404)
         return std::nullopt;
@@ -118,12 +105,7 @@ std::optional<json> inspect_container(const std::string& name_or_id) {
     }
 }
 
-std::string cli_binary() {
-    const char* env = std::getenv("FERRY_DOCKER");
-    return env && *env ? env : "docker";
-}
-
-void remove_container(const std::string& name_or_id) {
+void client::remove_container(const std::string& name_or_id) const {
     (void)call("DELETE", "/containers/" + encode(name_or_id) + "?force=1&v=0");
 }
 
@@ -137,7 +119,7 @@ std::filesystem::path vfs_layer_dir(const std::filesystem::path& root, const std
     return root / "vfs" / "dir" / name;
 }
 
-std::string root_dir() {
+std::string client::root_dir() const {
     const auto info = call("GET", "/info");
     const auto root = info.value("DockerRootDir", "");
     if (root.empty())

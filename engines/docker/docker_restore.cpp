@@ -30,8 +30,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // The name of this dockerd's runtime that is Ferry's shim.
-std::string ferry_runtime() {
-    const auto info = docker_api::call("GET", "/info");
+std::string ferry_runtime(const docker_api::client& api) {
+    const auto info = api.call("GET", "/info");
     const auto runtimes = info.value("Runtimes", json::object());
     for (const auto& [name, rt] : runtimes.items())
         if (fs::path(rt.value("path", "")).filename() == "ferry-runc")
@@ -40,8 +40,8 @@ std::string ferry_runtime() {
                 "daemon.json \"runtimes\": {\"ferry-runc\": {\"path\": \"/path/to/ferry-runc\"}}");
 }
 
-void require_image(const std::string& image) {
-    const auto r = docker_api::request("GET", "/images/" + docker_api::encode(image) + "/json");
+void require_image(const docker_api::client& api, const std::string& image) {
+    const auto r = api.request("GET", "/images/" + docker_api::encode(image) + "/json");
     if (r.status == 404)
         throw error(fmt::format(
             "this host has no image '{}': build or load it here first (docker restores a "
@@ -62,18 +62,19 @@ void whiteout(const fs::path& p) {
 
 class docker_restore final : public engine_restore {
   public:
-    explicit docker_restore(std::string name) : _name(std::move(name)) {}
+    docker_restore(std::string name, host_tools tools)
+        : _name(std::move(name)), _tools(std::move(tools)), _api(_tools.docker_socket) {}
 
     // Creating the container copies the image's whole tree with the vfs
     // driver (seconds): it must happen before the freeze.
     void reserve(const fs::path& dir, const std::string& image,
                  const std::vector<uint8_t>& config) override {
-        if (docker_api::inspect_container(_name))
+        if (_api.inspect_container(_name))
             throw error(
                 fmt::format("a container named '{}' already exists on the destination", _name));
-        (void)ferry_runtime();
+        (void)ferry_runtime(_api);
         if (!image.empty())
-            require_image(image);
+            require_image(_api, image);
         if (config.empty())
             throw error("the migrator sent no docker configuration for the container");
         json source;
@@ -96,15 +97,15 @@ class docker_restore final : public engine_restore {
         apply_rootfs_diff(dir);
         const std::string checkpoint = "ferry-" + migration_id;
         const auto images =
-            fs::path(docker_api::root_dir()) / "containers" / _id / "checkpoints" / checkpoint;
+            fs::path(_api.root_dir()) / "containers" / _id / "checkpoints" / checkpoint;
         fs::create_directories(images);
         for (const auto& entry : fs::directory_iterator(dir))
             if (entry.is_regular_file() && is_criu_image(entry.path()))
                 fs::copy_file(entry.path(), images / entry.path().filename());
         const auto shm = dir / (std::string(engine_file_prefix) + "devshm-checkpoint.tar");
         write_restore_request(dir, images, migration_id,
-                              fs::exists(shm) ? shm.string() : std::string(), criu_env);
-        return {docker_api::cli_binary(), "start", "--checkpoint", checkpoint, _id};
+                              fs::exists(shm) ? shm.string() : std::string(), criu_env, _tools);
+        return {_tools.docker, "start", "--checkpoint", checkpoint, _id};
     }
 
     void remove() noexcept override {
@@ -112,7 +113,7 @@ class docker_restore final : public engine_restore {
             return;
         const auto id = std::exchange(_id, std::string());
         try {
-            docker_api::remove_container(id);
+            _api.remove_container(id);
             release(); // gone: nothing for a restarted daemon to remove
         } catch (const std::exception& e) {
             make_logger("pagesrv")->warn("cannot remove container {}: {}", _name, e.what());
@@ -127,7 +128,7 @@ class docker_restore final : public engine_restore {
 
     pid_t container_pid() override {
         try {
-            const auto j = docker_api::inspect_container(_id.empty() ? _name : _id);
+            const auto j = _api.inspect_container(_id.empty() ? _name : _id);
             return j ? j->at("State").at("Pid").get<pid_t>() : 0;
         } catch (const std::exception&) {
             return 0;
@@ -147,10 +148,10 @@ class docker_restore final : public engine_restore {
         // it makes dockerd skip the container's /etc/hosts and resolv.conf,
         // which the dumped mount namespace has.
         body.erase("NetworkDisabled");
-        require_image(body.value("Image", ""));
-        body["HostConfig"]["Runtime"] = ferry_runtime();
+        require_image(_api, body.value("Image", ""));
+        body["HostConfig"]["Runtime"] = ferry_runtime(_api);
         const auto reply =
-            docker_api::call("POST", "/containers/create?name=" + docker_api::encode(_name), body);
+            _api.call("POST", "/containers/create?name=" + docker_api::encode(_name), body);
         _id = reply.value("Id", "");
         if (_id.empty())
             throw error("dockerd created the container but gave no id");
@@ -158,7 +159,7 @@ class docker_restore final : public engine_restore {
 
     // The source's writable-layer changes, onto this container's layer.
     void apply_rootfs_diff(const fs::path& dir) {
-        const auto j = docker_api::inspect_container(_id);
+        const auto j = _api.inspect_container(_id);
         if (!j)
             throw error(fmt::format("the container {} vanished after its creation", _name));
         const auto driver = j->at("GraphDriver").value("Name", "");
@@ -166,7 +167,7 @@ class docker_restore final : public engine_restore {
         if (driver == "overlay2") {
             layer = j->at("GraphDriver").at("Data").at("UpperDir").get<std::string>();
         } else if (driver == "vfs") {
-            layer = docker_api::vfs_layer_dir(docker_api::root_dir(), _id, "mount-id");
+            layer = docker_api::vfs_layer_dir(_api.root_dir(), _id, "mount-id");
         } else {
             throw error(fmt::format("docker's storage driver {} is not supported here", driver));
         }
@@ -194,24 +195,27 @@ class docker_restore final : public engine_restore {
     }
 
     std::string _name;
+    host_tools _tools;
+    docker_api::client _api;
     std::string _id;  // once created
     fs::path _record; // the reservation record, while it stands
 };
 
 } // namespace
 
-void remove_if_never_started(const std::string& id) {
-    const auto j = docker_api::inspect_container(id);
+void remove_if_never_started(const std::string& id, const host_tools& tools) {
+    const docker_api::client api(tools.docker_socket);
+    const auto j = api.inspect_container(id);
     if (!j)
         return;
     const auto status = j->at("State").value("Status", "");
     if (status != "created")
         throw error(fmt::format("container {} is {}, not just created: left alone", id, status));
-    docker_api::remove_container(id);
+    api.remove_container(id);
 }
 
-std::unique_ptr<engine_restore> make_restore(const std::string& name) {
-    return std::make_unique<docker_restore>(name);
+std::unique_ptr<engine_restore> make_restore(const std::string& name, const host_tools& tools) {
+    return std::make_unique<docker_restore>(name, tools);
 }
 
 } // namespace ferry::engines::docker

@@ -28,8 +28,8 @@ void locate_vfs_layers(container& c, const fs::path& root) {
 
 } // namespace
 
-container inspect(const std::string& name) {
-    const auto j = docker_api::inspect_container(name);
+container inspect(const std::string& name, const docker_api::client& api) {
+    const auto j = api.inspect_container(name);
     if (!j)
         throw error(fmt::format("docker has no container '{}'", name));
     try {
@@ -48,7 +48,7 @@ container inspect(const std::string& name) {
             {"Name", c.name}, {"Config", j->at("Config")}, {"HostConfig", j->at("HostConfig")}};
         c.image = j->at("Config").value("Image", "");
         c.storage_driver = j->at("GraphDriver").at("Name").get<std::string>();
-        const fs::path root = docker_api::root_dir();
+        const fs::path root = api.root_dir();
         if (c.storage_driver == "overlay2") {
             const auto& data = j->at("GraphDriver").at("Data");
             c.upper_dir = data.at("UpperDir").get<std::string>();
@@ -71,8 +71,8 @@ container inspect(const std::string& name) {
     }
 }
 
-void require_ferry_runtime(const container& c) {
-    const auto info = docker_api::call("GET", "/info");
+void require_ferry_runtime(const container& c, const docker_api::client& api) {
+    const auto info = api.call("GET", "/info");
     std::string path;
     try {
         path = info.at("Runtimes").at(c.runtime).value("path", "");
@@ -94,9 +94,11 @@ class docker_dump final : public engine_dump {
   public:
     // Runs before the freeze: the tree the container's layer was copied
     // from is indexed now, so the freeze only walks the layer itself.
-    docker_dump(container c, fs::path dir, std::string id, criu::dump_settings settings)
-        : engine_dump("docker", c, std::move(dir), std::move(id), std::move(settings)),
-          _c(std::move(c)) {
+    docker_dump(container c, fs::path dir, std::string id, criu::dump_settings settings,
+                host_tools tools)
+        : engine_dump("docker", c, std::move(dir), std::move(id), std::move(settings),
+                      std::move(tools)),
+          _c(std::move(c)), _api(_tools.docker_socket) {
         fs::create_directories(images_dir());
         if (_c.storage_driver == "vfs")
             _base = tree_index::scan(_c.base_dir);
@@ -121,12 +123,12 @@ class docker_dump final : public engine_dump {
     }
 
   protected:
-    void remove_container() override { docker_api::remove_container(_c.id); }
+    void remove_container() override { _api.remove_container(_c.id); }
 
     std::vector<std::string> checkpoint_command() const override {
         // Docker's copy of the checkpoint is never used (Ferry's images land
         // in images_dir); it goes to Ferry's work dir, not the container's.
-        return {docker_api::cli_binary(),
+        return {_tools.docker,
                 "checkpoint",
                 "create",
                 "--checkpoint-dir",
@@ -144,13 +146,13 @@ class docker_dump final : public engine_dump {
     // the container is paused again, briefly, and unpaused through dockerd.
     void resync_engine() noexcept override {
         try {
-            const auto j = docker_api::inspect_container(_c.id);
+            const auto j = _api.inspect_container(_c.id);
             if (!j || !j->at("State").value("Paused", false))
                 return;
             const pid_t pid = j->at("State").value("Pid", 0);
             if (pid <= 0 || criu::cgroup_frozen(pid) || !criu::set_cgroup_frozen(pid, true))
                 return;
-            (void)docker_api::call("POST", "/containers/" + docker_api::encode(_c.id) + "/unpause");
+            (void)_api.call("POST", "/containers/" + docker_api::encode(_c.id) + "/unpause");
             _log->info("docker's record of {} said paused after CRIU was killed: unpaused it",
                        _c.name);
         } catch (const std::exception& e) {
@@ -164,6 +166,7 @@ class docker_dump final : public engine_dump {
 
   private:
     container _c;
+    docker_api::client _api;
     tree_index _base;
 };
 
@@ -173,7 +176,7 @@ namespace {
 
 class docker_source final : public source_container {
   public:
-    explicit docker_source(container c) : _c(std::move(c)) {}
+    docker_source(container c, host_tools tools) : _c(std::move(c)), _tools(std::move(tools)) {}
     const container_info& info() const override { return _c; }
     // dockerd creates the container from it at the prepare, before the
     // freeze (copying the image's layers takes seconds with vfs).
@@ -183,19 +186,21 @@ class docker_source final : public source_container {
     }
     std::unique_ptr<criu::dump_driver> make_dump(const fs::path& dir, const std::string& id,
                                                  const criu::dump_settings& s) const override {
-        return std::make_unique<docker_dump>(_c, dir, id, s);
+        return std::make_unique<docker_dump>(_c, dir, id, s, _tools);
     }
 
   private:
     container _c;
+    host_tools _tools;
 };
 
 } // namespace
 
-std::unique_ptr<source_container> open_source(const std::string& name) {
-    auto c = inspect(name);
-    require_ferry_runtime(c);
-    return std::make_unique<docker_source>(std::move(c));
+std::unique_ptr<source_container> open_source(const std::string& name, const host_tools& tools) {
+    const docker_api::client api(tools.docker_socket);
+    auto c = inspect(name, api);
+    require_ferry_runtime(c, api);
+    return std::make_unique<docker_source>(std::move(c), tools);
 }
 
 } // namespace ferry::engines::docker

@@ -15,6 +15,7 @@
 // restores it, made lazy by the shim.
 #pragma once
 
+#include "docker/docker_api.hpp"
 #include "engine.hpp"
 
 #include <nlohmann/json.hpp>
@@ -40,17 +41,17 @@ struct container : container_info {
 
 // Throws a clear error when there is no such container or its storage driver
 // is not supported.
-container inspect(const std::string& name);
+container inspect(const std::string& name, const docker_api::client& api);
 
 // Throws unless the container runs under Ferry's runc shim.
-void require_ferry_runtime(const container& c);
+void require_ferry_runtime(const container& c, const docker_api::client& api);
 
 // The engine: docker_engine.cpp.
 extern const engines::engine engine;
 
-std::unique_ptr<source_container> open_source(const std::string& name);
-std::unique_ptr<engine_restore> make_restore(const std::string& name);
+std::unique_ptr<source_container> open_source(const std::string& name, const host_tools& tools);
+std::unique_ptr<engine_restore> make_restore(const std::string& name, const host_tools& tools);
 // Removes the container `id` if it was created and never started.
-void remove_if_never_started(const std::string& id);
+void remove_if_never_started(const std::string& id, const host_tools& tools);
 
 } // namespace ferry::engines::docker

@@ -27,11 +27,10 @@ using json = nlohmann::json;
 
 constexpr auto query_timeout = std::chrono::seconds(30);
 
-std::string local_image_id(const std::string& name) {
+std::string local_image_id(const std::string& podman, const std::string& name) {
     try {
         auto out =
-            run_capture({engines::podman_binary(), "image", "inspect", "--format", "{{.Id}}", name},
-                        query_timeout);
+            run_capture({podman, "image", "inspect", "--format", "{{.Id}}", name}, query_timeout);
         return out.substr(0, out.find('\n'));
     } catch (const std::exception&) {
         throw error(fmt::format(
@@ -44,7 +43,8 @@ std::string local_image_id(const std::string& name) {
 // `image_ids`: the local ids of image names already looked up (before the
 // freeze: each podman query costs tens of milliseconds of downtime).
 std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw,
-                                    const std::map<std::string, std::string>& image_ids) {
+                                    const std::map<std::string, std::string>& image_ids,
+                                    const std::string& podman) {
     json c;
     try {
         c = json::parse(raw);
@@ -55,7 +55,7 @@ std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw,
     if (image.empty())
         throw error("config.dump names no image (containers from a rootfs are not supported)");
     const auto known = image_ids.find(image);
-    c["rootfsImageID"] = known != image_ids.end() ? known->second : local_image_id(image);
+    c["rootfsImageID"] = known != image_ids.end() ? known->second : local_image_id(podman, image);
     // Paths of the source host's container directories: podman makes its
     // own for the new container when they are empty.
     const std::string old_id = c.value("id", "");
@@ -69,14 +69,14 @@ std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw,
 
 class podman_restore final : public engine_restore {
   public:
-    explicit podman_restore(std::string name) : _name(std::move(name)) {}
+    podman_restore(std::string name, host_tools tools)
+        : _name(std::move(name)), _tools(std::move(tools)) {}
 
     void reserve(const fs::path& /*dir*/, const std::string& image,
                  const std::vector<uint8_t>& /*config*/) override {
         bool exists = true;
         try {
-            (void)run_capture({engines::podman_binary(), "container", "exists", _name},
-                              query_timeout);
+            (void)run_capture({_tools.podman, "container", "exists", _name}, query_timeout);
         } catch (const std::exception&) {
             exists = false; // exit status 1: no such container
         }
@@ -84,7 +84,7 @@ class podman_restore final : public engine_restore {
             throw error(
                 fmt::format("a container named '{}' already exists on the destination", _name));
         if (!image.empty())
-            _image_ids[image] = local_image_id(image);
+            _image_ids[image] = local_image_id(_tools.podman, image);
     }
 
     std::vector<std::string> prepare(const fs::path& dir, const std::string& migration_id,
@@ -101,21 +101,21 @@ class podman_restore final : public engine_restore {
                 const auto engine_name = name.substr(std::strlen(engine_file_prefix));
                 auto data = criu::read_file(entry.path());
                 if (engine_name == "config.dump")
-                    data = patched_config(data, _image_ids);
+                    data = patched_config(data, _image_ids, _tools.podman);
                 tar.add_bytes(engine_name, data);
             } else if (is_criu_image(entry.path())) {
                 tar.add_path("checkpoint/" + name, entry.path());
             }
         }
-        const auto req = write_restore_request(dir, dir, migration_id, "", criu_env);
+        const auto req = write_restore_request(dir, dir, migration_id, "", criu_env, _tools);
         tar.add_path(std::string("checkpoint/") + engines::restore_request_file, req);
         tar.close();
         _created = true;
         // --name gives the container a new id: the old one may still be
         // known to a runc root this host shares with the source (as the
         // testbed does).
-        return {engines::podman_binary(), "container", "restore", "--import",
-                tar_out.string(),         "--name",    _name};
+        return {_tools.podman,    "container", "restore", "--import",
+                tar_out.string(), "--name",    _name};
     }
 
     void remove() noexcept override {
@@ -123,7 +123,7 @@ class podman_restore final : public engine_restore {
             return;
         _created = false;
         try {
-            engines::podman_remove(_name);
+            engines::podman_remove(_tools.podman, _name);
         } catch (const std::exception& e) {
             make_logger("pagesrv")->warn("cannot remove container {}: {}", _name, e.what());
         }
@@ -131,9 +131,9 @@ class podman_restore final : public engine_restore {
 
     pid_t container_pid() override {
         try {
-            auto out = run_capture({engines::podman_binary(), "container", "inspect", "--format",
-                                    "{{.State.Pid}}", _name},
-                                   query_timeout);
+            auto out = run_capture(
+                {_tools.podman, "container", "inspect", "--format", "{{.State.Pid}}", _name},
+                query_timeout);
             return pid_t(std::stol(out));
         } catch (const std::exception&) {
             return 0;
@@ -142,14 +142,15 @@ class podman_restore final : public engine_restore {
 
   private:
     std::string _name;
+    host_tools _tools;
     std::map<std::string, std::string> _image_ids;
     bool _created = false; // podman may have created it, even if its restore failed
 };
 
 } // namespace
 
-std::unique_ptr<engine_restore> make_restore(const std::string& name) {
-    return std::make_unique<podman_restore>(name);
+std::unique_ptr<engine_restore> make_restore(const std::string& name, const host_tools& tools) {
+    return std::make_unique<podman_restore>(name, tools);
 }
 
 } // namespace ferry::engines::podman

@@ -21,10 +21,10 @@ constexpr auto query_timeout = std::chrono::seconds(30);
 
 } // namespace
 
-container inspect(const std::string& name) {
+container inspect(const std::string& name, const host_tools& tools) {
     std::string out;
     try {
-        out = run_capture({engines::podman_binary(), "container", "inspect", name}, query_timeout);
+        out = run_capture({tools.podman, "container", "inspect", name}, query_timeout);
     } catch (const std::exception& e) {
         throw error(fmt::format("podman has no container '{}' ({})", name, e.what()));
     }
@@ -54,9 +54,9 @@ container inspect(const std::string& name) {
     }
 }
 
-void require_ferry_runtime() {
-    const auto out = run_capture(
-        {engines::podman_binary(), "info", "--format", "{{.Host.OCIRuntime.Path}}"}, query_timeout);
+void require_ferry_runtime(const host_tools& tools) {
+    const auto out =
+        run_capture({tools.podman, "info", "--format", "{{.Host.OCIRuntime.Path}}"}, query_timeout);
     const fs::path path = out.substr(0, out.find('\n'));
     if (path.filename() != "ferry-runc")
         throw error(fmt::format("podman runs containers with {}, not Ferry's runc shim; add\n"
@@ -69,8 +69,10 @@ namespace {
 
 class podman_dump final : public engine_dump {
   public:
-    podman_dump(container c, fs::path dir, std::string id, criu::dump_settings settings)
-        : engine_dump("podman", c, std::move(dir), std::move(id), std::move(settings)),
+    podman_dump(container c, fs::path dir, std::string id, criu::dump_settings settings,
+                host_tools tools)
+        : engine_dump("podman", c, std::move(dir), std::move(id), std::move(settings),
+                      std::move(tools)),
           _c(std::move(c)) {}
 
     fs::path images_dir() const override { return _c.bundle / "checkpoint"; }
@@ -99,13 +101,13 @@ class podman_dump final : public engine_dump {
     void remove_container() override {
         std::error_code ec;
         fs::remove(_dir / "podman-export.tar", ec);
-        engines::podman_remove(_c.id);
+        engines::podman_remove(_tools.podman, _c.id);
     }
 
     std::vector<std::string> checkpoint_command() const override {
         // The export's rootfs and volumes are never used: Ferry ships the
         // writable layer itself, during the freeze.
-        return {engines::podman_binary(),
+        return {_tools.podman,
                 "container",
                 "checkpoint",
                 "--export",
@@ -129,23 +131,24 @@ namespace {
 
 class podman_source final : public source_container {
   public:
-    explicit podman_source(container c) : _c(std::move(c)) {}
+    podman_source(container c, host_tools tools) : _c(std::move(c)), _tools(std::move(tools)) {}
     const container_info& info() const override { return _c; }
     std::unique_ptr<criu::dump_driver> make_dump(const fs::path& dir, const std::string& id,
                                                  const criu::dump_settings& s) const override {
-        return std::make_unique<podman_dump>(_c, dir, id, s);
+        return std::make_unique<podman_dump>(_c, dir, id, s, _tools);
     }
 
   private:
     container _c;
+    host_tools _tools;
 };
 
 } // namespace
 
-std::unique_ptr<source_container> open_source(const std::string& name) {
-    auto c = inspect(name);
-    require_ferry_runtime();
-    return std::make_unique<podman_source>(std::move(c));
+std::unique_ptr<source_container> open_source(const std::string& name, const host_tools& tools) {
+    auto c = inspect(name, tools);
+    require_ferry_runtime(tools);
+    return std::make_unique<podman_source>(std::move(c), tools);
 }
 
 } // namespace ferry::engines::podman

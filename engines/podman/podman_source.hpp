@@ -29,15 +29,15 @@ struct container : container_info {
 };
 
 // Throws a clear error when there is no such container.
-container inspect(const std::string& name);
+container inspect(const std::string& name, const host_tools& tools);
 
 // Throws unless podman's "runc" runtime is Ferry's shim.
-void require_ferry_runtime();
+void require_ferry_runtime(const host_tools& tools);
 
 // The engine: podman_engine.cpp.
 extern const engines::engine engine;
 
-std::unique_ptr<source_container> open_source(const std::string& name);
-std::unique_ptr<engine_restore> make_restore(const std::string& name);
+std::unique_ptr<source_container> open_source(const std::string& name, const host_tools& tools);
+std::unique_ptr<engine_restore> make_restore(const std::string& name, const host_tools& tools);
 
 } // namespace ferry::engines::podman

@@ -123,6 +123,7 @@ std::optional<fs::path> freezer_file(const std::vector<std::string>& args) {
         if (paths.contains(""))
             return fs::path(paths.at("").get<std::string>()) / "cgroup.freeze";
     } catch (const std::exception&) {
+        return std::nullopt; // an older runc's state.json: the pause is reported early instead
     }
     return std::nullopt;
 }

@@ -2,8 +2,6 @@
 
 #include <spdlog/sinks/stdout_sinks.h>
 
-#include <cstdlib>
-
 namespace ferry {
 
 std::shared_ptr<spdlog::logger> make_logger(const std::string& component) {
@@ -11,9 +9,12 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& component) {
         return existing;
     auto logger = spdlog::stderr_logger_mt(component);
     logger->set_pattern("%H:%M:%S.%e %n[%P] %l: %v");
-    const char* level = std::getenv("FERRY_LOG");
-    logger->set_level(level ? spdlog::level::from_str(level) : spdlog::level::info);
+    logger->set_level(spdlog::get_level());
     return logger;
+}
+
+void configure_logging(const std::string& level) {
+    spdlog::set_level(spdlog::level::from_str(level)); // the registry's loggers too
 }
 
 } // namespace ferry

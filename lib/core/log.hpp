@@ -8,6 +8,11 @@
 
 namespace ferry {
 
+// At the level configure_logging set (info until then).
 std::shared_ptr<spdlog::logger> make_logger(const std::string& component);
+
+// Sets every logger's level, present and future: "trace", "debug", "info",
+// "warn", "err". Each binary's main() calls it once.
+void configure_logging(const std::string& level);
 
 } // namespace ferry

@@ -8,19 +8,15 @@
 
 namespace ferry::criu {
 
-// The directory holding Ferry's CRIU plugin (ferry_criu.so), for CRIU's
-// `libdir`: $FERRY_CRIU_PLUGIN_DIR, the build tree beside this binary, or the
-// installed lib/ferry/criu. Nothing if it is not there (CRIU runs without it).
-std::optional<std::filesystem::path> plugin_dir();
-
 // CRIU options of every restore, whatever drives it: connections that a
 // `--tcp-close` dump left out come back closed (CRIU insists on the option
 // for such images; other images have no such connections).
 inline constexpr const char* restore_options = "tcp-close\n";
 
-// Writes a CRIU config file that loads Ferry's plugin (if found), plus `extra`
+// Writes a CRIU config file that loads Ferry's plugin from `plugin_dir`
+// (host_tools::criu_plugin_dir; none: CRIU runs without it), plus `extra`
 // lines; returns its path.
-std::filesystem::path write_config(const std::filesystem::path& file,
-                                   const std::string& extra = "");
+std::filesystem::path write_config(const std::filesystem::path& file, const std::string& extra,
+                                   const std::optional<std::filesystem::path>& plugin_dir);
 
 } // namespace ferry::criu

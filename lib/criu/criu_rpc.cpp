@@ -22,12 +22,7 @@ std::string version::to_string() const {
     return fmt::format("{}.{}.{}", major, minor, sublevel);
 }
 
-std::string criu_binary() {
-    const char* env = std::getenv("FERRY_CRIU");
-    return env && *env ? env : "criu";
-}
-
-service service::start(const std::vector<std::string>& extra_env) {
+service service::start(const std::string& criu, const std::vector<std::string>& extra_env) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
         throw sys_error("socketpair");
@@ -36,7 +31,7 @@ service service::start(const std::vector<std::string>& extra_env) {
     o.extra_env = extra_env;
     o.keep_fds = {theirs.get()}; // only the service socket stays open across exec
     o.own_process_group = true;  // a Ctrl-C for Ferry must not kill CRIU mid-parasite
-    auto proc = child_process::spawn({criu_binary(), "swrk", std::to_string(theirs.get())}, o);
+    auto proc = child_process::spawn({criu, "swrk", std::to_string(theirs.get())}, o);
     return service(std::move(proc), std::move(ours));
 }
 
@@ -98,8 +93,8 @@ void service::kill() noexcept {
         _proc.detach(); // unkillable (in the kernel): left to init once Ferry exits
 }
 
-version query_version() {
-    service s = service::start();
+version query_version(const std::string& criu) {
+    service s = service::start(criu);
     CriuReq req = CRIU_REQ__INIT;
     req.type = CRIU_REQ_TYPE__VERSION;
     s.send(req);
@@ -111,18 +106,18 @@ version query_version() {
     return v;
 }
 
-version require_supported_criu() {
+version require_supported_criu(const std::string& criu) {
     version v;
     try {
-        v = query_version();
+        v = query_version(criu);
     } catch (const std::exception& e) {
         throw error(fmt::format("cannot run {} ({}); install CRIU >= 4.1 with examples/setup.sh",
-                                criu_binary(), e.what()));
+                                criu, e.what()));
     }
     if (!v.at_least(4, 1))
         throw error(fmt::format("{} is CRIU {}, Ferry needs >= 4.1 (3.x fails on this kernel); "
                                 "run examples/setup.sh",
-                                criu_binary(), v.to_string()));
+                                criu, v.to_string()));
     return v;
 }
 

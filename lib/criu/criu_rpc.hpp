@@ -3,9 +3,9 @@
 #pragma once
 
 #include "core/unique_fd.hpp"
-#include "sys/subprocess.hpp"
 #include "criu/rpc.pb-c.h"
 #include "sys/net.hpp"
+#include "sys/subprocess.hpp"
 
 #include <sys/types.h>
 
@@ -29,14 +29,12 @@ struct version {
     }
 };
 
-// The criu binary to run: $FERRY_CRIU, else `criu` from PATH.
-std::string criu_binary();
-
 class service {
   public:
-    // Starts `criu swrk`. Throws if it cannot be started.
-    // `extra_env` entries (NAME=VALUE) are added to CRIU's environment.
-    static service start(const std::vector<std::string>& extra_env = {});
+    // Starts `CRIU swrk` (CRIU: the binary, host_tools::criu). Throws if it
+    // cannot be started. `extra_env` entries (NAME=VALUE) are added to
+    // CRIU's environment.
+    static service start(const std::string& criu, const std::vector<std::string>& extra_env = {});
 
     service(service&&) noexcept = default;
     service& operator=(service&&) = delete;
@@ -63,11 +61,11 @@ class service {
     unique_fd _sock;
 };
 
-// Asks CRIU for its version over RPC; throws if CRIU cannot run.
-version query_version();
-// Throws unless CRIU >= 4.1 is installed (Debian 12's 3.17 fails on newer
+// Asks CRIU (the binary `criu`) for its version over RPC; throws if it cannot run.
+version query_version(const std::string& criu);
+// Throws unless `criu` is CRIU >= 4.1 (Debian 12's 3.17 fails on newer
 // kernels, and Ferry speaks 4.1's page-server header).
-version require_supported_criu();
+version require_supported_criu(const std::string& criu);
 
 // A human-readable reason for a failed response, preferring the last error
 // line of CRIU's log at `log_path` (may be empty).

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ struct engine_file {
 
 // What every dump is given.
 struct dump_settings {
+    std::string criu = "criu";                       // the binary (host_tools::criu)
+    std::optional<std::filesystem::path> plugin_dir; // Ferry's CRIU plugin, if installed
     deadlines limits;
     // Extra lines for CRIU's config file (e.g. "tcp-close\n").
     std::string criu_options;

@@ -50,7 +50,9 @@ class rpc_dump final : public dump_driver {
         opts.ps = &ps;
         opts.has_notify_scripts = true;
         opts.notify_scripts = true;
-        const auto config = write_config(_dir / "criu-dump.conf", _settings.criu_options).string();
+        const auto config =
+            write_config(_dir / "criu-dump.conf", _settings.criu_options, _settings.plugin_dir)
+                .string();
         opts.config_file = const_cast<char*>(config.c_str());
         CriuReq req = CRIU_REQ__INIT;
         req.type = CRIU_REQ_TYPE__DUMP;
@@ -59,7 +61,7 @@ class rpc_dump final : public dump_driver {
         // stuck CRIU is found by it.
         auto env = _settings.criu_env;
         env.push_back("FERRY_MIGRATION_ID=" + _id);
-        _criu.emplace(service::start(env));
+        _criu.emplace(service::start(_settings.criu, env));
         _criu->send(req);
     }
 

@@ -6,6 +6,20 @@
 
 namespace ferry {
 
+namespace {
+
+// Best effort: the source may have ended after the hand-off (the pool
+// holds every page), and no longer waits for "done".
+void try_send_done(page_channel& source, const wire::page_request& r) noexcept {
+    try {
+        source.send(r);
+    } catch (const std::exception&) {
+        return;
+    }
+}
+
+} // namespace
+
 pool_channel::pool_channel(const pool::pool_spec& spec, uint64_t object,
                            const criu::lazy_page_index& index,
                            std::shared_ptr<pool::pool_health> health,
@@ -28,12 +42,8 @@ uint64_t pool_channel::bytes_received() const noexcept {
 void pool_channel::send(const wire::page_request& r) {
     if (r.operation == wire::op::done) {
         // The source may have ended after the hand-off; it no longer waits.
-        if (_source) {
-            try {
-                _source->send(r);
-            } catch (const std::exception&) {
-            }
-        }
+        if (_source)
+            try_send_done(*_source, r);
         return;
     }
     if (_count == _queue.size())

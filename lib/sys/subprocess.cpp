@@ -34,8 +34,7 @@ extern "C" char** environ;
 // stdin from /dev/null, no blocked signals, then exec. Async-signal-safe
 // calls only: the parent may have threads.
 [[noreturn]] void exec_child(int out_fd, int err_fd, char* const* argv, char* const* envp,
-                             const int* keep = nullptr, size_t n_keep = 0,
-                             bool own_group = false) {
+                             const int* keep = nullptr, size_t n_keep = 0, bool own_group = false) {
     if (own_group)
         ::setpgid(0, 0);
     for (size_t i = 0; i < n_keep; i++)

@@ -128,4 +128,22 @@ void expect(const envelope* e, FerryControl__Envelope__BodyCase want, const std:
         fmt::format("{} sent {} where {} was expected", peer, body_name(*e), f ? f->name : "?"));
 }
 
+bool try_send(int fd, const envelope& e, net::deadline until) noexcept {
+    try {
+        send(fd, e, until);
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+bool try_send_error(int fd, const std::string& message, net::deadline until) noexcept {
+    try {
+        send_error(fd, message, until);
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 } // namespace ferry::control

@@ -91,6 +91,20 @@ void send_message(int fd, Msg& m, net::deadline until) {
 
 void send_error(int fd, const std::string& message, net::deadline until);
 
+// Best-effort sends, for messages whose loss changes nothing the sender
+// decides (a progress report, a refusal to a peer that may be gone): false
+// if the message could not be sent. Never throws.
+bool try_send(int fd, const envelope& e, net::deadline until) noexcept;
+template <typename Msg>
+bool try_send_message(int fd, Msg& m, net::deadline until) noexcept {
+    try {
+        return try_send(fd, wrap(m), until);
+    } catch (const std::exception&) {
+        return false; // wrap allocates
+    }
+}
+bool try_send_error(int fd, const std::string& message, net::deadline until) noexcept;
+
 // The body's name, for error messages.
 [[nodiscard]] const char* body_name(const envelope& e) noexcept;
 

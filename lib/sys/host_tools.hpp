@@ -1,0 +1,40 @@
+// The programs Ferry runs and the settings an operator gives them through
+// the environment, read once by each binary's main() (from_environment) and
+// passed down from there: no helper reads the environment itself.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+struct host_tools {
+    std::string criu = "criu";     // $FERRY_CRIU
+    std::string podman = "podman"; // $FERRY_PODMAN
+    std::string docker = "docker"; // $FERRY_DOCKER, the CLI
+    // dockerd's socket: $DOCKER_HOST (unix:// only), else /var/run/docker.sock.
+    std::string docker_socket = "/var/run/docker.sock";
+    // Ferry's CRIU plugin (ferry_criu.so): $FERRY_CRIU_PLUGIN_DIR, the build
+    // tree beside this binary, or the installed lib/ferry/criu; none if
+    // absent (CRIU then runs without it).
+    std::optional<std::filesystem::path> criu_plugin_dir;
+    // Ferry's runc shim: $FERRY_RUNC_SHIM, beside this binary, or in the
+    // build tree; empty if not found (engine restores then fail, saying so).
+    std::string runc_shim;
+    // The fault daemon: $FERRY_LAZY_PAGES, beside pagesrv, or in the build tree.
+    std::string lazy_pages;
+    // Extra lazy-pages options for tuning experiments: $FERRY_LAZY_PAGES_ARGS.
+    std::vector<std::string> lazy_pages_args;
+    // CRIU's fault injection as the operator set it (Ferry never overrides it).
+    std::optional<std::string> criu_fault;
+
+    // Throws ferry::error for a malformed setting (DOCKER_HOST of another scheme).
+    static host_tools from_environment();
+};
+
+// $FERRY_LOG (trace, debug, info, warn, err), for configure_logging.
+[[nodiscard]] const char* log_level_from_environment() noexcept;
+
+} // namespace ferry
