@@ -45,7 +45,7 @@ void incoming_session::report_resumed(uint64_t restore_ns,
     try {
         control::send_message(_fd, res, net::after(control_timeout));
     } catch (const std::exception& ex) {
-        _log->warn("migration {}: cannot report the resume: {}", _id, ex.what());
+        _log->warn("cannot report the resume: {}", ex.what());
     }
 }
 
@@ -63,7 +63,7 @@ bool incoming_session::ask_to_resume() {
     } catch (const std::exception& ex) {
         refusal = ex.what();
     }
-    _log->warn("migration {}: resume refused ({}); CRIU kills the restored tasks", _id, refusal);
+    _log->warn("resume refused ({}); CRIU kills the restored tasks", refusal);
     return false;
 }
 

@@ -140,7 +140,7 @@ void daemon::drain() {
         try {
             m->abort("the daemon is stopping");
         } catch (const std::exception& e) {
-            _log->error("migration {}: abort failed: {}", m->id(), e.what());
+            m->log().error("abort failed: {}", e.what());
         }
     }
     {
@@ -250,10 +250,10 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
         // fault (or running the workload); they only soak up idle time.
         sched_param none{};
         if (::sched_setscheduler(0, SCHED_IDLE, &none))
-            _log->warn("migration {}: cannot make the background channel SCHED_IDLE: {}", m->id(),
-                       std::strerror(errno));
+            m->log().warn("cannot make the background channel SCHED_IDLE: {}",
+                          std::strerror(errno));
     }
-    transport::serve_requests(fd, *m, *_log);
+    transport::serve_requests(fd, *m);
 }
 
 // Before the freeze: the fabric does what it can while the tree still runs
@@ -298,11 +298,10 @@ void daemon::serve_outgoing(int fd, prepared_outgoing first) {
         try {
             m->start_pool_push(pool::pool_spec::parse(reg.pool));
         } catch (const std::exception& e) {
-            _log->error("migration {}: cannot push into the pool: {}", m->id(), e.what());
+            m->log().error("cannot push into the pool: {}", e.what());
         }
     }
-    _log->info("migration {}: serving {} lazy pages of {} processes", m->id(), m->pages_total(),
-               m->processes());
+    m->log().info("serving {} lazy pages of {} processes", m->pages_total(), m->processes());
 
     FerryControl__OutgoingRegistered ok = FERRY_CONTROL__OUTGOING_REGISTERED__INIT;
     ok.pages_total = m->pages_total();
@@ -312,7 +311,7 @@ void daemon::serve_outgoing(int fd, prepared_outgoing first) {
     ok.moments = &freeze;
     control::send_message(fd, ok, net::after(first_frame_timeout));
 
-    outgoing_session(fd, *m, _criu_events, *_log).run();
+    outgoing_session(fd, *m, _criu_events).run();
     {
         std::lock_guard lock(_mutex);
         _outgoing.erase(m->id());

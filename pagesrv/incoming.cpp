@@ -42,7 +42,7 @@ bool safe_image_name(const std::string& name) {
 } // namespace
 
 void incoming_session::send_restore_failure(const std::string& why) {
-    _log->error("migration {}: {}", _id, why);
+    _log->error("{}", why);
     FerryControl__RestoreResult r = FERRY_CONTROL__RESTORE_RESULT__INIT;
     r.ok = false;
     r.error = const_cast<char*>(why.c_str());
@@ -54,7 +54,7 @@ void incoming_session::kill_restored(const std::string& why) {
     if (_root_pid <= 0)
         return;
     // Fail-stop: tasks whose pages cannot be served must not run on zeros.
-    _log->error("migration {}: killing the restored tree (root pid {}): {}", _id, _root_pid, why);
+    _log->error("killing the restored tree (root pid {}): {}", _root_pid, why);
     ::kill(_root_pid, SIGKILL);
 }
 
@@ -102,7 +102,7 @@ bool incoming_session::receive_images() {
     for (bool last = false; !last;) {
         auto e = control::receive(_fd, net::after(images_timeout));
         if (!e) {
-            _log->warn("migration {}: the migrator left before sending every image", _id);
+            _log->warn("the migrator left before sending every image");
             return false;
         }
         control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_INCOMING_IMAGES, "migrator");
@@ -167,7 +167,7 @@ void incoming_session::discard_images() noexcept {
 
 void incoming_session::run() {
     prepare();
-    _log->info("migration {}: incoming from source {}", _id, _source);
+    _log->info("incoming from source {}", _source);
     if (!receive_images() || !start_lazy_pages())
         return;
     if (!restore()) {
@@ -175,7 +175,7 @@ void incoming_session::run() {
             kill_restored("restore reported failure after the tasks resumed");
         return;
     }
-    _log->info("migration {}: resumed as pid {}", _id, _root_pid);
+    _log->info("resumed as pid {}", _root_pid);
     relay_transfer();
 }
 

@@ -55,7 +55,7 @@ class incoming_session {
                                                        prepare.container_config.data +
                                                            prepare.container_config.len)
                                 : std::vector<uint8_t>()),
-          _log(make_logger("pagesrv")) {
+          _log(make_logger("pagesrv", _id)) {
         const double scale =
             prepare.has_deadline_scale && prepare.deadline_scale > 0 ? prepare.deadline_scale : 1.0;
         _deadlines = criu::deadlines::for_memory(

@@ -177,7 +177,7 @@ void incoming_session::relay_transfer() {
     // Every page is in place (or the tree is dead): release the uffds, or
     // the tasks would block on their next non-cooperative event.
     _lazy.held_uffds.clear();
-    _log->info("migration {}: transfer {}", _id, failure ? "failed: " + *failure : "complete");
+    _log->info("transfer {}", failure ? "failed: " + *failure : "complete");
 }
 
 } // namespace ferry::pagesrv

@@ -21,7 +21,8 @@ outgoing_migration::outgoing_migration(std::string id, const std::filesystem::pa
                                        const transport::backend& fabric,
                                        std::unique_ptr<transport::source_state> prepared,
                                        double deadline_scale)
-    : _id(std::move(id)), _root_pid(root_pid), _criu_port(criu_port), _fabric(fabric) {
+    : _id(std::move(id)), _log(make_logger("pagesrv", _id)), _root_pid(root_pid),
+      _criu_port(criu_port), _fabric(fabric) {
     const auto images = criu::image_set::load(images_dir);
     // The tree is frozen, so its shape cannot change under us.
     const auto by_inner = proc::map_tree_by_inner_pid(root_pid);
@@ -138,9 +139,7 @@ std::string outgoing_migration::finish() {
         criu::finish_lazy_dump(_criu_port, _deadlines.close);
         return {};
     } catch (const std::exception& e) {
-        make_logger("pagesrv")->error(
-            "migration {}: CRIU did not take CLOSE ({}); ending the source tasks directly", _id,
-            e.what());
+        _log->error("CRIU did not take CLOSE ({}); ending the source tasks directly", e.what());
     }
     criu::release_request req;
     req.root = _root_pid;
@@ -166,7 +165,7 @@ bool outgoing_migration::abort(const std::string& reason, bool destination_never
             return false;
         _state = state::aborted;
     }
-    make_logger("pagesrv")->warn("migration {}: aborting ({}); the source resumes", _id, reason);
+    _log->warn("aborting ({}); the source resumes", reason);
     if (_pusher)
         _pusher->stop(); // the tasks are about to run again: their pages would be stale
     if (!criu_gone)
@@ -180,14 +179,13 @@ bool outgoing_migration::abort(const std::string& reason, bool destination_never
 // know, then exits. One that does not within the abort deadline is stuck:
 // it is killed and the tasks released, never waited on again.
 void outgoing_migration::resume_source() {
-    auto log = make_logger("pagesrv");
     const auto until = std::chrono::steady_clock::now() + _deadlines.abort;
     if (!criu::find_migration_criu(_id).empty()) {
         try {
             criu::abort_lazy_dump(_criu_port, _deadlines.abort,
                                   [&] { return !criu::find_migration_criu(_id).empty(); });
         } catch (const std::exception& e) {
-            log->warn("migration {}: CRIU's page server did not take the abort: {}", _id, e.what());
+            _log->warn("CRIU's page server did not take the abort: {}", e.what());
         }
     }
     while (!criu::find_migration_criu(_id).empty() && std::chrono::steady_clock::now() < until)
@@ -199,8 +197,7 @@ void outgoing_migration::resume_source() {
     req.migration_id = _id;
     req.bound = _deadlines.release;
     const auto res = criu::release_workload(req);
-    (res.ok ? log->warn("migration {}: {}", _id, res.summary)
-            : log->error("migration {}: {}", _id, res.summary));
+    (res.ok ? _log->warn("{}", res.summary) : _log->error("{}", res.summary));
 }
 
 } // namespace ferry::pagesrv

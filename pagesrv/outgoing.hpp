@@ -10,6 +10,7 @@
 #include "transport/page_source.hpp"
 #include "wire/page_wire.hpp"
 
+#include <spdlog/logger.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -44,6 +45,7 @@ class outgoing_migration final : public transport::page_source {
     ~outgoing_migration() override;
 
     [[nodiscard]] const std::string& id() const noexcept override { return _id; }
+    [[nodiscard]] spdlog::logger& log() const noexcept { return *_log; }
     [[nodiscard]] const criu::lazy_page_index& lazy_pages() const noexcept override {
         return _index;
     }
@@ -98,6 +100,7 @@ class outgoing_migration final : public transport::page_source {
     void resume_source();
 
     const std::string _id;
+    std::shared_ptr<spdlog::logger> _log; // every line names the migration
     const pid_t _root_pid;
     const uint16_t _criu_port;
     std::map<uint32_t, process> _procs; // by image pid; immutable after construction

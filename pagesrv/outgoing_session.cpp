@@ -23,7 +23,7 @@ void outgoing_session::run() {
         try {
             e = control::receive(_fd, net::no_deadline);
         } catch (const std::exception& ex) {
-            _log.warn("migration {}: migrator connection: {}", _m.id(), ex.what());
+            log().warn("migrator connection: {}", ex.what());
         }
         if (!e) {
             on_migrator_gone();
@@ -118,18 +118,16 @@ void outgoing_session::on_migrator_gone() {
         return;
     if (_m.current_state() != outgoing_migration::state::committed)
         return;
-    _log.warn("migration {}: the migrator left after commit; finishing when the destination is "
-              "done",
-              _m.id());
+    log().warn("the migrator left after commit; finishing when the destination is "
+               "done");
     if (!_m.wait_destination_done(orphaned_commit_wait)) {
-        _log.error("migration {}: the destination never finished; the source stays frozen",
-                   _m.id());
+        log().error("the destination never finished; the source stays frozen");
         return;
     }
     try {
         (void)_m.finish();
     } catch (const std::exception& ex) {
-        _log.error("migration {}: {}", _m.id(), ex.what());
+        log().error("{}", ex.what());
     }
 }
 

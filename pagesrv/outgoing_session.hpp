@@ -11,8 +11,8 @@ namespace ferry::pagesrv {
 
 class outgoing_session {
   public:
-    outgoing_session(int fd, outgoing_migration& m, criu_event_log& events, spdlog::logger& log)
-        : _fd(fd), _m(m), _events(events), _log(log) {}
+    outgoing_session(int fd, outgoing_migration& m, criu_event_log& events)
+        : _fd(fd), _m(m), _events(events) {}
     // Until the migration is finished or aborted, or the migrator is gone.
     void run();
 
@@ -27,7 +27,7 @@ class outgoing_session {
     int _fd;
     outgoing_migration& _m;
     criu_event_log& _events;
-    spdlog::logger& _log;
+    spdlog::logger& log() const noexcept { return _m.log(); }
 };
 
 } // namespace ferry::pagesrv

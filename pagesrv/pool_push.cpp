@@ -20,7 +20,8 @@
 namespace ferry::pagesrv {
 
 pool_pusher::pool_pusher(outgoing_migration& m, pool::pool_spec spec, uint64_t object)
-    : _m(m), _spec(std::move(spec)), _object(object), _thread([this] { run(); }) {}
+    : _m(m), _log(make_logger("pagesrv", m.id())), _spec(std::move(spec)), _object(object),
+      _thread([this] { run(); }) {}
 
 pool_pusher::~pool_pusher() {
     stop();
@@ -37,8 +38,7 @@ push_result pool_pusher::wait() {
 // Nodes lost during the push: their members go onto spares (rebuilt from the
 // pool, checked against the source's checksums) before the hand-off, so the
 // source only goes once the pool has the requested redundancy again.
-void pool_pusher::restore_redundancy(const std::shared_ptr<pool::pool_health>& health,
-                                     spdlog::logger& log) {
+void pool_pusher::restore_redundancy(const std::shared_ptr<pool::pool_health>& health) {
     for (uint32_t slot = 0; slot < health->slots(); slot++) {
         if (!health->dead(slot))
             continue;
@@ -47,8 +47,8 @@ void pool_pusher::restore_redundancy(const std::shared_ptr<pool::pool_health>& h
             throw error(fmt::format("lost {} during the push and no spare is left: the pool "
                                     "lacks the requested redundancy",
                                     health->lost_nodes()));
-        log.warn("migration {}: rebuilding pool slot {} onto spare {} before the hand-off", _m.id(),
-                 slot, spare->to_string());
+        _log->warn("rebuilding pool slot {} onto spare {} before the hand-off", slot,
+                   spare->to_string());
         const auto rep = pool::rebuild_slot(_spec, _object, _m.pages_total(), health, slot, *spare);
         if (!rep.ok)
             throw error(
@@ -65,13 +65,11 @@ void pool_pusher::discard() noexcept {
                                  pool::pool_client::options{.name = "discard " + _m.id()});
         client.drop_object();
     } catch (const std::exception& e) {
-        make_logger("pagesrv")->warn("migration {}: cannot drop its pages from the pool: {}",
-                                     _m.id(), e.what());
+        _log->warn("cannot drop its pages from the pool: {}", e.what());
     }
 }
 
 void pool_pusher::run() noexcept {
-    auto log = make_logger("pagesrv");
     const uint64_t start = monotonic_ns();
     push_result r;
     try {
@@ -81,18 +79,17 @@ void pool_pusher::run() noexcept {
         if (health->dead_mask())
             throw error("pool nodes unreachable: " + health->lost_nodes());
         push_all(client);
-        restore_redundancy(health, *log);
+        restore_redundancy(health);
         r.ok = true;
         r.pages = _m.pages_total();
         r.bytes_stored = client.stats().bytes_written;
     } catch (const std::exception& e) {
         r.error = e.what();
-        log->error("migration {}: pool push failed: {}", _m.id(), r.error);
+        _log->error("pool push failed: {}", r.error);
     }
     r.push_ns = monotonic_ns() - start;
     if (r.ok)
-        log->info("migration {}: pushed {} pages into the pool in {:.1f} ms", _m.id(), r.pages,
-                  ns_to_ms(r.push_ns));
+        _log->info("pushed {} pages into the pool in {:.1f} ms", r.pages, ns_to_ms(r.push_ns));
     std::lock_guard lock(_mutex);
     _result = r;
     _done = true;

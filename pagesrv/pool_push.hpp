@@ -49,9 +49,10 @@ class pool_pusher {
   private:
     void run() noexcept;
     void push_all(pool::pool_client& client);
-    void restore_redundancy(const std::shared_ptr<pool::pool_health>& health, spdlog::logger& log);
+    void restore_redundancy(const std::shared_ptr<pool::pool_health>& health);
 
     outgoing_migration& _m;
+    std::shared_ptr<spdlog::logger> _log; // the migration's
     pool::pool_spec _spec;
     uint64_t _object;
     std::atomic<bool> _stop{false};

@@ -68,7 +68,7 @@ bool incoming_session::restore_with_engine() {
                 _root_pid = engines::read_gate_request(conn.get());
                 resume = ask_to_resume();
             } catch (const std::exception& ex) {
-                _log->warn("migration {}: {}", _id, ex.what());
+                _log->warn("{}", ex.what());
             }
             engines::answer_gate(conn.get(), resume, resume ? "" : "not committed");
             t_resume = monotonic_ns();

@@ -1,5 +1,6 @@
 #include "transport/request_loop.hpp"
 
+#include "core/log.hpp"
 #include "core/mapping.hpp"
 #include "core/page.hpp"
 #include "sys/net.hpp"
@@ -10,7 +11,8 @@
 
 namespace ferry::transport {
 
-void serve_requests(int fd, page_source& src, spdlog::logger& log) {
+void serve_requests(int fd, page_source& src) {
+    const auto log = make_logger("pagesrv", src.id());
     const auto buffer =
         mapping::anonymous(size_t(wire::max_pages_per_request) * page_size, "page reply buffer");
     std::byte* pages = buffer.data();
@@ -21,12 +23,11 @@ void serve_requests(int fd, page_source& src, spdlog::logger& log) {
             return; // the destination closed the channel
         wire::page_request req;
         if (auto err = wire::decode(h, req); err != wire::decode_error::none) {
-            log.warn("migration {}: malformed page request ({}); closing the channel", src.id(),
-                     wire::to_string(err));
+            log->warn("malformed page request ({}); closing the channel", wire::to_string(err));
             return;
         }
         if (req.operation == wire::op::done) {
-            log.info("migration {}: the destination has every page", src.id());
+            log->info("the destination has every page");
             src.destination_done();
             continue;
         }
@@ -40,8 +41,8 @@ void serve_requests(int fd, page_source& src, spdlog::logger& log) {
         net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(30)), "send page reply");
         src.count_sent(rep.nr_pages, rh.size() + iov[1].iov_len + iov[2].iov_len);
         if (st != wire::status::ok)
-            log.warn("migration {}: refused pid {} [{:#x}, +{} pages): {}", src.id(), req.pid,
-                     req.vaddr, req.nr_pages, wire::to_string(st));
+            log->warn("refused pid {} [{:#x}, +{} pages): {}", req.pid, req.vaddr, req.nr_pages,
+                      wire::to_string(st));
     }
 }
 

@@ -5,12 +5,10 @@
 
 #include "transport/page_source.hpp"
 
-#include <spdlog/logger.h>
-
 namespace ferry::transport {
 
 // Returns when the peer closes the connection or sends a malformed frame
 // (logged); throws on a failed write.
-void serve_requests(int fd, page_source& src, spdlog::logger& log);
+void serve_requests(int fd, page_source& src);
 
 } // namespace ferry::transport

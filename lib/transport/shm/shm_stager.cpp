@@ -95,7 +95,8 @@ uint64_t anonymous_bytes_of_tree(pid_t root) {
     return total;
 }
 
-shm_stager::shm_stager(page_source& src, region_file file) : _src(src), _file(std::move(file)) {
+shm_stager::shm_stager(page_source& src, region_file file)
+    : _src(src), _log(make_logger("pagesrv", src.id())), _file(std::move(file)) {
     const region_geometry geo = layout(_src.lazy_pages().total_pages());
     // A region prepared before the freeze may be larger than needed; the
     // reader maps what the handshake says.
@@ -149,8 +150,7 @@ void shm_stager::stage(uint64_t first, uint64_t count, bool restage) {
             _src.read_pages(req, _region.page(first), _region.checksums() + first);
         if (st != wire::status::ok) {
             if (!_read_error_logged)
-                make_logger("pagesrv")->error("migration {}: cannot stage pid {} {:#x}: {}",
-                                              _src.id(), r.pid, req.vaddr, wire::to_string(st));
+                _log->error("cannot stage pid {} {:#x}: {}", r.pid, req.vaddr, wire::to_string(st));
             _read_error_logged = true;
             first += n; // left absent: the reader's fetch deadline reports it
             continue;
@@ -182,9 +182,8 @@ void shm_stager::run() {
             cursor += eager_chunk_pages;
             worked = true;
             if (cursor >= total)
-                make_logger("pagesrv")->info("migration {}: {} pages staged in {:.1f} ms",
-                                             _src.id(), total,
-                                             ns_to_ms(monotonic_ns() - _started_ns));
+                _log->info("{} pages staged in {:.1f} ms", total,
+                           ns_to_ms(monotonic_ns() - _started_ns));
         }
         const uint64_t now = monotonic_ns();
         if (worked) {

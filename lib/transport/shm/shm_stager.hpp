@@ -10,9 +10,12 @@
 #include "transport/page_source.hpp"
 #include "transport/shm/shm_region.hpp"
 
+#include <spdlog/logger.h>
+
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <sys/types.h>
 #include <thread>
@@ -75,6 +78,7 @@ class shm_stager {
     void stage(uint64_t first, uint64_t count, bool restage);
 
     page_source& _src;
+    std::shared_ptr<spdlog::logger> _log; // the migration's
     region_file _file;
     region_view _region;
     std::atomic<bool> _stop{false};
