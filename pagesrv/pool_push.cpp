@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/fault_inject.hpp"
 #include "core/log.hpp"
+#include "core/mapping.hpp"
 #include "core/page.hpp"
 #include "outgoing.hpp"
 #include "pool/pool_rebuild.hpp"
@@ -103,18 +104,8 @@ void pool_pusher::push_all(pool::pool_client& client) {
     const uint32_t pps = lay.pages_per_stripe;
     const uint32_t batch_stripes = std::max(1u, 256u / pps);
     const size_t batch_pages = size_t(batch_stripes) * pps;
-    struct buffer {
-        size_t bytes;
-        void* mem;
-        ~buffer() {
-            if (mem != MAP_FAILED)
-                ::munmap(mem, bytes);
-        }
-    } buf{batch_pages * page_size, ::mmap(nullptr, batch_pages * page_size, PROT_READ | PROT_WRITE,
-                                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0)};
-    if (buf.mem == MAP_FAILED)
-        throw sys_error("mmap push buffer");
-    auto* pages = static_cast<std::byte*>(buf.mem);
+    const auto buffer = mapping::anonymous(batch_pages * page_size, "push buffer", MAP_POPULATE);
+    auto* pages = buffer.data();
     std::vector<uint64_t> sums(batch_pages);
     const uint64_t zero_sum = [] {
         std::vector<std::byte> z(page_size);

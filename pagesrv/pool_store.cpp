@@ -58,11 +58,10 @@ pool_store::pool_store(pool_store_config cfg) : _cfg(std::move(cfg)) {
                                 _cfg.capacity_bytes, _cfg.chunk_size));
     _slots = uint32_t(slots);
     // Populated now, so that storing a chunk never waits for a page fault.
-    void* m = ::mmap(nullptr, size_t(_slots) * _cfg.chunk_size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (m == MAP_FAILED)
-        throw sys_error(fmt::format("mmap a pool arena of {} bytes", _cfg.capacity_bytes));
-    _arena = static_cast<std::byte*>(m);
+    _arena_map = mapping::anonymous(size_t(_slots) * _cfg.chunk_size,
+                                    fmt::format("a pool arena of {} bytes", _cfg.capacity_bytes),
+                                    MAP_POPULATE);
+    _arena = _arena_map.data();
     _arena_meta.resize(size_t(_slots) * pool::max_meta_len);
     _arena_keys.resize(_slots);
     _arena_free.reserve(_slots);
@@ -82,14 +81,12 @@ pool_store::pool_store(pool_store_config cfg) : _cfg(std::move(cfg)) {
     if (fd < 0)
         throw sys_error("open disk tier " + _tier_path.string());
     _tier.reset(fd);
-    if (::posix_memalign(reinterpret_cast<void**>(&_io), 4096, _cfg.chunk_size))
-        throw error("cannot allocate the disk tier's buffer");
+    // Page aligned, as O_DIRECT wants.
+    _io_map = mapping::anonymous(_cfg.chunk_size, "the disk tier's buffer");
+    _io = _io_map.data();
 }
 
 pool_store::~pool_store() {
-    if (_arena)
-        ::munmap(_arena, size_t(_slots) * _cfg.chunk_size);
-    std::free(_io);
     std::error_code ec;
     std::filesystem::remove(_tier_path, ec);
 }

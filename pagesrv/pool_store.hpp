@@ -6,6 +6,7 @@
 // were stored, so a damaged tier returns `corrupt`, never bad data.
 #pragma once
 
+#include "core/mapping.hpp"
 #include "core/unique_fd.hpp"
 #include "eviction.hpp"
 #include "wire/pool_wire.hpp"
@@ -87,7 +88,8 @@ class pool_store {
 
     pool_store_config _cfg;
     uint32_t _slots;
-    std::byte* _arena = nullptr;
+    mapping _arena_map;
+    std::byte* _arena = nullptr;        // _arena_map's
     std::vector<std::byte> _arena_meta; // max_meta_len per arena slot
     std::vector<key> _arena_keys;       // which chunk each slot holds
     std::vector<uint32_t> _arena_free;  // free arena slots
@@ -96,8 +98,9 @@ class pool_store {
     uint32_t _disk_slots = 0;           // the tier file's length in slots
     std::filesystem::path _tier_path;
     unique_fd _tier;
-    bool _direct = false;     // the tier file is O_DIRECT
-    std::byte* _io = nullptr; // aligned bounce buffer for the tier
+    bool _direct = false; // the tier file is O_DIRECT
+    mapping _io_map;
+    std::byte* _io = nullptr; // _io_map's: an aligned bounce buffer for the tier
     std::unique_ptr<eviction_policy> _policy;
     std::unordered_map<key, entry, key_hash> _index;
     pool_counters _c;

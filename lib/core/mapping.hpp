@@ -14,9 +14,10 @@ namespace ferry {
 class mapping {
   public:
     mapping() noexcept = default;
-    // Private anonymous memory of `bytes`, readable and writable; throws
-    // std::system_error naming `what`.
-    static mapping anonymous(size_t bytes, const std::string& what);
+    // Private anonymous memory of `bytes`, readable and writable, with
+    // `extra_flags` (MAP_POPULATE, MAP_NORESERVE); throws std::system_error
+    // naming `what`.
+    static mapping anonymous(size_t bytes, const std::string& what, int extra_flags = 0);
     // `bytes` of `fd` from offset 0 with `prot` and `flags` (MAP_SHARED,
     // MAP_POPULATE, ...); throws std::system_error naming `what`.
     static mapping of_file(int fd, size_t bytes, int prot, int flags, const std::string& what);

@@ -44,13 +44,10 @@ pool_client::pool_client(const pool_spec& spec, uint64_t object,
         op->index = int32_t(i);
         const size_t data_bytes = size_t(max_stripes) * pps * page_size;
         const size_t parity_bytes = size_t(max_stripes) * _layout.geo.parity * _layout.member_len;
-        op->map_bytes = data_bytes + parity_bytes + page_size;
         // Touched only as far as reads reach: reserve address space, not memory.
-        void* m = ::mmap(nullptr, op->map_bytes, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED)
-            throw sys_error("mmap pool read buffer");
-        op->data = static_cast<std::byte*>(m);
+        op->buffer = mapping::anonymous(data_bytes + parity_bytes + page_size, "pool read buffer",
+                                        MAP_NORESERVE);
+        op->data = op->buffer.data();
         op->parity = op->data + data_bytes;
         op->sums.resize(size_t(max_stripes) * pps);
         op->states.resize(size_t(max_stripes) * raid::max_members);
@@ -60,11 +57,7 @@ pool_client::pool_client(const pool_spec& spec, uint64_t object,
     _scratch.resize(max_data_len + max_meta_len);
 }
 
-pool_client::~pool_client() {
-    for (auto& op : _reads)
-        if (op->data)
-            ::munmap(op->data, op->map_bytes);
-}
+pool_client::~pool_client() = default;
 
 void pool_client::connect_slot(uint32_t slot) {
     auto& l = *_links[slot];

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/error.hpp"
+#include "core/mapping.hpp"
 #include "pool/pool_client.hpp"
 
 #include <fmt/format.h>
@@ -101,9 +102,9 @@ struct pool_client::read_op {
     uint32_t stripes_left = 0;
     read_status status = read_status::pending;
     std::string error;
+    mapping buffer;              // data, then parity
     std::byte* data = nullptr;   // whole stripes' data members, page aligned
     std::byte* parity = nullptr; // the parity members, per stripe
-    size_t map_bytes = 0;
     std::vector<uint64_t> sums;
     std::vector<uint8_t> states; // stripe * max_members + member
     std::vector<uint8_t> done;

@@ -93,7 +93,7 @@ wait_for "$out" "verify ok child pages=1024" 30 "$mark"
 log "case: SIGTERM"
 daemon=$(cat "/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.pid")
 kill -TERM "$daemon"
-for _ in $(seq 1 200); do gone "$daemon" && break; sleep 0.05; done
+wait_gone "$daemon" 10 || true
 gone "$daemon" || fail "pagesrv did not stop on SIGTERM"
 grep -q "signal 15: stopping" "/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.log" || fail "no stop message"
 grep -q "info: stopped" "/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.log" || fail "pagesrv did not finish its shutdown"

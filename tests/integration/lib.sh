@@ -90,6 +90,17 @@ gone() {
   [ "$st" = Z ] || [ "$st" = X ]
 }
 
+# wait_gone PID [SECONDS]: polls until PID is gone (or a zombie); false if
+# it is still there after SECONDS (default 5).
+wait_gone() {
+  local pid=$1 secs=${2:-5} i
+  for ((i = 0; i < secs * 20; i++)); do
+    gone "$pid" && return 0
+    sleep 0.05
+  done
+  gone "$pid"
+}
+
 # json FILE KEY: a top-level value of the migrator's JSON output.
 json() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(str(v).lower() if isinstance(v,bool) else v)' "$1" "$2"; }
 

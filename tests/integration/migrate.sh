@@ -58,7 +58,7 @@ log "downtime ${downtime} ms; pages total=$total faulted=$faulted prefetched=$pr
 awk -v d="$downtime" 'BEGIN { exit !(d > 0) }' || fail "no downtime measured"
 
 # The source tree is gone; the destination tree runs on host b.
-for i in $(seq 1 100); do gone "$pid" && break; sleep 0.05; done
+wait_gone "$pid" || true
 gone "$pid" || fail "source pid $pid still exists"
 running "$dest" || fail "destination pid $dest is not running"
 [ "$(netns_of "$dest")" != "$src_net" ] || fail "the restored tree is still in host a's network namespace"

@@ -28,7 +28,7 @@ cat "$work/park.json" >&2
 [ "$(json "$work/park.json" ok)" = true ] || fail "checkpoint not ok"
 [ "$(json "$work/park.json" mode)" = checkpoint ] || fail "wrong mode"
 [ "$(json "$work/park.json" record_bytes)" -gt 0 ] || fail "no record stored"
-for i in $(seq 1 100); do gone "$pid" && break; sleep 0.05; done
+wait_gone "$pid" || true
 gone "$pid" || fail "the parked workload still runs on the source"
 python3 - "$work/park.json" <<'PY' || fail "the pool did not take every page"
 import json, sys

@@ -72,7 +72,7 @@ run_case() {
   running "$dest" || fail "$name: the destination is not running"
   # It is the init of its PID namespace: its whole tree goes with it.
   kill -KILL "$dest" 2>/dev/null || true
-  for i in $(seq 1 100); do gone "$dest" && break; sleep 0.05; done
+  wait_gone "$dest" || true
 }
 
 # Failure injection, run once the workload has resumed on b.

@@ -5,11 +5,9 @@
 # key is intact, no reply carried a wrong value, no acknowledged write was
 # lost, and the container runs on b with the source gone.
 # FERRY_TEST_ENGINE picks the engine: podman (default) or docker.
-set -euo pipefail
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-export FERRY_BUILD=${FERRY_BUILD:-$repo/build}
-name=fr$$
-cleanup() { FERRY_TESTBED=$name "$repo/examples/testbed.sh" down >/dev/null 2>&1 || true; }
-trap cleanup EXIT
+source "$(dirname "$0")/lib.sh"
+# redis_lab.py brings up and tears down this test's own testbed (lib.sh's
+# names); lib.sh's clean-up takes down whatever a failure leaves.
 python3 "$repo/examples/redis/redis_lab.py" test --engine "${FERRY_TEST_ENGINE:-podman}" --mib 64 \
-  --testbed "$name" --net "10.$((100 + $$ % 100)).$((($$ / 100) % 250)).0" >/dev/null
+  --testbed "$FERRY_TESTBED" --net "$FERRY_TESTBED_NET.0" >/dev/null
+log "PASS"

@@ -42,7 +42,7 @@ test_cleanup() {
 stalled_criu_gone() {
   local f="$work/criu-stalled-$1.pid"
   [ -f "$f" ] || fail "CRIU never reached $1 (no $f)"
-  for _ in $(seq 1 100); do gone "$(cat "$f")" && break; sleep 0.05; done
+  wait_gone "$(cat "$f")" || true
   gone "$(cat "$f")" || fail "the CRIU stalled at $1 (pid $(cat "$f")) is still there"
   kill -KILL "$(cat "$work/stall-sleeper-$1.pid")" 2>/dev/null || true
 }
@@ -54,7 +54,7 @@ no_copy_on_b() {
   for p in $(ip netns pids "$FERRY_TESTBED-b"); do
     [ "$p" = "$(cat "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.pid")" ] && continue
     grep -q memload "/proc/$p/cmdline" 2>/dev/null || continue
-    for _ in $(seq 1 200); do gone "$p" && break; sleep 0.05; done
+    wait_gone "$p" 10 || true
     gone "$p" || fail "a restored copy runs on b (pid $p)"
   done
   return 0
@@ -110,7 +110,7 @@ if [ -z "$engine" ]; then
   [ "$(json "$work/stall-status-ready.json" ok)" = true ] || fail "status-ready: not ok"
   grep -q "did not take CLOSE" "$work/stall-status-ready.json" || fail "status-ready: no word of the forced end"
   stalled_criu_gone status-ready
-  for _ in $(seq 1 100); do gone "$pid" && break; sleep 0.05; done
+  wait_gone "$pid" || true
   gone "$pid" || fail "status-ready: the source pid $pid still exists beside its copy"
   dest=$(json "$work/stall-status-ready.json" destination_pid)
   verify_workload "$dest" "$out" 8192 1024
@@ -158,7 +158,7 @@ if [ -z "$engine" ]; then
   }
   migrator_pid=$(this_migration migrator_pid)
   kill -KILL "$migrator_pid"
-  for _ in $(seq 1 100); do gone "$migrator_pid" && break; sleep 0.05; done
+  wait_gone "$migrator_pid" || true
   on a migrator status >"$work/status-orphan.txt"
   cat "$work/status-orphan.txt" >&2
   grep -q GONE "$work/status-orphan.txt" || fail "orphan: status does not say the migrator is gone"

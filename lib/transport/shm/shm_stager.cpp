@@ -29,35 +29,37 @@ region_file region_file::create(const std::filesystem::path& dir, const std::str
                                 uint64_t bytes) {
     region_file f;
     f._path = dir / fmt::format("ferry-{}.region", id);
-    f._fd = ::open(f._path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (f._fd < 0)
+    f._fd.reset(::open(f._path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!f._fd)
         throw sys_error("create shm region " + f._path.string());
     f.ensure_size(bytes);
     return f;
 }
 
 region_file::region_file(region_file&& o) noexcept
-    : _fd(std::exchange(o._fd, -1)), _path(std::move(o._path)), _size(o._size),
-      _map(std::exchange(o._map, nullptr)) {}
+    : _fd(std::move(o._fd)), _path(std::move(o._path)), _size(o._size), _map(std::move(o._map)) {}
 
 region_file& region_file::operator=(region_file&& o) noexcept {
     if (this != &o) {
-        this->~region_file();
-        _fd = std::exchange(o._fd, -1);
+        unlink();
+        _fd = std::move(o._fd);
         _path = std::move(o._path);
         _size = o._size;
-        _map = std::exchange(o._map, nullptr);
+        _map = std::move(o._map);
     }
     return *this;
 }
 
 region_file::~region_file() {
-    if (_map)
-        ::munmap(_map, _size);
-    if (_fd >= 0) {
+    unlink();
+}
+
+// Readers that mapped the region keep their mapping; the name goes.
+void region_file::unlink() noexcept {
+    if (_fd)
         ::unlink(_path.c_str());
-        ::close(_fd);
-    }
+    _map.reset();
+    _fd.reset();
 }
 
 // Allocates (and zeroes) every page now, so staging later only copies, and
@@ -67,14 +69,10 @@ region_file::~region_file() {
 void region_file::ensure_size(uint64_t bytes) {
     if (bytes <= _size)
         return;
-    if (::fallocate(_fd, 0, 0, off_t(bytes)))
+    if (::fallocate(_fd.get(), 0, 0, off_t(bytes)))
         throw sys_error("allocate shm region " + _path.string());
-    void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, _fd, 0);
-    if (m == MAP_FAILED)
-        throw sys_error("mmap shm region " + _path.string());
-    if (_map)
-        ::munmap(_map, _size);
-    _map = static_cast<std::byte*>(m);
+    _map = mapping::of_file(_fd.get(), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                            "shm region " + _path.string());
     _size = bytes;
 }
 

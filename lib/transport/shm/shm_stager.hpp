@@ -6,6 +6,8 @@
 // daemon's CPU.
 #pragma once
 
+#include "core/mapping.hpp"
+#include "core/unique_fd.hpp"
 #include "criu/lazy_page_index.hpp"
 #include "transport/page_source.hpp"
 #include "transport/shm/shm_region.hpp"
@@ -39,17 +41,19 @@ class region_file {
 
     // Grows the file and its mapping.
     void ensure_size(uint64_t bytes);
-    [[nodiscard]] int fd() const noexcept { return _fd; }
-    [[nodiscard]] std::byte* map() const noexcept { return _map; }
+    [[nodiscard]] int fd() const noexcept { return _fd.get(); }
+    [[nodiscard]] std::byte* map() const noexcept { return _map.data(); }
     [[nodiscard]] const std::filesystem::path& path() const noexcept { return _path; }
     [[nodiscard]] uint64_t size() const noexcept { return _size; }
-    [[nodiscard]] explicit operator bool() const noexcept { return _fd >= 0; }
+    [[nodiscard]] explicit operator bool() const noexcept { return _fd.valid(); }
 
   private:
-    int _fd = -1;
+    void unlink() noexcept;
+
+    unique_fd _fd; // while valid, the file at _path is ours to unlink
     std::filesystem::path _path;
     uint64_t _size = 0;
-    std::byte* _map = nullptr;
+    mapping _map;
 };
 
 // Estimates a tree's lazy memory: the anonymous memory of each of its

@@ -15,19 +15,13 @@ tcp_channel::tcp_channel(unique_fd fd, uint32_t max_pages)
     : _fd(std::move(fd)), _max_pages(max_pages) {
     net::set_nonblocking(_fd.get(),
                          true); // the fault loop must never block on a half-arrived reply
-    void* p = ::mmap(nullptr, size_t(_max_pages) * page_size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED)
-        throw sys_error("mmap staging buffer");
-    _staging = static_cast<std::byte*>(p);
-    _checksums = new uint64_t[_max_pages];
+    _staging_map =
+        mapping::anonymous(size_t(_max_pages) * page_size, "staging buffer", MAP_POPULATE);
+    _staging = _staging_map.data();
+    _checksums = std::make_unique<uint64_t[]>(_max_pages);
 }
 
-tcp_channel::~tcp_channel() {
-    if (_staging)
-        ::munmap(_staging, size_t(_max_pages) * page_size);
-    delete[] _checksums;
-}
+tcp_channel::~tcp_channel() = default;
 
 void tcp_channel::send(const wire::page_request& r) {
     auto bytes = wire::encode(r);
@@ -65,7 +59,7 @@ incoming_reply* tcp_channel::pump(size_t budget) {
             if (_reply.header.nr_pages > _max_pages)
                 throw error(fmt::format("page reply of {} pages exceeds the {} requested at most",
                                         _reply.header.nr_pages, _max_pages));
-            _reply.checksums = _checksums;
+            _reply.checksums = _checksums.get();
             _reply.pages = _staging;
             _have = 0;
             _stage = _reply.header.nr_pages ? stage::checksums : stage::complete;
@@ -75,7 +69,7 @@ incoming_reply* tcp_channel::pump(size_t budget) {
         }
         case stage::checksums: {
             const size_t want = size_t(_reply.header.nr_pages) * sizeof(uint64_t);
-            if (!read_some(reinterpret_cast<std::byte*>(_checksums), want, _have, budget))
+            if (!read_some(reinterpret_cast<std::byte*>(_checksums.get()), want, _have, budget))
                 return nullptr;
             if (_have < want)
                 continue;

@@ -3,11 +3,13 @@
 // never blocks on a half-arrived reply and never allocates.
 #pragma once
 
+#include "core/mapping.hpp"
 #include "core/unique_fd.hpp"
 #include "transport/page_channel.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace ferry::transport::tcp {
@@ -38,8 +40,9 @@ class tcp_channel final : public page_channel {
 
     unique_fd _fd;
     uint32_t _max_pages;
-    std::byte* _staging = nullptr; // mmap: _max_pages pages
-    uint64_t* _checksums = nullptr;
+    mapping _staging_map;          // _max_pages pages, populated up front
+    std::byte* _staging = nullptr; // _staging_map's
+    std::unique_ptr<uint64_t[]> _checksums;
     wire::header_bytes _header_buf{};
     stage _stage = stage::header;
     size_t _have = 0;
