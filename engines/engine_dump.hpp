@@ -30,6 +30,24 @@
 
 namespace ferry::engines {
 
+// The source_container of an engine whose description of the container is a
+// `Container` (a container_info) and whose lazy dump is a `Dump` made from it.
+template <typename Container, typename Dump>
+class described_source : public source_container {
+  public:
+    described_source(Container c, host_tools tools) : _c(std::move(c)), _tools(std::move(tools)) {}
+    const container_info& info() const override { return _c; }
+    std::unique_ptr<criu::dump_driver> make_dump(const std::filesystem::path& dir,
+                                                 const std::string& migration_id,
+                                                 const criu::dump_settings& s) const override {
+        return std::make_unique<Dump>(_c, dir, migration_id, s, _tools);
+    }
+
+  protected:
+    Container _c;
+    host_tools _tools;
+};
+
 // The engine volumes among inspect's "Mounts" (bind mounts are not).
 std::vector<std::string> named_volumes(const nlohmann::json& mounts);
 

@@ -16,45 +16,14 @@ namespace ferry::records {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// Every field, by its own name; a missing one keeps its default.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(migration_record, id, mode, migrator_pid,
+                                                migrator_start, source_pid, container, engine,
+                                                destination, phase, started_unix_ms,
+                                                phase_since_unix_ms, committed, cgroup_was_frozen,
+                                                work_dir, local_daemon)
+
 namespace {
-
-json to_json(const migration_record& r) {
-    return {{"id", r.id},
-            {"mode", r.mode},
-            {"migrator_pid", r.migrator_pid},
-            {"migrator_start", r.migrator_start},
-            {"source_pid", r.source_pid},
-            {"container", r.container},
-            {"engine", r.engine},
-            {"destination", r.destination},
-            {"phase", r.phase},
-            {"started_unix_ms", r.started_unix_ms},
-            {"phase_since_unix_ms", r.phase_since_unix_ms},
-            {"committed", r.committed},
-            {"cgroup_was_frozen", r.cgroup_was_frozen},
-            {"work_dir", r.work_dir},
-            {"local_daemon", r.local_daemon}};
-}
-
-migration_record from_json(const json& j) {
-    migration_record r;
-    r.id = j.at("id").get<std::string>();
-    r.mode = j.value("mode", "migrate");
-    r.migrator_pid = j.value("migrator_pid", 0);
-    r.migrator_start = j.value("migrator_start", uint64_t(0));
-    r.source_pid = j.value("source_pid", 0);
-    r.container = j.value("container", "");
-    r.engine = j.value("engine", "");
-    r.destination = j.value("destination", "");
-    r.phase = j.value("phase", "");
-    r.started_unix_ms = j.value("started_unix_ms", uint64_t(0));
-    r.phase_since_unix_ms = j.value("phase_since_unix_ms", uint64_t(0));
-    r.committed = j.value("committed", false);
-    r.cgroup_was_frozen = j.value("cgroup_was_frozen", false);
-    r.work_dir = j.value("work_dir", "");
-    r.local_daemon = j.value("local_daemon", "");
-    return r;
-}
 
 bool is_id(const std::string& s) {
     return !s.empty() && s.size() <= 64 &&
@@ -85,7 +54,7 @@ void write(const migration_record& r, const fs::path& dir) {
     const auto tmp = own / fmt::format("record.json.{}.tmp", ::getpid());
     {
         std::ofstream out(tmp);
-        out << to_json(r).dump(1) << '\n';
+        out << json(r).dump(1) << '\n';
         if (!out)
             throw error("cannot write " + tmp.string());
     }
@@ -107,8 +76,11 @@ std::vector<migration_record> list(const fs::path& dir) {
             continue;
         try {
             std::ifstream in(e.path() / "record.json");
-            if (in)
-                out.push_back(from_json(json::parse(in)));
+            if (in) {
+                auto r = json::parse(in).get<migration_record>();
+                if (r.id == e.path().filename().string()) // a record of its own directory
+                    out.push_back(std::move(r));
+            }
         } catch (const std::exception&) {
             // not ours: skipped
         }

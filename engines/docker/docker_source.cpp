@@ -174,24 +174,15 @@ class docker_dump final : public engine_dump {
 
 namespace {
 
-class docker_source final : public source_container {
+class docker_source final : public described_source<container, docker_dump> {
   public:
-    docker_source(container c, host_tools tools) : _c(std::move(c)), _tools(std::move(tools)) {}
-    const container_info& info() const override { return _c; }
+    using described_source::described_source;
     // dockerd creates the container from it at the prepare, before the
     // freeze (copying the image's layers takes seconds with vfs).
     std::vector<uint8_t> config_for_prepare() const override {
         const auto text = _c.config.dump();
         return {text.begin(), text.end()};
     }
-    std::unique_ptr<criu::dump_driver> make_dump(const fs::path& dir, const std::string& id,
-                                                 const criu::dump_settings& s) const override {
-        return std::make_unique<docker_dump>(_c, dir, id, s, _tools);
-    }
-
-  private:
-    container _c;
-    host_tools _tools;
 };
 
 } // namespace

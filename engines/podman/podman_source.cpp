@@ -127,28 +127,10 @@ class podman_dump final : public engine_dump {
 
 } // namespace
 
-namespace {
-
-class podman_source final : public source_container {
-  public:
-    podman_source(container c, host_tools tools) : _c(std::move(c)), _tools(std::move(tools)) {}
-    const container_info& info() const override { return _c; }
-    std::unique_ptr<criu::dump_driver> make_dump(const fs::path& dir, const std::string& id,
-                                                 const criu::dump_settings& s) const override {
-        return std::make_unique<podman_dump>(_c, dir, id, s, _tools);
-    }
-
-  private:
-    container _c;
-    host_tools _tools;
-};
-
-} // namespace
-
 std::unique_ptr<source_container> open_source(const std::string& name, const host_tools& tools) {
     auto c = inspect(name, tools);
     require_ferry_runtime(tools);
-    return std::make_unique<podman_source>(std::move(c), tools);
+    return std::make_unique<described_source<container, podman_dump>>(std::move(c), tools);
 }
 
 } // namespace ferry::engines::podman

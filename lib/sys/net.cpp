@@ -197,15 +197,29 @@ void writev_full(int fd, iovec* iov, int iovcnt, deadline until, const char* wha
     }
 }
 
-void send_fd(int sock, int fd_to_send) {
-    char dummy = 0;
-    iovec iov{&dummy, 1};
+namespace {
+
+// One byte of payload and room for one descriptor: what SCM_RIGHTS travels in.
+struct fd_message {
+    char byte = 0;
+    iovec iov{&byte, 1};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
+    fd_message() {
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+    }
+    fd_message(const fd_message&) = delete;
+    fd_message& operator=(const fd_message&) = delete;
+};
+
+} // namespace
+
+void send_fd(int sock, int fd_to_send) {
+    fd_message m;
+    msghdr& msg = m.msg;
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
@@ -216,14 +230,8 @@ void send_fd(int sock, int fd_to_send) {
 }
 
 unique_fd recv_fd(int sock) {
-    char dummy;
-    iovec iov{&dummy, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
+    fd_message m;
+    msghdr& msg = m.msg;
     ssize_t n;
     do
         n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);

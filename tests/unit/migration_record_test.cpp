@@ -1,6 +1,7 @@
 #include "core/error.hpp"
 #include "migration_record.hpp"
 #include "sys/proc.hpp"
+#include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -12,20 +13,9 @@
 using namespace ferry;
 namespace fs = std::filesystem;
 
-namespace {
+using test::temp_dir;
 
-struct temp_dir {
-    fs::path path;
-    temp_dir() {
-        char t[] = "/tmp/ferry-records-XXXXXX";
-        REQUIRE(::mkdtemp(t));
-        path = t;
-    }
-    ~temp_dir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
+namespace {
 
 records::migration_record sample(const std::string& id, uint64_t started) {
     records::migration_record r;

@@ -1,6 +1,7 @@
 // The pool node's store: arena, disk tier, eviction, integrity.
 #include "core/error.hpp"
 #include "pool_store.hpp"
+#include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 #include <fcntl.h>
@@ -16,22 +17,11 @@ using namespace ferry::pagesrv;
 using pool::status;
 using pool::tier;
 
+using test::temp_dir;
+
 namespace {
 
 constexpr uint32_t chunk = 4096;
-
-struct temp_dir {
-    std::filesystem::path path;
-    temp_dir() {
-        char tmpl[] = "/tmp/ferry-store-test.XXXXXX";
-        REQUIRE(::mkdtemp(tmpl));
-        path = tmpl;
-    }
-    ~temp_dir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path, ec);
-    }
-};
 
 std::vector<std::byte> pattern(uint64_t id) {
     std::vector<std::byte> v(chunk);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 using namespace ferry;
@@ -74,6 +75,23 @@ struct stuck_tracer {
 
 } // namespace
 
+namespace {
+
+// Releases the stand-in's tracee as `migration` would, within `bound`.
+criu::release_result release(const stuck_tracer& s, const std::string& migration, bool end,
+                             std::chrono::milliseconds bound,
+                             std::function<void()> after_kill = {}) {
+    criu::release_request r;
+    r.root = s.tracee;
+    r.migration_id = migration;
+    r.end_workload = end;
+    r.bound = bound;
+    r.after_criu_killed = std::move(after_kill);
+    return criu::release_workload(r);
+}
+
+} // namespace
+
 TEST_CASE("a stuck CRIU is found by its migration and killed; its tracee runs again", "[release]") {
     stuck_tracer s;
     const auto before = criu::inspect_workload(s.tracee);
@@ -84,13 +102,8 @@ TEST_CASE("a stuck CRIU is found by its migration and killed; its tracee runs ag
     CHECK(found[0] == s.tracer);
     CHECK(criu::find_migration_criu("1111111111111111").empty());
 
-    criu::release_request r;
-    r.root = s.tracee;
-    r.migration_id = id;
-    r.bound = std::chrono::seconds(10);
     bool hook_ran = false;
-    r.after_criu_killed = [&] { hook_ran = true; };
-    const auto res = criu::release_workload(r);
+    const auto res = release(s, id, false, std::chrono::seconds(10), [&] { hook_ran = true; });
     CHECK(res.ok);
     CHECK(hook_ran);
     REQUIRE(res.killed_criu.size() == 1);
@@ -101,12 +114,7 @@ TEST_CASE("a stuck CRIU is found by its migration and killed; its tracee runs ag
 
 TEST_CASE("after the commit, the stuck source is ended instead", "[release]") {
     stuck_tracer s;
-    criu::release_request r;
-    r.root = s.tracee;
-    r.migration_id = id;
-    r.end_workload = true;
-    r.bound = std::chrono::seconds(10);
-    const auto res = criu::release_workload(r);
+    const auto res = release(s, id, true, std::chrono::seconds(10));
     CHECK(res.ok);
     CHECK(res.final_state.gone());
     CHECK(res.summary.find("is gone") != std::string::npos);
@@ -116,12 +124,8 @@ TEST_CASE("a workload that stays held is reported with its state, within the bou
     stuck_tracer s;
     // Nobody is named as this migration's CRIU: nothing is killed, and the
     // tracee stays in its ptrace stop.
-    criu::release_request r;
-    r.root = s.tracee;
-    r.migration_id = "2222222222222222";
-    r.bound = std::chrono::milliseconds(300);
     const auto t0 = std::chrono::steady_clock::now();
-    const auto res = criu::release_workload(r);
+    const auto res = release(s, "2222222222222222", false, std::chrono::milliseconds(300));
     CHECK_FALSE(res.ok);
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
     CHECK(res.summary.find("does not run") != std::string::npos);
