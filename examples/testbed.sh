@@ -21,6 +21,11 @@
 #   testbed.sh stop HOST        SIGKILL HOST's daemon (to inject a failure)
 #   testbed.sh start HOST       start HOST's daemon again
 #
+# Every host gets TLS credentials from the testbed's own cluster CA (STATE/ca,
+# made with `migrator credentials init`): STATE/HOST/credentials holds its
+# certificate (name HOST, its address in the SAN), which its daemon and every
+# command run through `exec` (FERRY_CREDENTIALS) present.
+#
 # Environment: FERRY_TESTBED names the testbed (default "ferry"; namespaces are
 # NAME-a, NAME-b, NAME-pK and NAME-sw), FERRY_TESTBED_NET picks the /24
 # (default 10.77.0), FERRY_BUILD points at the build dir (default
@@ -90,7 +95,7 @@ start_daemon() {
   esac
   # With engines, the daemon restores containers with the host's own podman.
   env $(engine_env "$h") nsenter --net="/run/netns/$(ns "$h")" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
-    "${role[@]}" </dev/null >>"$dir/pagesrv.log" 2>&1 &
+    --credentials "$dir/credentials" "${role[@]}" </dev/null >>"$dir/pagesrv.log" 2>&1 &
   echo $! >"$dir/pagesrv.pid"
   # Wait (bounded) until it accepts connections.
   local ip=${net}.$(host_index "$h") i
@@ -117,6 +122,15 @@ stop_daemon() {
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
   fi
   rm -f "$state/$h/pagesrv.pid"
+}
+
+# A cluster CA for the testbed, and HOST's certificate signed by it.
+issue_credentials() {
+  local h=$1
+  [ -x "$build/migrator/migrator" ] || die "no migrator in $build (build first)"
+  [ -f "$state/ca/ca.pem" ] || "$build/migrator/migrator" credentials init --credentials "$state/ca" >/dev/null
+  "$build/migrator/migrator" credentials issue "$h" --address "$net.$(host_index "$h")" \
+    --credentials "$state/ca" --out "$state/$h/credentials" >/dev/null
 }
 
 # The environment that points podman and docker at HOST's own instances.
@@ -241,6 +255,7 @@ up() {
   if [ "$engines" = 1 ]; then
     for h in "${engine_hosts[@]}"; do write_engine_config "$h"; done
   fi
+  for h in "${hosts[@]}"; do issue_credentials "$h"; done
   for h in "${hosts[@]}"; do
     [ "$h" = c ] || start_daemon "$h"
   done
@@ -286,7 +301,7 @@ case "$cmd" in
     h=$1; shift
     # /usr/bin first among the system's: the engines' own CLIs, not strays.
     exec nsenter --net="/run/netns/$(ns "$h")" env PATH="$(bin_path):/usr/sbin:/usr/bin:$PATH" \
-      FERRY_DAEMON="$(addr "$h")" $(engine_env "$h") "$@"
+      FERRY_DAEMON="$(addr "$h")" FERRY_CREDENTIALS="$state/$h/credentials" $(engine_env "$h") "$@"
     ;;
   stop) [ $# = 1 ] || die "usage: $0 stop HOST"; stop_daemon "$1" KILL ;;
   start) [ $# = 1 ] || die "usage: $0 start HOST"; start_daemon "$1" ;;

@@ -283,6 +283,8 @@ void fault_loop::background_main() {
         // Wait for more background data: on its fd, or briefly for a
         // one-sided fabric, whose source stages pages on its own.
         if (polled && !_bg_ch->capabilities().one_sided) {
+            if (_bg_ch->buffered())
+                continue; // decrypted already: no fd would say so
             pollfd p{_bg_ch->wait_fd(), POLLIN, 0};
             (void)::poll(&p, 1, 10);
         } else if (polled) {

@@ -13,6 +13,7 @@
 #include "pool/pool_rebuild.hpp"
 #include "sys/host_tools.hpp"
 #include "sys/net.hpp"
+#include "tls/credentials.hpp"
 #include "transport/page_channel.hpp"
 #include "wire/control.hpp"
 
@@ -38,14 +39,22 @@ struct options {
     std::string fabric = "tcp";
     std::string pool; // pool_spec text: read pages from the pool
     bool keep_pool = false;
+    std::string credentials_dir;
+    tls::credentials_ptr credentials; // loaded from credentials_dir in main
 };
+
+pool::pool_spec spec_of(const options& opt) {
+    auto spec = pool::pool_spec::parse(opt.pool);
+    spec.credentials = opt.credentials;
+    return spec;
+}
 
 // Pool mode: where the pages come from, the rebuild of lost nodes, and what
 // the final report says about them.
 class pool_source {
   public:
     pool_source(const options& opt, const criu::image_set& images)
-        : _spec(pool::pool_spec::parse(opt.pool)), _object(_spec.object_of(opt.migration_id)),
+        : _spec(spec_of(opt)), _object(_spec.object_of(opt.migration_id)),
           _health(std::make_shared<pool::pool_health>(_spec)), _keep(opt.keep_pool) {
         std::vector<const criu::process_image*> procs;
         for (const auto& p : images.processes)
@@ -256,8 +265,8 @@ std::unique_ptr<page_channel> open_source_channel(const options& opt, const fabr
         return nullptr; // a parked workload: the pool holds every page
     }
     try {
-        return open_page_channel(fabric, net::parse_endpoint(opt.source), opt.migration_id, kind,
-                                 max_pages, std::chrono::seconds(10));
+        return open_page_channel(fabric, net::parse_endpoint(opt.source), opt.credentials,
+                                 opt.migration_id, kind, max_pages, std::chrono::seconds(10));
     } catch (const std::exception& e) {
         if (opt.pool.empty())
             throw;
@@ -373,6 +382,9 @@ int main(int argc, char** argv) {
                    "how long to wait for restore to connect");
     app.add_flag("--wait-start", opt.wait_start,
                  "wait for lazy_start on --report-fd before reading the images");
+    app.add_option("--credentials", opt.credentials_dir,
+                   "TLS credentials directory (ca.pem, cert.pem, key.pem; default "
+                   "$FERRY_CREDENTIALS, then /etc/ferry/credentials)");
     CLI11_PARSE(app, argc, argv);
     configure_logging(log_level_from_environment());
     opt.loop.fetch_deadline = std::chrono::milliseconds(deadline_ms);
@@ -383,5 +395,12 @@ int main(int argc, char** argv) {
     ::signal(SIGPIPE, SIG_IGN);
     auto log = make_logger("lazy-pages");
     reporter report(opt.report_fd, opt.keeper_fd);
+    try {
+        opt.credentials = tls::credentials::load(tls::credentials_dir(opt.credentials_dir));
+    } catch (const std::exception& e) {
+        log->error("{}", e.what());
+        report.final_stats(nullptr, 0, e.what(), nullptr);
+        return 1;
+    }
     return run(opt, report, log);
 }

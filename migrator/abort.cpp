@@ -59,9 +59,8 @@ bool migration::abort_gracefully(const std::string& reason) {
                 a.reason = const_cast<char*>(reason.c_str());
                 a.has_destination_never_ran = _r.committed;
                 a.destination_never_ran = _r.committed;
-                control::send_message(_src.get(), a, net::after(control_timeout));
-                auto e =
-                    control::receive(_src.get(), net::after(_deadlines.abort + control_timeout));
+                control::send_message(*_src, a, net::after(control_timeout));
+                auto e = control::receive(*_src, net::after(_deadlines.abort + control_timeout));
                 control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORTED,
                                 "local daemon");
                 _daemon_told_abort = true;
@@ -113,8 +112,8 @@ void migration::tell_daemon_aborted(const std::string& reason) {
         a.destination_never_ran = _r.committed;
         a.has_criu_gone = true;
         a.criu_gone = true;
-        control::send_message(_src.get(), a, net::after(std::chrono::seconds(5)));
-        (void)control::receive(_src.get(), net::after(std::chrono::seconds(10)));
+        control::send_message(*_src, a, net::after(std::chrono::seconds(5)));
+        (void)control::receive(*_src, net::after(std::chrono::seconds(10)));
         _daemon_told_abort = true;
     } catch (const std::exception& e) {
         _log->warn("could not tell the local daemon about the abort: {}", e.what());

@@ -1,12 +1,14 @@
 // migrator: Ferry's command line.
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "credentials_cmd.hpp"
 #include "engine.hpp"
 #include "migrate.hpp"
 #include "park.hpp"
 #include "pool/pool_client.hpp"
 #include "report.hpp"
 #include "status.hpp"
+#include "tls/credentials.hpp"
 
 #include <CLI/CLI.hpp>
 #include <signal.h>
@@ -34,7 +36,8 @@ struct run_args {
     pid_t pid = 0;
     std::string container, engine = engines::names().front();
     pool_args pool;
-    bool json = false, keep_images = false, tcp_close = false;
+    bool json = false, keep_images = false, tcp_close = false, plaintext_pages = false;
+    std::string credentials; // --credentials
     double deadline_scale = 1.0;
     bool no_hw_breakpoints = false;
     std::string criu_config; // a file of extra CRIU options
@@ -58,6 +61,7 @@ int run_migrate(const run_args& a) {
     migrator::migrate_options opt;
     const auto& pool = a.pool;
     try {
+        opt.credentials = tls::credentials::load(tls::credentials_dir(a.credentials));
         if (!pool.nodes.empty()) {
             pool::pool_spec spec;
             spec.nodes = pool::pool_spec::parse_nodes(pool.nodes);
@@ -67,6 +71,7 @@ int run_migrate(const run_args& a) {
             spec.kind = pool::parse_stripe_kind(pool.layout);
             if (a.mode != migrator::migrate_mode::unpark)
                 (void)spec.layout(); // the level must fit the nodes
+            spec.credentials = opt.credentials;
             opt.pool = spec;
         }
         opt.mode = a.mode;
@@ -105,6 +110,7 @@ int run_migrate(const run_args& a) {
     }
     opt.keep_images = a.keep_images;
     opt.tcp_close = a.tcp_close;
+    opt.insecure_plaintext_pages = a.plaintext_pages;
     opt.show_progress = !a.json && ::isatty(STDERR_FILENO);
     auto result = migrator::migrate(opt);
     if (a.json)
@@ -115,9 +121,10 @@ int run_migrate(const run_args& a) {
 }
 
 // `migrator pool stats --node IP:PORT`: a pool node's counters, as JSON.
-int run_pool_stats(const std::string& node) {
+int run_pool_stats(const std::string& node, const std::string& credentials) {
     try {
         pool::pool_spec spec;
+        spec.credentials = tls::credentials::load(tls::credentials_dir(credentials));
         spec.nodes = {net::parse_endpoint(node)};
         spec.level = raid::level::raid0;
         auto health = std::make_shared<pool::pool_health>(spec);
@@ -145,6 +152,13 @@ int main(int argc, char** argv) {
     ::sigaction(SIGTERM, &sa, nullptr);
     CLI::App app{"Ferry: post-copy live migration of containers and process trees"};
     app.require_subcommand(1);
+    // Every command: where this host's credentials are. Subcommands made
+    // after fallthrough() pass it up, so it goes anywhere on the line.
+    std::string credentials;
+    app.add_option("--credentials", credentials,
+                   "TLS credentials directory: ca.pem, cert.pem, key.pem (default "
+                   "$FERRY_CREDENTIALS, then /etc/ferry/credentials)");
+    app.fallthrough();
 
     auto* mig = app.add_subcommand(
         "migrate", "migrate a container or a process tree to another host, post-copy");
@@ -259,10 +273,41 @@ int main(int argc, char** argv) {
     std::string stats_node;
     pool_stats->add_option("--node", stats_node, "the pool node, IP:PORT")->required();
 
+    auto* cred_cmd = app.add_subcommand(
+        "credentials", "create the cluster CA and host certificates that authenticate Ferry");
+    cred_cmd->require_subcommand(1);
+    auto* cred_init = cred_cmd->add_subcommand("init", "create a cluster CA in the directory");
+    auto* cred_issue =
+        cred_cmd->add_subcommand("issue", "sign a certificate for HOST with the cluster CA");
+    std::string issue_host;
+    std::vector<std::string> issue_addresses, issue_dns;
+    std::string issue_out;
+    cred_issue
+        ->add_option("HOST", issue_host,
+                     "the host's name (its identity) or address; an address also goes in the "
+                     "certificate's subject alternative name")
+        ->required();
+    cred_issue->add_option("--address", issue_addresses,
+                           "another IP address the host is dialled at (repeatable)");
+    cred_issue->add_option("--dns", issue_dns, "another DNS name of the host (repeatable)");
+    cred_issue->add_option("--out", issue_out,
+                           "where to write ca.pem, cert.pem and key.pem (default: the "
+                           "credentials directory itself, i.e. this host)");
+
+    mig->add_flag("--insecure-plaintext-pages", a.plaintext_pages,
+                  "page data crosses the network unencrypted (authentication stays on): "
+                  "only inside a trusted network");
+
     CLI11_PARSE(app, argc, argv);
     configure_logging(log_level_from_environment());
+    a.credentials = park.credentials = unpark.credentials = credentials;
+    if (cred_init->parsed())
+        return migrator::run_credentials_init(tls::credentials_dir(credentials));
+    if (cred_issue->parsed())
+        return migrator::run_credentials_issue(tls::credentials_dir(credentials), issue_host,
+                                               issue_addresses, issue_dns, issue_out);
     if (pool_stats->parsed())
-        return run_pool_stats(stats_node);
+        return run_pool_stats(stats_node, credentials);
     if (status_cmd->parsed())
         return migrator::run_status(status_json);
     if (abort_cmd->parsed())

@@ -12,6 +12,7 @@
 #include "pool/pool_client.hpp"
 #include "sys/hw_breakpoints.hpp"
 #include "sys/proc.hpp"
+#include "tls/tls_stream.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -158,7 +159,7 @@ void migration::check_source() {
 // `source_addr` is empty when there is no source (a parked workload).
 void migration::connect_destination(const std::string& source_addr) {
     try {
-        _dest = net::tcp_connect(_opt.destination, connect_timeout);
+        _dest = tls::connect(_opt.destination, _opt.credentials, connect_timeout);
     } catch (const std::exception& e) {
         throw error(fmt::format("cannot reach the destination daemon: {}", e.what()));
     }
@@ -185,8 +186,8 @@ void migration::connect_destination(const std::string& source_addr) {
             prep.container_config.len = _container_config.size();
         }
     }
-    control::send_message(_dest.get(), prep, net::after(control_timeout));
-    auto ok = control::receive(_dest.get(), net::after(control_timeout));
+    control::send_message(*_dest, prep, net::after(control_timeout));
+    auto ok = control::receive(*_dest, net::after(control_timeout));
     control::expect(ok.get(), FERRY_CONTROL__ENVELOPE__BODY_PREPARE_OK,
                     "destination " + _opt.destination.to_string());
 }
@@ -194,7 +195,7 @@ void migration::connect_destination(const std::string& source_addr) {
 void migration::connect_local_daemon() {
     const std::string fabric = _opt.fabric.to_string();
     try {
-        _src = net::tcp_connect(_opt.local_daemon, connect_timeout);
+        _src = tls::connect(_opt.local_daemon, _opt.credentials, connect_timeout);
     } catch (const std::exception& e) {
         throw error(
             fmt::format("cannot reach the local daemon (the source pagesrv): {}", e.what()));
@@ -206,8 +207,8 @@ void migration::connect_local_daemon() {
     prep_src.migration_id = const_cast<char*>(_r.id.c_str());
     prep_src.root_pid = _opt.pid;
     prep_src.fabric = const_cast<char*>(fabric.c_str());
-    control::send_message(_src.get(), prep_src, net::after(control_timeout));
-    auto prepared = control::receive(_src.get(), net::after(std::chrono::minutes(2)));
+    control::send_message(*_src, prep_src, net::after(control_timeout));
+    auto prepared = control::receive(*_src, net::after(std::chrono::minutes(2)));
     control::expect(prepared.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARED,
                     "local daemon");
     _r.prepare_ns = monotonic_ns() - t0;
@@ -258,7 +259,7 @@ migration_result migration::run() {
             _r.source_running = criu::inspect_workload(_opt.pid).running();
         }
         if (_record_stored && !_r.committed)
-            drop_record(_opt.pool->nodes, _opt.park_name);
+            drop_record(*_opt.pool, _opt.park_name);
         cleanup();
         return _r;
     }

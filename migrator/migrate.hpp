@@ -15,6 +15,7 @@
 #include "pool/pool_layout.hpp"
 #include "sys/host_tools.hpp"
 #include "sys/net.hpp"
+#include "tls/credentials.hpp"
 #include "transport/fabric.hpp"
 #include "wire/control.pb-c.h"
 
@@ -61,6 +62,10 @@ struct migrate_options {
     // Extra lines for CRIU's config file on the source (a user's options).
     std::string criu_config_extra;
     host_tools tools; // the programs it runs (CRIU, engines)
+    // Who this host is to the daemons (lib/tls); loaded in main.
+    tls::credentials_ptr credentials;
+    // Page channels leave TLS after authenticating (a trusted network only).
+    bool insecure_plaintext_pages = false;
 };
 
 // lazy-pages' final account, as the destination relayed it.

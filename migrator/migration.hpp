@@ -92,8 +92,8 @@ class migration {
     migrate_options _opt;
     std::shared_ptr<spdlog::logger> _log;
     migration_result _r;
-    unique_fd _dest;
-    unique_fd _src;
+    std::unique_ptr<net::stream> _dest; // TLS to the destination daemon
+    std::unique_ptr<net::stream> _src;  // TLS to this host's daemon
     std::unique_ptr<criu::dump_driver> _dump;
     // Container migrations: the container as its engine describes it.
     std::unique_ptr<engines::source_container> _source;

@@ -24,10 +24,11 @@ void check_park_name(std::string_view name) {
         throw error(fmt::format("'{}' is not a usable name: 1-64 of A-Z a-z 0-9 _ . -", name));
 }
 
-pool::pool_spec record_spec(const std::vector<net::endpoint>& nodes) {
+pool::pool_spec record_spec(const pool::pool_spec& pool) {
     pool::pool_spec s;
-    s.nodes = nodes;
-    s.level = nodes.size() >= 2 ? raid::level::raid1 : raid::level::raid0;
+    s.nodes = pool.nodes;
+    s.credentials = pool.credentials;
+    s.level = s.nodes.size() >= 2 ? raid::level::raid1 : raid::level::raid0;
     s.kind = pool::stripe_kind::whole_pages;
     return s;
 }
@@ -36,16 +37,15 @@ uint64_t record_object(std::string_view name) {
     return pool::object_for(fmt::format("parked:{}", name));
 }
 
-uint64_t store_record(const std::vector<net::endpoint>& nodes,
-                      const FerryControl__ParkedWorkload& record) {
+uint64_t store_record(const pool::pool_spec& pool, const FerryControl__ParkedWorkload& record) {
     std::vector<std::byte> bytes(ferry_control__parked_workload__get_packed_size(&record));
     ferry_control__parked_workload__pack(&record, reinterpret_cast<uint8_t*>(bytes.data()));
-    pool::put_blob(record_spec(nodes), record_object(record.name), bytes);
+    pool::put_blob(record_spec(pool), record_object(record.name), bytes);
     return bytes.size();
 }
 
-parked_record load_record(const std::vector<net::endpoint>& nodes, std::string_view name) {
-    const auto bytes = pool::get_blob(record_spec(nodes), record_object(name));
+parked_record load_record(const pool::pool_spec& pool, std::string_view name) {
+    const auto bytes = pool::get_blob(record_spec(pool), record_object(name));
     if (!bytes)
         return nullptr;
     parked_record r(ferry_control__parked_workload__unpack(
@@ -57,9 +57,9 @@ parked_record load_record(const std::vector<net::endpoint>& nodes, std::string_v
     return r;
 }
 
-void drop_record(const std::vector<net::endpoint>& nodes, std::string_view name) noexcept {
+void drop_record(const pool::pool_spec& pool, std::string_view name) noexcept {
     try {
-        pool::drop_blob(record_spec(nodes), record_object(name));
+        pool::drop_blob(record_spec(pool), record_object(name));
     } catch (const std::exception& e) {
         make_logger("migrator")
             ->warn("cannot drop the record of '{}' from the pool: {}", name, e.what());

@@ -27,15 +27,13 @@ using parked_record = std::unique_ptr<FerryControl__ParkedWorkload, parked_recor
 void check_park_name(std::string_view name);
 
 // Where the record of `name` lives: RAID-1 over `nodes`.
-[[nodiscard]] pool::pool_spec record_spec(const std::vector<net::endpoint>& nodes);
+[[nodiscard]] pool::pool_spec record_spec(const pool::pool_spec& pool);
 [[nodiscard]] uint64_t record_object(std::string_view name);
 
 // Returns the bytes stored.
-uint64_t store_record(const std::vector<net::endpoint>& nodes,
-                      const FerryControl__ParkedWorkload& record);
+uint64_t store_record(const pool::pool_spec& pool, const FerryControl__ParkedWorkload& record);
 // Nothing if no workload of that name is parked; throws if the record cannot be read.
-[[nodiscard]] parked_record load_record(const std::vector<net::endpoint>& nodes,
-                                        std::string_view name);
-void drop_record(const std::vector<net::endpoint>& nodes, std::string_view name) noexcept;
+[[nodiscard]] parked_record load_record(const pool::pool_spec& pool, std::string_view name);
+void drop_record(const pool::pool_spec& pool, std::string_view name) noexcept;
 
 } // namespace ferry::migrator

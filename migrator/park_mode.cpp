@@ -64,7 +64,7 @@ void migration::park() {
     rec.has_source_pid = true;
     rec.source_pid = uint32_t(_opt.pid);
     _record_stored = true; // from the first byte: an abort drops what made it
-    _r.park_record_bytes = store_record(_opt.pool->nodes, rec);
+    _r.park_record_bytes = store_record(*_opt.pool, rec);
     _r.t_images_sent = monotonic_ns();
 
     request_handoff();
@@ -80,11 +80,12 @@ void migration::park() {
 // Unpark: the record says where the pages are; the destination restores
 // from its images and reads every page from the pool.
 void migration::load_parked() {
-    _parked = load_record(_opt.pool->nodes, _opt.park_name);
+    _parked = load_record(*_opt.pool, _opt.park_name);
     if (!_parked)
         throw error(fmt::format("no workload named '{}' is parked in the pool {}", _opt.park_name,
-                                record_spec(_opt.pool->nodes).to_string()));
+                                record_spec(*_opt.pool).to_string()));
     _opt.pool = pool::pool_spec::parse(_parked->pool);
+    _opt.pool->credentials = _opt.credentials;
     _r.pool = _parked->pool;
     _r.source_pid = pid_t(_parked->has_source_pid ? _parked->source_pid : 0);
     _r.source_pages_total = _parked->pages_total;
@@ -113,7 +114,7 @@ void migration::run_unpark() {
     try {
         wait_transfer();
         _r.ok = true;
-        drop_record(_opt.pool->nodes, _opt.park_name); // no longer parked: it runs
+        drop_record(*_opt.pool, _opt.park_name); // no longer parked: it runs
     } catch (const std::exception& e) {
         _r.error = e.what();
     }
@@ -122,7 +123,7 @@ void migration::run_unpark() {
 // Before the freeze: the name (checked by the CLI) must be free; the pages
 // get an object id that the record can name.
 void migration::reserve_park_name() {
-    if (load_record(_opt.pool->nodes, _opt.park_name))
+    if (load_record(*_opt.pool, _opt.park_name))
         throw error(
             fmt::format("a workload named '{}' is already parked in this pool", _opt.park_name));
     _opt.pool->object = pool::object_for(_r.id);

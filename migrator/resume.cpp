@@ -50,7 +50,7 @@ void migration::handle_resume_request() {
             d.resume = false;
             const std::string why = fmt::format("the source cannot commit: {}", e.what());
             d.reason = const_cast<char*>(why.c_str());
-            (void)control::try_send_message(_dest.get(), d, net::after(std::chrono::seconds(5)));
+            (void)control::try_send_message(*_dest, d, net::after(std::chrono::seconds(5)));
             _destination_never_ran = true;
             throw;
         }
@@ -58,7 +58,7 @@ void migration::handle_resume_request() {
     }
     FerryControl__ResumeDecision d = FERRY_CONTROL__RESUME_DECISION__INIT;
     d.resume = true;
-    control::send_message(_dest.get(), d, net::after(control_timeout));
+    control::send_message(*_dest, d, net::after(control_timeout));
 }
 
 // From here on the source tasks must never run again.
@@ -69,8 +69,8 @@ void migration::commit_source() {
     _committing = true;
     set_phase("committing");
     FerryControl__OutgoingCommit c = FERRY_CONTROL__OUTGOING_COMMIT__INIT;
-    control::send_message(_src.get(), c, net::after(control_timeout));
-    auto e = control::receive(_src.get(), net::after(control_timeout));
+    control::send_message(*_src, c, net::after(control_timeout));
+    auto e = control::receive(*_src, net::after(control_timeout));
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_COMMITTED, "local daemon");
     _r.committed = true;
     _r.t_committed = monotonic_ns();
@@ -83,18 +83,20 @@ void migration::wait_resumed() {
         // While waiting for the destination, answer CRIU's notifications
         // promptly so its page server comes up in parallel.
         const int dump_fd = _dump ? _dump->event_fd() : -1;
-        pollfd fds[2] = {{_dest.get(), POLLIN, 0}, {dump_fd, POLLIN, 0}};
+        pollfd fds[2] = {{_dest->fd(), POLLIN, 0}, {dump_fd, POLLIN, 0}};
         const int nfds = dump_fd < 0 ? 1 : 2;
-        if (::poll(fds, nfds_t(nfds), 100) < 0 && errno != EINTR)
+        // A frame already decrypted is not seen by poll().
+        const bool buffered = _dest->buffered();
+        if (::poll(fds, nfds_t(nfds), buffered ? 0 : 100) < 0 && errno != EINTR)
             throw sys_error("poll");
         if (std::chrono::steady_clock::now() > until)
             throw error("the destination did not restore in time");
         check_interrupt();
         if (nfds == 2 && fds[1].revents)
             _dump->on_event();
-        if (!fds[0].revents)
+        if (!fds[0].revents && !buffered)
             continue;
-        auto e = control::receive(_dest.get(), net::after(control_timeout));
+        auto e = control::receive(*_dest, net::after(control_timeout));
         if (!e)
             throw error("the destination daemon closed the connection before resuming");
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_REQUEST) {
@@ -132,7 +134,7 @@ void migration::wait_resumed() {
 // Pool mode: ask the source to report when the pool holds every page.
 void migration::request_handoff() {
     FerryControl__OutgoingHandoff h = FERRY_CONTROL__OUTGOING_HANDOFF__INIT;
-    control::send_message(_src.get(), h, net::after(control_timeout));
+    control::send_message(*_src, h, net::after(control_timeout));
 }
 
 // The push is over. If it succeeded, the source's job is done: end CRIU's
@@ -151,7 +153,7 @@ void migration::handle_handoff() {
 
 // The source daemon's answer to request_handoff: did the pool take every page?
 bool migration::receive_handoff() {
-    auto e = control::receive(_src.get(), net::no_deadline);
+    auto e = control::receive(*_src, net::no_deadline);
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDED_OFF, "local daemon");
     const auto& h = *e->outgoing_handed_off;
     _r.pool_push_ns = h.push_ns;
@@ -171,26 +173,29 @@ void migration::wait_transfer() {
         if (_handoff_pending) {
             // The destination reports every 200 ms: its silence is bounded
             // here as in the receive below.
-            pollfd fds[2] = {{_dest.get(), POLLIN, 0}, {_src.get(), POLLIN, 0}};
+            pollfd fds[2] = {{_dest->fd(), POLLIN, 0}, {_src->fd(), POLLIN, 0}};
+            const bool buffered = _dest->buffered() || _src->buffered();
             const int n =
-                ::poll(fds, 2, int(std::chrono::milliseconds(transfer_silence_limit).count()));
+                buffered ? 1
+                         : ::poll(fds, 2,
+                                  int(std::chrono::milliseconds(transfer_silence_limit).count()));
             if (n < 0 && errno != EINTR)
                 throw sys_error("poll");
             if (n == 0)
                 throw error(fmt::format("the destination sent nothing for {} s after it resumed; "
                                         "the source stays frozen",
                                         transfer_silence_limit.count()));
-            if (fds[1].revents) {
+            if (fds[1].revents || _src->buffered()) {
                 _handoff_pending = false;
                 handle_handoff();
                 continue;
             }
-            if (!fds[0].revents)
+            if (!fds[0].revents && !_dest->buffered())
                 continue;
         }
         control::envelope_ptr e;
         try {
-            e = control::receive(_dest.get(), net::after(transfer_silence_limit));
+            e = control::receive(*_dest, net::after(transfer_silence_limit));
         } catch (const std::exception& ex) {
             throw error(fmt::format(
                 "lost the destination after it resumed ({}); the source stays frozen", ex.what()));
@@ -238,8 +243,8 @@ void migration::finish_source() {
     set_phase("finishing");
     try {
         FerryControl__OutgoingFinish f = FERRY_CONTROL__OUTGOING_FINISH__INIT;
-        control::send_message(_src.get(), f, net::after(control_timeout));
-        auto e = control::receive(_src.get(), net::after(_deadlines.close + control_timeout));
+        control::send_message(*_src, f, net::after(control_timeout));
+        auto e = control::receive(*_src, net::after(_deadlines.close + control_timeout));
         control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISHED, "local daemon");
         _r.source_pages_served = e->outgoing_finished->pages_served;
         _r.source_bytes_sent = e->outgoing_finished->bytes_sent;

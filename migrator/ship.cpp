@@ -106,7 +106,13 @@ void migration::register_with_source() {
     reg.pool = _r.pool.empty() ? nullptr : const_cast<char*>(_r.pool.c_str());
     reg.has_deadline_scale = true;
     reg.deadline_scale = _opt.deadline_scale;
-    control::send_message(_src.get(), reg, net::after(control_timeout));
+    // The one peer that may read the pages: the destination daemon as its
+    // certificate names it (parking: nobody but this host).
+    const std::string reader = _dest ? _dest->peer_identity() : _opt.credentials->identity();
+    reg.destination_identity = const_cast<char*>(reader.c_str());
+    reg.has_plaintext_pages = true;
+    reg.plaintext_pages = _opt.insecure_plaintext_pages;
+    control::send_message(*_src, reg, net::after(control_timeout));
 }
 
 image_list migration::collect_images() {
@@ -150,7 +156,7 @@ void migration::send_images(const image_list& images) {
         msg.files = ptrs.data();
         msg.has_last = true;
         msg.last = last;
-        control::send_message(_dest.get(), msg, net::after(control_timeout));
+        control::send_message(*_dest, msg, net::after(control_timeout));
         pieces.clear();
     };
     size_t in_frame = 0;
@@ -175,7 +181,7 @@ void migration::send_images(const image_list& images) {
 }
 
 void migration::wait_registered() {
-    auto e = control::receive(_src.get(), net::after(control_timeout));
+    auto e = control::receive(*_src, net::after(control_timeout));
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTERED, "local daemon");
     _registered = true;
     _r.source_pages_total = e->outgoing_registered->pages_total;

@@ -43,7 +43,7 @@ void incoming_session::report_resumed(uint64_t restore_ns,
     _d.criu_events().moments(_id).to_message(moments);
     res.moments = &moments;
     try {
-        control::send_message(_fd, res, net::after(control_timeout));
+        control::send_message(_conn, res, net::after(control_timeout));
     } catch (const std::exception& ex) {
         _log->warn("cannot report the resume: {}", ex.what());
     }
@@ -53,8 +53,8 @@ bool incoming_session::ask_to_resume() {
     std::string refusal = "the migrator went away";
     try {
         FerryControl__ResumeRequest ask = FERRY_CONTROL__RESUME_REQUEST__INIT;
-        control::send_message(_fd, ask, net::after(control_timeout));
-        auto d = control::receive(_fd, net::after(control_timeout));
+        control::send_message(_conn, ask, net::after(control_timeout));
+        auto d = control::receive(_conn, net::after(control_timeout));
         if (d && d->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_DECISION) {
             if (d->resume_decision->resume && !fault_injected(fault::dest_fail_after_commit))
                 return true;

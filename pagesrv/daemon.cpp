@@ -8,6 +8,7 @@
 #include "incoming.hpp"
 #include "outgoing_session.hpp"
 #include "pool_node.hpp"
+#include "tls/tls_stream.hpp"
 #include "transport/backend.hpp"
 #include "transport/request_loop.hpp"
 #include "wire/control.hpp"
@@ -30,6 +31,8 @@ namespace ferry::pagesrv {
 namespace {
 
 constexpr auto first_frame_timeout = std::chrono::seconds(10);
+// A peer that has not authenticated by then is dropped.
+constexpr auto handshake_timeout = std::chrono::seconds(5);
 
 unique_fd block_stop_signals() {
     sigset_t set;
@@ -98,8 +101,15 @@ void daemon::run() {
             if (!fd)
                 continue;
             std::lock_guard lock(_mutex);
+            if (_connections.size() >= _cfg.max_connections) {
+                // A storm of connections costs a closed socket each, nothing more.
+                if (_refused_connections++ % 100 == 0)
+                    _log->warn("{} connections open: refusing more ({} so far)",
+                               _connections.size(), _refused_connections);
+                continue;
+            }
             auto& c = _connections.emplace_back();
-            c.fd = std::move(fd);
+            c.accepted = std::move(fd);
             c.thread = std::thread([this, &c] { serve_connection(c); });
         }
     }
@@ -156,7 +166,8 @@ void daemon::drain() {
             _log->warn("stopping with committed migrations unfinished: their destinations lose "
                        "their source");
         for (auto& c : _connections)
-            ::shutdown(c.fd.get(), SHUT_RDWR);
+            if (c.conn)
+                c.conn->shutdown();
     }
     std::list<connection> all;
     {
@@ -167,43 +178,56 @@ void daemon::drain() {
         c.thread.join();
 }
 
+// Nothing a peer sends is parsed before it has authenticated.
 void daemon::serve_connection(connection& c) {
-    const int fd = c.fd.get();
     try {
-        auto first = control::receive(fd, net::after(first_frame_timeout));
-        if (first) {
-            switch (first->body_case) {
-            case FERRY_CONTROL__ENVELOPE__BODY_PAGE_CHANNEL_OPEN:
-                serve_page_channel(fd, *first->page_channel_open);
-                break;
-            case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARE:
-                serve_outgoing(fd, prepare_outgoing(fd, *first->outgoing_prepare));
-                break;
-            case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
-                serve_outgoing(fd, {std::move(first), nullptr});
-                break;
-            case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
-                if (_pool)
-                    serve_pool_connection(fd, *first->pool_open, *_pool, *_log);
-                else
-                    control::send_error(
-                        fd, "this daemon is not a pool node (start it with --pool-node)",
-                        net::after(first_frame_timeout));
-                break;
-            case FERRY_CONTROL__ENVELOPE__BODY_INCOMING_PREPARE:
-                serve_incoming(*this, fd, *first->incoming_prepare);
-                break;
-            default:
-                control::send_error(
-                    fd, fmt::format("unexpected first message {}", control::body_name(*first)),
-                    net::after(first_frame_timeout));
-            }
+        auto s = std::make_shared<tls::tls_stream>(std::move(c.accepted), _cfg.credentials,
+                                                   tls::tls_stream::role::server);
+        {
+            std::lock_guard lock(_mutex);
+            c.conn = s;
         }
+        tls::authenticate_client(*s, _cfg.peers, net::after(handshake_timeout));
+        serve_authenticated(*s);
     } catch (const std::exception& e) {
         _log->warn("connection: {}", e.what());
     }
     std::lock_guard lock(_mutex);
     c.done = true;
+}
+
+void daemon::serve_authenticated(net::stream& conn) {
+    {
+        auto first = control::receive(conn, net::after(first_frame_timeout));
+        if (first) {
+            switch (first->body_case) {
+            case FERRY_CONTROL__ENVELOPE__BODY_PAGE_CHANNEL_OPEN:
+                serve_page_channel(conn, *first->page_channel_open);
+                break;
+            case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARE:
+                serve_outgoing(conn, prepare_outgoing(conn, *first->outgoing_prepare));
+                break;
+            case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
+                serve_outgoing(conn, {std::move(first), nullptr});
+                break;
+            case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
+                if (_pool)
+                    serve_pool_connection(conn, *first->pool_open, *_pool, *_log);
+                else
+                    control::send_error(
+                        conn, "this daemon is not a pool node (start it with --pool-node)",
+                        net::after(first_frame_timeout));
+                break;
+            case FERRY_CONTROL__ENVELOPE__BODY_INCOMING_PREPARE:
+                serve_incoming(*this, conn, *first->incoming_prepare);
+                break;
+            default:
+                control::send_error(
+                    conn, fmt::format("unexpected first message {}", control::body_name(*first)),
+                    net::after(first_frame_timeout));
+            }
+        }
+    }
 }
 
 std::shared_ptr<outgoing_migration> daemon::find_outgoing(const std::string& id,
@@ -224,16 +248,26 @@ std::shared_ptr<outgoing_migration> daemon::find_outgoing(const std::string& id,
 // the acceptance, then the connection carries page requests (all of them
 // over tcp; only "done" over one-sided fabrics) until the destination
 // closes it.
-void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& open) {
+void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChannelOpen& open) {
     auto m = find_outgoing(open.migration_id, std::chrono::seconds(10));
     if (!m) {
-        control::send_error(fd, fmt::format("unknown migration {}", open.migration_id),
+        control::send_error(conn, fmt::format("unknown migration {}", open.migration_id),
                             net::after(first_frame_timeout));
+        return;
+    }
+    // Only the destination the migrator chose reads the pages.
+    if (conn.peer_identity() != m->access().destination_identity) {
+        m->log().warn("refused a page channel from {}: the migration's destination is {}",
+                      conn.peer_identity(), m->access().destination_identity);
+        control::send_error(
+            conn,
+            fmt::format("{} is not part of migration {}", conn.peer_identity(), open.migration_id),
+            net::after(first_frame_timeout));
         return;
     }
     const std::string fabric = open.fabric && *open.fabric ? open.fabric : "tcp";
     if (fabric != m->fabric().name()) {
-        control::send_error(fd,
+        control::send_error(conn,
                             fmt::format("migration {} crosses the {} fabric, not {}", m->id(),
                                         m->fabric().name(), fabric),
                             net::after(first_frame_timeout));
@@ -243,8 +277,14 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
     ok.page_size = uint32_t(page_size);
     ok.max_pages_per_request = wire::max_pages_per_request;
     const auto keep = m->fabric().accept(ok, m->fabric_state());
-    control::send_message(fd, ok, net::after(first_frame_timeout));
-    net::set_nodelay(fd);
+    ok.has_plaintext_pages = true;
+    ok.plaintext_pages = m->access().plaintext_pages;
+    control::send_message(conn, ok, net::after(first_frame_timeout));
+    net::set_nodelay(conn.fd());
+    std::unique_ptr<net::socket_stream> plain;
+    if (ok.plaintext_pages)
+        plain = std::make_unique<net::socket_stream>(
+            static_cast<tls::tls_stream&>(conn).to_plaintext(net::after(first_frame_timeout)));
     if (open.kind == FERRY_CONTROL__CHANNEL_KIND__BACKGROUND) {
         // Background reads yield the CPU at once to any thread serving a
         // fault (or running the workload); they only soak up idle time.
@@ -253,26 +293,26 @@ void daemon::serve_page_channel(int fd, const FerryControl__PageChannelOpen& ope
             m->log().warn("cannot make the background channel SCHED_IDLE: {}",
                           std::strerror(errno));
     }
-    transport::serve_requests(fd, *m);
+    transport::serve_requests(plain ? *plain : conn, *m);
 }
 
 // Before the freeze: the fabric does what it can while the tree still runs
 // (shm allocates its region), then the registration proper is awaited.
 // Returns that frame and what the fabric prepared.
-daemon::prepared_outgoing daemon::prepare_outgoing(int fd,
+daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
                                                    const FerryControl__OutgoingPrepare& prep) {
     const auto& fabric = transport::find(fabric_spec::parse(prep.fabric).name);
     auto state = fabric.prepare(prep.root_pid, prep.migration_id);
     FerryControl__OutgoingPrepared ok = FERRY_CONTROL__OUTGOING_PREPARED__INIT;
     ok.region_bytes = 0;
-    control::send_message(fd, ok, net::after(first_frame_timeout));
+    control::send_message(conn, ok, net::after(first_frame_timeout));
     // The dump runs meanwhile; registration follows once its images exist.
-    auto next = control::receive(fd, net::no_deadline);
+    auto next = control::receive(conn, net::no_deadline);
     control::expect(next.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER, "migrator");
     return {std::move(next), std::move(state)};
 }
 
-void daemon::serve_outgoing(int fd, prepared_outgoing first) {
+void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
     const FerryControl__OutgoingRegister& reg = *first.frame->outgoing_register;
     std::shared_ptr<outgoing_migration> m;
     try {
@@ -282,10 +322,13 @@ void daemon::serve_outgoing(int fd, prepared_outgoing first) {
             reg.migration_id, reg.images_dir, pid_t(reg.root_pid),
             uint16_t(reg.criu_page_server_port), fabric, std::move(first.fabric_state),
             reg.has_deadline_scale && reg.deadline_scale > 0 ? reg.deadline_scale : 1.0);
+        if (!reg.destination_identity || !*reg.destination_identity)
+            throw error("the migrator named no destination identity");
+        m->grant({reg.destination_identity, reg.has_plaintext_pages && reg.plaintext_pages});
     } catch (const std::exception& e) {
         // Until registration succeeds the migrator owns the abort.
         control::send_error(
-            fd, fmt::format("cannot serve migration {}: {}", reg.migration_id, e.what()),
+            conn, fmt::format("cannot serve migration {}: {}", reg.migration_id, e.what()),
             net::after(first_frame_timeout));
         return;
     }
@@ -296,7 +339,9 @@ void daemon::serve_outgoing(int fd, prepared_outgoing first) {
     _registry_changed.notify_all();
     if (reg.pool && *reg.pool) {
         try {
-            m->start_pool_push(pool::pool_spec::parse(reg.pool));
+            auto spec = pool::pool_spec::parse(reg.pool);
+            spec.credentials = _cfg.credentials;
+            m->start_pool_push(spec);
         } catch (const std::exception& e) {
             m->log().error("cannot push into the pool: {}", e.what());
         }
@@ -309,9 +354,9 @@ void daemon::serve_outgoing(int fd, prepared_outgoing first) {
     FerryControl__CriuMoments freeze;
     _criu_events.moments(m->id()).to_message(freeze);
     ok.moments = &freeze;
-    control::send_message(fd, ok, net::after(first_frame_timeout));
+    control::send_message(conn, ok, net::after(first_frame_timeout));
 
-    outgoing_session(fd, *m, _criu_events).run();
+    outgoing_session(conn, *m, _criu_events).run();
     {
         std::lock_guard lock(_mutex);
         _outgoing.erase(m->id());

@@ -12,6 +12,7 @@
 #include "sys/host_tools.hpp"
 #include "sys/hw_breakpoints.hpp"
 #include "sys/net.hpp"
+#include "tls/credentials.hpp"
 #include "wire/control.hpp"
 
 #include <spdlog/logger.h>
@@ -38,6 +39,11 @@ struct daemon_config {
     // trap (lib/hw_breakpoints.hpp); a migrator can ask for it too.
     bool no_hw_breakpoints = false;
     host_tools tools; // the programs it runs (CRIU, lazy-pages, engines)
+    // Who this daemon is, and whom it takes control from (lib/tls).
+    tls::credentials_ptr credentials;
+    tls::peer_policy peers;
+    // Connections at once, authenticated or not; more are closed at once.
+    size_t max_connections = 256;
 };
 
 class daemon {
@@ -58,20 +64,23 @@ class daemon {
 
   private:
     struct connection {
-        unique_fd fd;
+        unique_fd accepted;                // until the thread takes it
+        std::shared_ptr<net::stream> conn; // TLS over it, set under _mutex
         std::thread thread;
         bool done = false;
     };
 
     void serve_connection(connection& c);
-    void serve_page_channel(int fd, const FerryControl__PageChannelOpen& open);
+    void serve_authenticated(net::stream& conn);
+    void serve_page_channel(net::stream& conn, const FerryControl__PageChannelOpen& open);
     // The registration frame, and what the fabric did before the freeze.
     struct prepared_outgoing {
         control::envelope_ptr frame;
         std::unique_ptr<transport::source_state> fabric_state;
     };
-    prepared_outgoing prepare_outgoing(int fd, const FerryControl__OutgoingPrepare& prep);
-    void serve_outgoing(int fd, prepared_outgoing first);
+    prepared_outgoing prepare_outgoing(net::stream& conn,
+                                       const FerryControl__OutgoingPrepare& prep);
+    void serve_outgoing(net::stream& conn, prepared_outgoing first);
 
     std::shared_ptr<outgoing_migration> find_outgoing(const std::string& id,
                                                       std::chrono::milliseconds wait);
@@ -90,6 +99,7 @@ class daemon {
     std::condition_variable _registry_changed;
     std::map<std::string, std::shared_ptr<outgoing_migration>> _outgoing;
     std::list<connection> _connections;
+    uint64_t _refused_connections = 0;
 };
 
 } // namespace ferry::pagesrv

@@ -46,7 +46,7 @@ void incoming_session::send_restore_failure(const std::string& why) {
     FerryControl__RestoreResult r = FERRY_CONTROL__RESTORE_RESULT__INIT;
     r.ok = false;
     r.error = const_cast<char*>(why.c_str());
-    (void)control::try_send_message(_fd, r,
+    (void)control::try_send_message(_conn, r,
                                     net::after(control_timeout)); // the migrator may be gone
 }
 
@@ -63,7 +63,7 @@ void incoming_session::prepare() {
     try {
         check_prepare();
     } catch (const std::exception& e) {
-        (void)control::try_send_error(_fd, e.what(), net::after(control_timeout));
+        (void)control::try_send_error(_conn, e.what(), net::after(control_timeout));
         throw;
     }
     // The helpers start now, before the source freezes.
@@ -76,7 +76,7 @@ void incoming_session::prepare() {
     }
     FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
     ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
-    control::send_message(_fd, ok, net::after(control_timeout));
+    control::send_message(_conn, ok, net::after(control_timeout));
 }
 
 void incoming_session::check_prepare() {
@@ -100,7 +100,7 @@ void incoming_session::check_prepare() {
 bool incoming_session::receive_images() {
     uint64_t t0 = 0;
     for (bool last = false; !last;) {
-        auto e = control::receive(_fd, net::after(images_timeout));
+        auto e = control::receive(_conn, net::after(images_timeout));
         if (!e) {
             _log->warn("the migrator left before sending every image");
             return false;
@@ -179,8 +179,8 @@ void incoming_session::run() {
     relay_transfer();
 }
 
-void serve_incoming(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare) {
-    incoming_session session(d, fd, prepare);
+void serve_incoming(daemon& d, net::stream& conn, const FerryControl__IncomingPrepare& prepare) {
+    incoming_session session(d, conn, prepare);
     try {
         session.run();
     } catch (...) {

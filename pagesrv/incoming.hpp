@@ -4,12 +4,13 @@
 // relays lazy-pages' progress and final statistics.
 #pragma once
 
+#include "sys/stream.hpp"
 #include "wire/control.pb-c.h"
 
 namespace ferry::pagesrv {
 
 class daemon;
 
-void serve_incoming(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare);
+void serve_incoming(daemon& d, net::stream& conn, const FerryControl__IncomingPrepare& prepare);
 
 } // namespace ferry::pagesrv

@@ -43,8 +43,8 @@ struct lazy_child {
 
 class incoming_session {
   public:
-    incoming_session(daemon& d, int fd, const FerryControl__IncomingPrepare& prepare)
-        : _d(d), _fd(fd), _id(prepare.migration_id),
+    incoming_session(daemon& d, net::stream& conn, const FerryControl__IncomingPrepare& prepare)
+        : _d(d), _conn(conn), _id(prepare.migration_id),
           _source(prepare.source_addr ? prepare.source_addr : ""),
           _fabric(prepare.fabric && *prepare.fabric ? prepare.fabric : "tcp"),
           _pool(prepare.pool ? prepare.pool : ""), _engine(prepare.engine ? prepare.engine : ""),
@@ -100,7 +100,7 @@ class incoming_session {
     void kill_restored(const std::string& why);
 
     daemon& _d;
-    int _fd;
+    net::stream& _conn;
     std::string _id;
     std::string _source;
     std::string _fabric;

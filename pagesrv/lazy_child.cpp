@@ -68,7 +68,9 @@ void incoming_session::spawn_lazy_pages() {
                                      std::to_string(keeper_theirs.get()),
                                      "--wait-start",
                                      "--fabric",
-                                     _fabric};
+                                     _fabric,
+                                     "--credentials",
+                                     _d.config().credentials->dir().string()};
     if (!_pool.empty()) {
         args.push_back("--pool");
         args.push_back(_pool);
@@ -151,7 +153,7 @@ void incoming_session::relay_transfer() {
         }
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_PROGRESS) {
             // Progress is informational; the transfer goes on without the migrator.
-            (void)control::try_send(_fd, *e, net::after(control_timeout));
+            (void)control::try_send(_conn, *e, net::after(control_timeout));
             continue;
         }
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS) {
@@ -163,7 +165,7 @@ void incoming_session::relay_transfer() {
                 failure = "lazy-pages reported success but exited abnormally";
             if (failure)
                 kill_restored(*failure);
-            (void)control::try_send(_fd, *e, net::after(control_timeout)); // migrator may be gone
+            (void)control::try_send(_conn, *e, net::after(control_timeout)); // migrator may be gone
             break;
         }
     }
@@ -172,7 +174,7 @@ void incoming_session::relay_transfer() {
         FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
         t.ok = false;
         t.error = const_cast<char*>(failure->c_str());
-        (void)control::try_send_message(_fd, t, net::after(control_timeout));
+        (void)control::try_send_message(_conn, t, net::after(control_timeout));
     }
     // Every page is in place (or the tree is dead): release the uffds, or
     // the tasks would block on their next non-cooperative event.

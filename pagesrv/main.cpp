@@ -4,8 +4,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 int main(int argc, char** argv) {
     std::string listen;
@@ -39,6 +43,14 @@ int main(int argc, char** argv) {
     app.add_flag("--no-hw-breakpoints", no_hw_breakpoints,
                  "CRIU restores step through syscalls even where hardware breakpoints work "
                  "(default: only where they do not trap; $FERRY_NO_HW_BREAKPOINTS=1)");
+    std::string credentials_dir;
+    app.add_option("--credentials", credentials_dir,
+                   "TLS credentials directory: ca.pem, cert.pem, key.pem (default "
+                   "$FERRY_CREDENTIALS, then /etc/ferry/credentials)");
+    std::vector<std::string> allowed_peers;
+    app.add_option("--allow-peer", allowed_peers,
+                   "accept only peers whose certificate has this name (repeatable; default: any "
+                   "certificate the cluster CA signed)");
     CLI11_PARSE(app, argc, argv);
 
     ferry::configure_logging(ferry::log_level_from_environment());
@@ -50,6 +62,14 @@ int main(int argc, char** argv) {
         cfg.drain_timeout = std::chrono::seconds(drain_seconds);
         cfg.no_hw_breakpoints = no_hw_breakpoints;
         cfg.tools = ferry::host_tools::from_environment();
+        cfg.credentials =
+            ferry::tls::credentials::load(ferry::tls::credentials_dir(credentials_dir));
+        cfg.peers.names = allowed_peers;
+        log->info("this host is {} (credentials in {}); {}", cfg.credentials->identity(),
+                  cfg.credentials->dir().string(),
+                  allowed_peers.empty()
+                      ? std::string("any peer the cluster CA signed may connect")
+                      : fmt::format("only {} may connect", fmt::join(allowed_peers, ", ")));
         if (pool_node) {
             ferry::pagesrv::pool_store_config p;
             p.capacity_bytes = ferry::pagesrv::parse_size(capacity);

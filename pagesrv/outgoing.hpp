@@ -91,7 +91,17 @@ class outgoing_migration final : public transport::page_source {
     }
     [[nodiscard]] uint64_t bytes_sent() const noexcept { return _bytes_sent; }
 
+    // Who may read the pages, and how. Set once, before the migration is
+    // findable: the migration id is not a bearer secret.
+    struct access_grant {
+        std::string destination_identity; // the destination daemon's certificate name
+        bool plaintext_pages = false;     // --insecure-plaintext-pages
+    };
+    void grant(access_grant g) { _access = std::move(g); }
+    [[nodiscard]] const access_grant& access() const noexcept { return _access; }
+
   private:
+    access_grant _access;
     struct process {
         pid_t host_pid = 0;
         std::vector<criu::lazy_range> lazy; // sorted, immutable after construction

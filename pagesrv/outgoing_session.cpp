@@ -21,7 +21,7 @@ void outgoing_session::run() {
     for (;;) {
         control::envelope_ptr e;
         try {
-            e = control::receive(_fd, net::no_deadline);
+            e = control::receive(_conn, net::no_deadline);
         } catch (const std::exception& ex) {
             log().warn("migrator connection: {}", ex.what());
         }
@@ -44,7 +44,7 @@ void outgoing_session::run() {
             n = on_abort(*e->outgoing_abort);
             break;
         default:
-            control::send_error(_fd, fmt::format("unexpected {}", control::body_name(*e)),
+            control::send_error(_conn, fmt::format("unexpected {}", control::body_name(*e)),
                                 net::after(reply_timeout));
         }
         if (n == next::done)
@@ -55,9 +55,9 @@ void outgoing_session::run() {
 outgoing_session::next outgoing_session::on_commit() {
     if (_m.commit()) {
         FerryControl__OutgoingCommitted c = FERRY_CONTROL__OUTGOING_COMMITTED__INIT;
-        control::send_message(_fd, c, net::after(reply_timeout));
+        control::send_message(_conn, c, net::after(reply_timeout));
     } else {
-        control::send_error(_fd, "the migration was already aborted: the source is running",
+        control::send_error(_conn, "the migration was already aborted: the source is running",
                             net::after(reply_timeout));
     }
     return next::more;
@@ -79,9 +79,9 @@ outgoing_session::next outgoing_session::on_finish() {
         FerryControl__CriuMoments cm;
         moments.to_message(cm);
         f.moments = &cm;
-        control::send_message(_fd, f, net::after(reply_timeout));
+        control::send_message(_conn, f, net::after(reply_timeout));
     } catch (const std::exception& ex) {
-        control::send_error(_fd, ex.what(), net::after(reply_timeout));
+        control::send_error(_conn, ex.what(), net::after(reply_timeout));
     }
     return next::done;
 }
@@ -95,7 +95,7 @@ outgoing_session::next outgoing_session::on_handoff() {
     h.pages = r.pages;
     h.bytes_stored = r.bytes_stored;
     h.push_ns = r.push_ns;
-    control::send_message(_fd, h, net::after(reply_timeout));
+    control::send_message(_conn, h, net::after(reply_timeout));
     return next::more;
 }
 
@@ -103,10 +103,11 @@ outgoing_session::next outgoing_session::on_abort(const FerryControl__OutgoingAb
     if (_m.abort(a.reason, a.has_destination_never_ran && a.destination_never_ran,
                  a.has_criu_gone && a.criu_gone)) {
         FerryControl__OutgoingAborted done = FERRY_CONTROL__OUTGOING_ABORTED__INIT;
-        control::send_message(_fd, done, net::after(reply_timeout));
+        control::send_message(_conn, done, net::after(reply_timeout));
         return next::done;
     }
-    control::send_error(_fd, "cannot abort: the migration is committed", net::after(reply_timeout));
+    control::send_error(_conn, "cannot abort: the migration is committed",
+                        net::after(reply_timeout));
     return next::more;
 }
 

@@ -4,6 +4,7 @@
 
 #include "criu_events.hpp"
 #include "outgoing.hpp"
+#include "sys/stream.hpp"
 
 #include <spdlog/logger.h>
 
@@ -11,8 +12,8 @@ namespace ferry::pagesrv {
 
 class outgoing_session {
   public:
-    outgoing_session(int fd, outgoing_migration& m, criu_event_log& events)
-        : _fd(fd), _m(m), _events(events) {}
+    outgoing_session(net::stream& conn, outgoing_migration& m, criu_event_log& events)
+        : _conn(conn), _m(m), _events(events) {}
     // Until the migration is finished or aborted, or the migrator is gone.
     void run();
 
@@ -24,7 +25,7 @@ class outgoing_session {
     next on_abort(const FerryControl__OutgoingAbort& a);
     void on_migrator_gone();
 
-    int _fd;
+    net::stream& _conn;
     outgoing_migration& _m;
     criu_event_log& _events;
     spdlog::logger& log() const noexcept { return _m.log(); }

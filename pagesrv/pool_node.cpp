@@ -8,7 +8,7 @@
 
 namespace ferry::pagesrv {
 
-void serve_pool_connection(int fd, const FerryControl__PoolOpen& open, pool_store& store,
+void serve_pool_connection(net::stream& conn, const FerryControl__PoolOpen& open, pool_store& store,
                            spdlog::logger& log) {
     const std::string client = open.client ? open.client : "client";
     FerryControl__PoolAccepted ok = FERRY_CONTROL__POOL_ACCEPTED__INIT;
@@ -16,14 +16,14 @@ void serve_pool_connection(int fd, const FerryControl__PoolOpen& open, pool_stor
     ok.capacity_bytes = store.config().capacity_bytes;
     const std::string eviction = store.config().eviction;
     ok.eviction = const_cast<char*>(eviction.c_str());
-    control::send_message(fd, ok, net::after(std::chrono::seconds(10)));
-    net::set_nodelay(fd);
+    control::send_message(conn, ok, net::after(std::chrono::seconds(10)));
+    net::set_nodelay(conn.fd());
 
     // Allocated once per connection: the request loop allocates nothing.
     std::vector<std::byte> meta(pool::max_meta_len), data(pool::max_data_len);
     for (;;) {
         pool::header_bytes h;
-        if (!net::read_full(fd, h, net::no_deadline, "read pool request"))
+        if (!net::read_full(conn, h, net::no_deadline, "read pool request"))
             return; // the client hung up
         pool::request req;
         if (auto err = pool::decode(h, req); err != pool::decode_error::none) {
@@ -38,10 +38,10 @@ void serve_pool_connection(int fd, const FerryControl__PoolOpen& open, pool_stor
         }
         const auto payload_until = net::after(std::chrono::seconds(30));
         if (req.meta_len)
-            net::read_full(fd, std::span(meta.data(), req.meta_len), payload_until,
+            net::read_full(conn, std::span(meta.data(), req.meta_len), payload_until,
                            "read pool chunk metadata");
         if (req.data_len)
-            net::read_full(fd, std::span(data.data(), req.data_len), payload_until,
+            net::read_full(conn, std::span(data.data(), req.data_len), payload_until,
                            "read pool chunk");
 
         pool::reply rep{pool::status::ok, pool::tier::none, req.object, req.chunk, 0, 0,
@@ -73,7 +73,7 @@ void serve_pool_connection(int fd, const FerryControl__PoolOpen& open, pool_stor
             {hdr.data(), hdr.size()},
             {meta.data(), rep.meta_len},
             {stats.empty() ? static_cast<void*>(data.data()) : stats.data(), rep.data_len}};
-        net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(30)), "send pool reply");
+        net::writev_full(conn, iov, 3, net::after(std::chrono::seconds(30)), "send pool reply");
     }
 }
 

@@ -10,7 +10,7 @@ namespace ferry::pagesrv {
 
 // Answers the client's pool_open, then serves requests until it hangs up.
 // A malformed frame ends the connection (logged once).
-void serve_pool_connection(int fd, const FerryControl__PoolOpen& open, pool_store& store,
+void serve_pool_connection(net::stream& conn, const FerryControl__PoolOpen& open, pool_store& store,
                            spdlog::logger& log);
 
 } // namespace ferry::pagesrv

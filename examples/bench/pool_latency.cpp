@@ -17,6 +17,7 @@
 #include "core/page.hpp"
 #include "pool/pool_client.hpp"
 #include "pool/pool_layout.hpp"
+#include "tls/credentials.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -101,12 +102,13 @@ double time_bulk_reads(pool::pool_client& c, uint64_t pages) {
     return double(pages * page_size) / (1 << 20) / (double(monotonic_ns() - t0) / 1e9);
 }
 
-nlohmann::json run_config(const std::vector<net::endpoint>& all, const config& cfg, uint64_t pages,
-                          uint32_t reads, uint64_t seed) {
+nlohmann::json run_config(const std::vector<net::endpoint>& all, const tls::credentials_ptr& creds,
+                          const config& cfg, uint64_t pages, uint32_t reads, uint64_t seed) {
     pool::pool_spec spec;
     spec.nodes.assign(all.begin(), all.begin() + cfg.nodes);
     spec.level = cfg.level;
     spec.kind = cfg.kind;
+    spec.credentials = creds;
     const auto layout = spec.layout();
     const uint64_t object = seed * 1000003 + uint64_t(cfg.level) * 10 + uint64_t(cfg.kind);
     nlohmann::json j;
@@ -198,7 +200,11 @@ int main(int argc, char** argv) {
     app.add_option("--reads", reads, "timed single-page reads per case")->capture_default_str();
     app.add_option("--seed", seed)->capture_default_str();
     app.add_option("--json", json_path, "also write the results here");
+    std::string credentials_dir;
+    app.add_option("--credentials", credentials_dir,
+                   "TLS credentials (default $FERRY_CREDENTIALS, then /etc/ferry/credentials)");
     CLI11_PARSE(app, argc, argv);
+    const auto creds = tls::credentials::load(tls::credentials_dir(credentials_dir));
 
     const auto all = pool::pool_spec::parse_nodes(nodes_text);
     using pool::stripe_kind;
@@ -224,7 +230,7 @@ int main(int argc, char** argv) {
                        raid::to_string(cfg.level), cfg.nodes, all.size());
             continue;
         }
-        const auto j = run_config(all, cfg, pages, reads, seed);
+        const auto j = run_config(all, creds, cfg, pages, reads, seed);
         results.push_back(j);
         auto num = [&](const char* a, const char* b = nullptr) -> std::string {
             if (!j.contains(a))

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/page.hpp"
+#include "tls/tls_stream.hpp"
 #include "wire/control.hpp"
 
 #include <fmt/format.h>
@@ -66,19 +67,20 @@ void pool_client::connect_slot(uint32_t slot) {
     l.ep = _health->endpoint(slot);
     l.ring = std::move(ring);
     try {
-        unique_fd fd = net::tcp_connect(l.ep, _opt.connect_timeout);
+        if (!_health->credentials())
+            throw error("no credentials to authenticate to the pool with");
+        auto conn = tls::connect(l.ep, _health->credentials(), _opt.connect_timeout);
         FerryControl__PoolOpen open = FERRY_CONTROL__POOL_OPEN__INIT;
         open.client = const_cast<char*>(_opt.name.c_str());
-        control::send_message(fd.get(), open, net::after(_opt.connect_timeout));
-        auto reply = control::receive(fd.get(), net::after(_opt.connect_timeout));
+        control::send_message(*conn, open, net::after(_opt.connect_timeout));
+        auto reply = control::receive(*conn, net::after(_opt.connect_timeout));
         control::expect(reply.get(), FERRY_CONTROL__ENVELOPE__BODY_POOL_ACCEPTED,
                         "pool node " + l.ep.to_string());
         if (reply->pool_accepted->chunk_size < _layout.member_len)
             throw error(fmt::format("it stores chunks of at most {} bytes; this layout needs {}",
                                     reply->pool_accepted->chunk_size, _layout.member_len));
-        net::set_nodelay(fd.get());
-        net::set_nonblocking(fd.get(), true);
-        l.fd = std::move(fd);
+        net::set_nodelay(conn->fd());
+        l.conn = std::move(conn);
         l.last_reply_ns = l.last_heard_ns = monotonic_ns();
     } catch (const std::exception& e) {
         _health->declare_dead(slot, fmt::format("unreachable: {}", e.what()));
@@ -89,7 +91,7 @@ void pool_client::connect_slot(uint32_t slot) {
 void pool_client::lose(uint32_t slot, const std::string& reason) {
     _health->declare_dead(slot, reason);
     auto& l = *_links[slot];
-    l.fd.reset();
+    l.conn.reset();
     l.at = link::stage::header;
     l.have = 0;
     std::vector<expectation> owed;
@@ -126,7 +128,7 @@ bool pool_client::post(uint32_t slot, const request& r, const void* meta, const 
                     {const_cast<void*>(meta), r.meta_len},
                     {const_cast<void*>(data), r.data_len}};
     try {
-        net::writev_full(l.fd.get(), iov, r.data_len ? 3 : (r.meta_len ? 2 : 1),
+        net::writev_full(*l.conn, iov, r.data_len ? 3 : (r.meta_len ? 2 : 1),
                          net::after(std::chrono::milliseconds(
                              std::max<int64_t>(1, _opt.max_deadline.count() / 1000))),
                          "send to pool node");
@@ -150,7 +152,9 @@ void pool_client::progress(std::chrono::microseconds wait) {
     nfds_t n = 0;
     for (uint32_t s = 0; s < _links.size(); s++)
         if (_links[s]->live()) {
-            fds[n] = {_links[s]->fd.get(), POLLIN, 0};
+            fds[n] = {_links[s]->conn->fd(), POLLIN, 0};
+            if (_links[s]->conn->buffered())
+                wait = std::chrono::microseconds(0); // decrypted, waiting above the socket
             slots[n++] = s;
         }
     if (n == 0)
@@ -185,17 +189,19 @@ void pool_client::read_link(uint32_t slot) {
             want = l.current.data_len;
             break;
         }
-        const ssize_t got = ::read(l.fd.get(), dst + l.have, want - l.have);
+        ssize_t got;
+        try {
+            got = l.conn->read_some(dst + l.have, want - l.have);
+        } catch (const std::exception& e) {
+            lose(slot, fmt::format("read: {}", e.what()));
+            return;
+        }
         if (got == 0) {
             lose(slot, "connection closed");
             return;
         }
-        if (got < 0) {
-            if (errno == EAGAIN || errno == EINTR)
-                return;
-            lose(slot, fmt::format("read: {}", std::strerror(errno)));
-            return;
-        }
+        if (got < 0)
+            return; // would block
         l.have += size_t(got);
         if (l.have < want)
             continue;

@@ -41,7 +41,7 @@ struct pool_client::expectation {
 // read straight into the buffer waiting for it.
 struct pool_client::link {
     net::endpoint ep;
-    unique_fd fd;
+    std::unique_ptr<net::stream> conn; // TLS
     std::vector<expectation> ring;
     size_t head = 0, count = 0;
 
@@ -58,7 +58,7 @@ struct pool_client::link {
     bool rtt_valid = false;
     uint32_t strikes = 0;
 
-    [[nodiscard]] bool live() const noexcept { return bool(fd); }
+    [[nodiscard]] bool live() const noexcept { return conn != nullptr; }
     [[nodiscard]] expectation& front() noexcept { return ring[head]; }
     void push(const expectation& e) {
         if (count == ring.size())

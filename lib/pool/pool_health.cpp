@@ -6,7 +6,8 @@
 
 namespace ferry::pool {
 
-pool_health::pool_health(const pool_spec& spec) : _slots(spec.nodes), _spares(spec.spares) {
+pool_health::pool_health(const pool_spec& spec)
+    : _credentials(spec.credentials), _slots(spec.nodes), _spares(spec.spares) {
     if (_slots.size() > 32)
         throw error("at most 32 pool nodes");
 }

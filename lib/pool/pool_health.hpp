@@ -33,6 +33,8 @@ class pool_health {
     }
     [[nodiscard]] net::endpoint endpoint(uint32_t slot) const;
     [[nodiscard]] uint32_t slots() const noexcept { return uint32_t(_slots.size()); }
+    // How this process authenticates to the nodes.
+    [[nodiscard]] const tls::credentials_ptr& credentials() const noexcept { return _credentials; }
 
     // Idempotent; the first reason is kept.
     void declare_dead(uint32_t slot, const std::string& reason);
@@ -52,6 +54,7 @@ class pool_health {
     [[nodiscard]] std::string members() const;
 
   private:
+    tls::credentials_ptr _credentials;
     mutable std::mutex _mutex;
     std::condition_variable _changed;
     std::vector<net::endpoint> _slots;

@@ -18,6 +18,7 @@
 
 #include "pool/raid.hpp"
 #include "sys/net.hpp"
+#include "tls/credentials.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -75,6 +76,8 @@ struct pool_spec {
     // The pooled object's id, when it is not the migration's own (a parked
     // workload restored by a later migration).
     std::optional<uint64_t> object;
+    // Who this process is to the nodes (not part of the text form).
+    tls::credentials_ptr credentials;
 
     [[nodiscard]] stripe_layout layout() const {
         return stripe_layout::make(level, uint32_t(nodes.size()), kind);

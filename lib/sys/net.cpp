@@ -15,32 +15,6 @@
 
 namespace ferry::net {
 
-namespace {
-
-int poll_timeout_ms(deadline until) {
-    if (until == no_deadline)
-        return -1;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        until - std::chrono::steady_clock::now());
-    return left.count() < 0 ? 0 : int(std::min<int64_t>(left.count() + 1, 1 << 30));
-}
-
-// Returns false on timeout.
-bool wait_for(int fd, short events, deadline until) {
-    for (;;) {
-        pollfd p{fd, events, 0};
-        int r = ::poll(&p, 1, poll_timeout_ms(until));
-        if (r > 0)
-            return true;
-        if (r == 0)
-            return false;
-        if (errno != EINTR)
-            throw sys_error("poll");
-    }
-}
-
-} // namespace
-
 std::string endpoint::to_string() const {
     char ip[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip);
@@ -87,7 +61,7 @@ unique_fd tcp_connect(const endpoint& ep, std::chrono::milliseconds timeout) {
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&ep.addr), sizeof ep.addr) != 0) {
         if (errno != EINPROGRESS)
             throw sys_error(what);
-        if (!wait_for(fd.get(), POLLOUT, after(timeout)))
+        if (!wait_fd(fd.get(), POLLOUT, after(timeout)))
             throw sys_error(what, ETIMEDOUT);
         int err = 0;
         socklen_t len = sizeof err;
@@ -128,73 +102,22 @@ void set_nonblocking(int fd, bool on) {
 }
 
 bool wait_readable(int fd, deadline until) {
-    return wait_for(fd, POLLIN, until);
+    return wait_fd(fd, POLLIN, until);
 }
 
 bool read_full(int fd, std::span<std::byte> buf, deadline until, const char* what) {
-    size_t done = 0;
-    while (done < buf.size()) {
-        // With a deadline, never block in read(): the fd may be blocking.
-        if (until != no_deadline && !wait_for(fd, POLLIN, until))
-            throw sys_error(what, ETIMEDOUT);
-        ssize_t n = ::read(fd, buf.data() + done, buf.size() - done);
-        if (n > 0) {
-            done += size_t(n);
-            continue;
-        }
-        if (n == 0) {
-            if (done == 0)
-                return false;
-            throw error(fmt::format("{}: connection closed mid-message", what));
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN)
-            throw sys_error(what);
-        if (!wait_for(fd, POLLIN, until))
-            throw sys_error(what, ETIMEDOUT);
-    }
-    return true;
+    auto s = socket_stream::view(fd);
+    return read_full(s, buf, until, what);
 }
 
 void write_full(int fd, std::span<const std::byte> buf, deadline until, const char* what) {
-    iovec iov{const_cast<std::byte*>(buf.data()), buf.size()};
-    writev_full(fd, &iov, 1, until, what);
+    auto s = socket_stream::view(fd);
+    write_full(s, buf, until, what);
 }
 
 void writev_full(int fd, iovec* iov, int iovcnt, deadline until, const char* what) {
-    while (iovcnt > 0) {
-        msghdr msg{};
-        msg.msg_iov = iov;
-        msg.msg_iovlen = size_t(iovcnt);
-        ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == ENOTSOCK) {
-                n = ::writev(fd, iov, iovcnt);
-                if (n < 0 && errno == EINTR)
-                    continue;
-            }
-        }
-        if (n < 0) {
-            if (errno != EAGAIN)
-                throw sys_error(what);
-            if (!wait_for(fd, POLLOUT, until))
-                throw sys_error(what, ETIMEDOUT);
-            continue;
-        }
-        size_t left = size_t(n);
-        while (iovcnt > 0 && left >= iov->iov_len) {
-            left -= iov->iov_len;
-            iov++;
-            iovcnt--;
-        }
-        if (iovcnt > 0) {
-            iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-            iov->iov_len -= left;
-        }
-    }
+    auto s = socket_stream::view(fd);
+    writev_full(s, iov, iovcnt, until, what);
 }
 
 namespace {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/unique_fd.hpp"
+#include "sys/stream.hpp"
 
 #include <netinet/in.h>
 
@@ -30,15 +31,7 @@ uint16_t pick_free_loopback_port();
 void set_nodelay(int fd);
 void set_nonblocking(int fd, bool on);
 
-using deadline = std::chrono::steady_clock::time_point;
-[[nodiscard]] inline deadline after(std::chrono::milliseconds d) {
-    return std::chrono::steady_clock::now() + d;
-}
-inline constexpr deadline no_deadline = deadline::max();
-
-// Whole-buffer I/O on a blocking or non-blocking fd. Both throw ferry::error
-// on failure or when the deadline passes; read_full returns false on a clean
-// end of stream before the first byte.
+// Whole-buffer I/O on a blocking or non-blocking fd (stream.hpp's, on a view).
 bool read_full(int fd, std::span<std::byte> buf, deadline until, const char* what);
 void write_full(int fd, std::span<const std::byte> buf, deadline until, const char* what);
 void writev_full(int fd, struct iovec* iov, int iovcnt, deadline until, const char* what);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/unique_fd.hpp"
+#include "sys/stream.hpp"
 #include "transport/fabric.hpp"
 #include "transport/page_channel.hpp"
 #include "transport/page_source.hpp"
@@ -35,10 +36,10 @@ class backend {
     // Whether "NAME:lat=..,bw=.." is accepted: an emulated link's cost.
     [[nodiscard]] virtual bool takes_link_model() const noexcept { return false; }
 
-    // Destination: the channel over `handshake`, a TCP connection on which
-    // the source accepted it with `accepted`.
+    // Destination: the channel over `handshake`, the connection (TLS, or plain
+    // after an agreed downgrade) on which the source accepted it with `accepted`.
     [[nodiscard]] virtual std::unique_ptr<page_channel>
-    open(unique_fd handshake, const FerryControl__PageChannelAccepted& accepted,
+    open(std::unique_ptr<net::stream> handshake, const FerryControl__PageChannelAccepted& accepted,
          const fabric_spec& spec, FerryControl__ChannelKind kind, uint32_t max_pages) const = 0;
 
     // Source, before the freeze while the tree still runs: what can be

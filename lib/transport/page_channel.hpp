@@ -12,6 +12,7 @@
 #pragma once
 
 #include "sys/net.hpp"
+#include "tls/credentials.hpp"
 #include "transport/fabric.hpp"
 #include "wire/control.pb-c.h"
 #include "wire/page_wire.hpp"
@@ -62,14 +63,19 @@ class page_channel {
     // A file descriptor that becomes readable when pump() can make progress;
     // -1 for one-sided backends, whose progress is seen by polling.
     [[nodiscard]] virtual int wait_fd() const noexcept = 0;
+    // Reply bytes already received above wait_fd() (decrypted TLS records):
+    // pump() before waiting on the fd.
+    [[nodiscard]] virtual bool buffered() const noexcept { return false; }
     [[nodiscard]] virtual uint32_t max_pages() const noexcept = 0;
     [[nodiscard]] virtual uint64_t bytes_received() const noexcept = 0;
 };
 
 // Opens a channel of `kind` to the source daemon at `source` for a migration,
-// over the fabric `spec`. The handshake always goes over TCP to `source`.
+// over the fabric `spec`. The handshake always goes over TLS to `source`,
+// authenticated with `creds`.
 std::unique_ptr<page_channel> open_page_channel(const fabric_spec& spec,
                                                 const net::endpoint& source,
+                                                const tls::credentials_ptr& creds,
                                                 const std::string& migration_id,
                                                 FerryControl__ChannelKind kind, uint32_t max_pages,
                                                 std::chrono::milliseconds timeout);

@@ -11,7 +11,7 @@
 
 namespace ferry::transport {
 
-void serve_requests(int fd, page_source& src) {
+void serve_requests(net::stream& conn, page_source& src) {
     const auto log = make_logger("pagesrv", src.id());
     const auto buffer =
         mapping::anonymous(size_t(wire::max_pages_per_request) * page_size, "page reply buffer");
@@ -19,7 +19,7 @@ void serve_requests(int fd, page_source& src) {
     std::vector<uint64_t> checksums(wire::max_pages_per_request);
     for (;;) {
         wire::header_bytes h;
-        if (!net::read_full(fd, h, net::no_deadline, "read page request"))
+        if (!net::read_full(conn, h, net::no_deadline, "read page request"))
             return; // the destination closed the channel
         wire::page_request req;
         if (auto err = wire::decode(h, req); err != wire::decode_error::none) {
@@ -38,7 +38,7 @@ void serve_requests(int fd, page_source& src) {
         iovec iov[3] = {{rh.data(), rh.size()},
                         {checksums.data(), size_t(rep.nr_pages) * sizeof(uint64_t)},
                         {pages, size_t(rep.nr_pages) * page_size}};
-        net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(30)), "send page reply");
+        net::writev_full(conn, iov, 3, net::after(std::chrono::seconds(30)), "send page reply");
         src.count_sent(rep.nr_pages, rh.size() + iov[1].iov_len + iov[2].iov_len);
         if (st != wire::status::ok)
             log->warn("refused pid {} [{:#x}, +{} pages): {}", req.pid, req.vaddr, req.nr_pages,

@@ -3,12 +3,13 @@
 // replies out, until the destination closes it.
 #pragma once
 
+#include "sys/stream.hpp"
 #include "transport/page_source.hpp"
 
 namespace ferry::transport {
 
 // Returns when the peer closes the connection or sends a malformed frame
 // (logged); throws on a failed write.
-void serve_requests(int fd, page_source& src);
+void serve_requests(net::stream& conn, page_source& src);
 
 } // namespace ferry::transport

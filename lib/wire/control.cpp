@@ -82,20 +82,20 @@ envelope_ptr decode_payload(std::span<const std::byte> payload) noexcept {
     return p;
 }
 
-void send(int fd, const envelope& e, net::deadline until) {
+void send(net::stream& s, const envelope& e, net::deadline until) {
     auto frame = encode_frame(e);
-    net::write_full(fd, frame, until, "send control frame");
+    net::write_full(s, frame, until, "send control frame");
 }
 
-envelope_ptr receive(int fd, net::deadline until) {
+envelope_ptr receive(net::stream& s, net::deadline until) {
     std::array<std::byte, frame_header_size> header;
-    if (!net::read_full(fd, header, until, "receive control frame"))
+    if (!net::read_full(s, header, until, "receive control frame"))
         return nullptr;
     uint32_t len = 0;
     if (auto err = decode_frame_header(header, len); err != frame_error::none)
         throw error(fmt::format("malformed control frame: {}", to_string(err)));
     std::vector<std::byte> payload(len);
-    if (len && !net::read_full(fd, payload, until, "receive control frame"))
+    if (len && !net::read_full(s, payload, until, "receive control frame"))
         throw error("malformed control frame: connection closed before the payload");
     auto e = decode_payload(payload);
     if (!e)
@@ -103,10 +103,10 @@ envelope_ptr receive(int fd, net::deadline until) {
     return e;
 }
 
-void send_error(int fd, const std::string& message, net::deadline until) {
+void send_error(net::stream& s, const std::string& message, net::deadline until) {
     FerryControl__ErrorReply r = FERRY_CONTROL__ERROR_REPLY__INIT;
     r.message = const_cast<char*>(message.c_str());
-    send_message(fd, r, until);
+    send_message(s, r, until);
 }
 
 const char* body_name(const envelope& e) noexcept {
@@ -128,22 +128,48 @@ void expect(const envelope* e, FerryControl__Envelope__BodyCase want, const std:
         fmt::format("{} sent {} where {} was expected", peer, body_name(*e), f ? f->name : "?"));
 }
 
-bool try_send(int fd, const envelope& e, net::deadline until) noexcept {
+bool try_send(net::stream& s, const envelope& e, net::deadline until) noexcept {
     try {
-        send(fd, e, until);
+        send(s, e, until);
         return true;
     } catch (const std::exception&) {
         return false;
     }
 }
 
-bool try_send_error(int fd, const std::string& message, net::deadline until) noexcept {
+bool try_send_error(net::stream& s, const std::string& message, net::deadline until) noexcept {
     try {
-        send_error(fd, message, until);
+        send_error(s, message, until);
         return true;
     } catch (const std::exception&) {
         return false;
     }
+}
+
+// The same over an fd someone else owns (a local socket pair).
+void send(int fd, const envelope& e, net::deadline until) {
+    auto s = net::socket_stream::view(fd);
+    send(s, e, until);
+}
+
+envelope_ptr receive(int fd, net::deadline until) {
+    auto s = net::socket_stream::view(fd);
+    return receive(s, until);
+}
+
+void send_error(int fd, const std::string& message, net::deadline until) {
+    auto s = net::socket_stream::view(fd);
+    send_error(s, message, until);
+}
+
+bool try_send(int fd, const envelope& e, net::deadline until) noexcept {
+    auto s = net::socket_stream::view(fd);
+    return try_send(s, e, until);
+}
+
+bool try_send_error(int fd, const std::string& message, net::deadline until) noexcept {
+    auto s = net::socket_stream::view(fd);
+    return try_send_error(s, message, until);
 }
 
 } // namespace ferry::control

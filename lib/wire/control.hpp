@@ -39,9 +39,12 @@ std::vector<std::byte> encode_frame(const envelope& e);
 // nullptr when the payload is not a valid envelope or carries no body.
 [[nodiscard]] envelope_ptr decode_payload(std::span<const std::byte> payload) noexcept;
 
-void send(int fd, const envelope& e, net::deadline until);
+void send(net::stream& s, const envelope& e, net::deadline until);
 // Returns nullptr on a clean end of stream; throws ferry::error on a
 // malformed frame, a timeout, or an I/O error.
+envelope_ptr receive(net::stream& s, net::deadline until);
+// The same over an fd someone else owns (a local socket pair, a pipe).
+void send(int fd, const envelope& e, net::deadline until);
 envelope_ptr receive(int fd, net::deadline until);
 
 // Wraps one message in an envelope and sends it.
@@ -85,24 +88,31 @@ FERRY_CONTROL_BODIES(FERRY_CONTROL_WRAP)
 #undef FERRY_CONTROL_WRAP
 
 template <typename Msg>
+void send_message(net::stream& s, Msg& m, net::deadline until) {
+    send(s, wrap(m), until);
+}
+template <typename Msg>
 void send_message(int fd, Msg& m, net::deadline until) {
     send(fd, wrap(m), until);
 }
 
+void send_error(net::stream& s, const std::string& message, net::deadline until);
 void send_error(int fd, const std::string& message, net::deadline until);
 
 // Best-effort sends, for messages whose loss changes nothing the sender
 // decides (a progress report, a refusal to a peer that may be gone): false
 // if the message could not be sent. Never throws.
+bool try_send(net::stream& s, const envelope& e, net::deadline until) noexcept;
 bool try_send(int fd, const envelope& e, net::deadline until) noexcept;
-template <typename Msg>
-bool try_send_message(int fd, Msg& m, net::deadline until) noexcept {
+template <typename Conn, typename Msg>
+bool try_send_message(Conn&& c, Msg& m, net::deadline until) noexcept {
     try {
-        return try_send(fd, wrap(m), until);
+        return try_send(c, wrap(m), until);
     } catch (const std::exception&) {
         return false; // wrap allocates
     }
 }
+bool try_send_error(net::stream& s, const std::string& message, net::deadline until) noexcept;
 bool try_send_error(int fd, const std::string& message, net::deadline until) noexcept;
 
 // The body's name, for error messages.

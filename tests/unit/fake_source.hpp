@@ -1,10 +1,12 @@
-// A page source for tests: serves page channels over TCP on loopback from a
+// A page source for tests: serves page channels over TLS on loopback from a
 // buffer, the way pagesrv serves them from a frozen task, with switches to
 // corrupt or withhold replies.
 #pragma once
 
 #include "core/checksum.hpp"
 #include "sys/net.hpp"
+#include "test_credentials.hpp"
+#include "tls/tls_stream.hpp"
 #include "wire/control.hpp"
 #include "wire/page_wire.hpp"
 
@@ -33,7 +35,7 @@ class fake_source {
         _thread.join();
         std::lock_guard lock(_mutex);
         for (auto& c : _conns)
-            ::shutdown(c.fd.get(), SHUT_RDWR);
+            c.tls->shutdown();
         for (auto& c : _conns)
             c.thread.join();
     }
@@ -45,6 +47,7 @@ class fake_source {
     std::atomic<bool> silent{false}; // read requests, never answer
     std::atomic<uint64_t> requests{0};
     std::atomic<bool> done_received{false};
+    std::atomic<bool> plaintext_pages{false}; // leave TLS after the acceptance
 
   private:
     static net::endpoint any_loopback() {
@@ -53,7 +56,7 @@ class fake_source {
         return ep;
     }
     struct conn {
-        unique_fd fd;
+        std::shared_ptr<tls::tls_stream> tls;
         std::thread thread;
     };
 
@@ -64,23 +67,32 @@ class fake_source {
                 return;
             std::lock_guard lock(_mutex);
             auto& c = _conns.emplace_back();
-            c.fd = std::move(fd);
-            c.thread = std::thread([this, f = c.fd.get()] { serve(f); });
+            c.tls = std::make_shared<tls::tls_stream>(std::move(fd), loopback_credentials(),
+                                                      tls::tls_stream::role::server);
+            c.thread = std::thread([this, s = c.tls] { serve(*s); });
         }
     }
 
-    void serve(int fd) {
+    void serve(tls::tls_stream& s) {
         try {
-            auto open = control::receive(fd, net::after(std::chrono::seconds(5)));
+            tls::authenticate_client(s, {}, net::after(std::chrono::seconds(5)));
+            auto open = control::receive(s, net::after(std::chrono::seconds(5)));
             FerryControl__PageChannelAccepted ok = FERRY_CONTROL__PAGE_CHANNEL_ACCEPTED__INIT;
             ok.page_size = uint32_t(page_size);
             ok.max_pages_per_request = wire::max_pages_per_request;
-            control::send_message(fd, ok, net::after(std::chrono::seconds(5)));
+            ok.has_plaintext_pages = true;
+            ok.plaintext_pages = plaintext_pages;
+            control::send_message(s, ok, net::after(std::chrono::seconds(5)));
+            std::unique_ptr<net::socket_stream> plain;
+            if (plaintext_pages)
+                plain = std::make_unique<net::socket_stream>(
+                    s.to_plaintext(net::after(std::chrono::seconds(5))));
+            net::stream& conn = plain ? static_cast<net::stream&>(*plain) : s;
             std::vector<std::byte> pages(wire::max_pages_per_request * page_size);
             std::vector<uint64_t> sums(wire::max_pages_per_request);
             for (;;) {
                 wire::header_bytes h;
-                if (!net::read_full(fd, h, net::no_deadline, "fake source"))
+                if (!net::read_full(conn, h, net::no_deadline, "fake source"))
                     return;
                 wire::page_request r;
                 if (wire::decode(h, r) != wire::decode_error::none)
@@ -107,10 +119,11 @@ class fake_source {
                 iovec iov[3] = {{hb.data(), hb.size()},
                                 {sums.data(), rep.nr_pages * sizeof(uint64_t)},
                                 {pages.data(), rep.nr_pages * page_size}};
-                net::writev_full(fd, iov, 3, net::after(std::chrono::seconds(5)),
+                net::writev_full(conn, iov, 3, net::after(std::chrono::seconds(5)),
                                  "fake source reply");
             }
         } catch (const std::exception&) {
+            // The test sees what the channel's end saw.
         }
     }
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-namespace test {
+namespace ferry::test {
 
 struct temp_dir {
     std::filesystem::path path;
@@ -25,4 +25,4 @@ struct temp_dir {
     }
 };
 
-} // namespace test
+} // namespace ferry::test

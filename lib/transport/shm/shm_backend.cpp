@@ -30,7 +30,7 @@ struct shm_accept final : accept_storage {
 
 } // namespace
 
-std::unique_ptr<page_channel> shm_backend::open(unique_fd handshake,
+std::unique_ptr<page_channel> shm_backend::open(std::unique_ptr<net::stream> handshake,
                                                 const FerryControl__PageChannelAccepted& accepted,
                                                 const fabric_spec& spec,
                                                 FerryControl__ChannelKind kind,

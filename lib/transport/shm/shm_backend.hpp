@@ -13,7 +13,7 @@ class shm_backend final : public backend {
   public:
     const char* name() const noexcept override { return "shm"; }
     bool takes_link_model() const noexcept override { return true; }
-    std::unique_ptr<page_channel> open(unique_fd handshake,
+    std::unique_ptr<page_channel> open(std::unique_ptr<net::stream> handshake,
                                        const FerryControl__PageChannelAccepted& accepted,
                                        const fabric_spec& spec, FerryControl__ChannelKind kind,
                                        uint32_t max_pages) const override;

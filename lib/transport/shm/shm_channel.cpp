@@ -14,8 +14,9 @@
 
 namespace ferry::transport::shm {
 
-shm_channel::shm_channel(unique_fd control, const FerryControl__PageChannelAccepted& accepted,
-                         link_model model, uint32_t max_pages, bool urgent)
+shm_channel::shm_channel(std::unique_ptr<net::stream> control,
+                         const FerryControl__PageChannelAccepted& accepted, link_model model,
+                         uint32_t max_pages, bool urgent)
     : _control(std::move(control)), _model(model), _max_pages(max_pages), _urgent(urgent) {
     if (!accepted.shm_path || !accepted.has_shm_size)
         throw error("the source offered no shm region (does it support the shm fabric?)");
@@ -72,7 +73,7 @@ void shm_channel::post(const stage_request& r) {
 void shm_channel::send(const wire::page_request& r) {
     if (r.operation == wire::op::done) {
         auto bytes = wire::encode(r);
-        net::write_full(_control.get(), bytes, net::after(std::chrono::seconds(10)), "send done");
+        net::write_full(*_control, bytes, net::after(std::chrono::seconds(10)), "send done");
         return;
     }
     if (_count == _queue.size())

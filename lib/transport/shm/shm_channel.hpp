@@ -6,8 +6,8 @@
 #pragma once
 
 #include "core/mapping.hpp"
-#include "core/unique_fd.hpp"
 #include "criu/lazy_page_index.hpp"
+#include "sys/stream.hpp"
 #include "transport/page_channel.hpp"
 #include "transport/shm/shm_region.hpp"
 
@@ -23,8 +23,9 @@ class shm_channel final : public page_channel {
     // A fault channel asks the source to stage missing pages at once; a
     // background channel waits for the source's own staging, so it never
     // queues ahead of a fault.
-    shm_channel(unique_fd control, const FerryControl__PageChannelAccepted& accepted,
-                link_model model, uint32_t max_pages, bool urgent);
+    shm_channel(std::unique_ptr<net::stream> control,
+                const FerryControl__PageChannelAccepted& accepted, link_model model,
+                uint32_t max_pages, bool urgent);
     shm_channel(const shm_channel&) = delete;
     shm_channel& operator=(const shm_channel&) = delete;
     ~shm_channel() override = default;
@@ -49,7 +50,7 @@ class shm_channel final : public page_channel {
     [[nodiscard]] uint64_t page_index(uint32_t pid, uint64_t vaddr, uint32_t nr_pages) const;
     void post(const stage_request& r);
 
-    unique_fd _control;
+    std::unique_ptr<net::stream> _control;
     link_model _model;
     uint32_t _max_pages;
     bool _urgent;

@@ -6,7 +6,7 @@ namespace ferry::transport::tcp {
 
 const tcp_backend backend_instance;
 
-std::unique_ptr<page_channel> tcp_backend::open(unique_fd handshake,
+std::unique_ptr<page_channel> tcp_backend::open(std::unique_ptr<net::stream> handshake,
                                                 const FerryControl__PageChannelAccepted&,
                                                 const fabric_spec&, FerryControl__ChannelKind,
                                                 uint32_t max_pages) const {

@@ -11,10 +11,10 @@
 
 namespace ferry::transport::tcp {
 
-tcp_channel::tcp_channel(unique_fd fd, uint32_t max_pages)
-    : _fd(std::move(fd)), _max_pages(max_pages) {
-    net::set_nonblocking(_fd.get(),
-                         true); // the fault loop must never block on a half-arrived reply
+tcp_channel::tcp_channel(std::unique_ptr<net::stream> conn, uint32_t max_pages)
+    : _conn(std::move(conn)), _max_pages(max_pages) {
+    // The fault loop must never block on a half-arrived reply.
+    net::set_nonblocking(_conn->fd(), true);
     _staging_map =
         mapping::anonymous(size_t(_max_pages) * page_size, "staging buffer", MAP_POPULATE);
     _staging = _staging_map.data();
@@ -25,12 +25,12 @@ tcp_channel::~tcp_channel() = default;
 
 void tcp_channel::send(const wire::page_request& r) {
     auto bytes = wire::encode(r);
-    net::write_full(_fd.get(), bytes, net::after(std::chrono::seconds(10)), "send page request");
+    net::write_full(*_conn, bytes, net::after(std::chrono::seconds(10)), "send page request");
 }
 
 bool tcp_channel::read_some(std::byte* dst, size_t want, size_t& have, size_t& budget) {
     const size_t n_want = std::min(want - have, std::max<size_t>(budget, 1));
-    ssize_t n = ::read(_fd.get(), dst + have, n_want);
+    const ssize_t n = _conn->read_some(dst + have, n_want);
     if (n > 0) {
         have += size_t(n);
         _bytes_received += uint64_t(n);
@@ -39,9 +39,7 @@ bool tcp_channel::read_some(std::byte* dst, size_t want, size_t& have, size_t& b
     }
     if (n == 0)
         throw error("the source closed the page channel");
-    if (errno == EAGAIN || errno == EINTR)
-        return false;
-    throw sys_error("read page channel");
+    return false; // would block
 }
 
 incoming_reply* tcp_channel::pump(size_t budget) {

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "core/mapping.hpp"
-#include "core/unique_fd.hpp"
+#include "sys/stream.hpp"
 #include "transport/page_channel.hpp"
 
 #include <cstddef>
@@ -16,8 +16,8 @@ namespace ferry::transport::tcp {
 
 class tcp_channel final : public page_channel {
   public:
-    // `fd` is a connected socket whose channel handshake is done.
-    tcp_channel(unique_fd fd, uint32_t max_pages);
+    // `conn` is a connection whose channel handshake is done.
+    tcp_channel(std::unique_ptr<net::stream> conn, uint32_t max_pages);
     tcp_channel(const tcp_channel&) = delete;
     tcp_channel& operator=(const tcp_channel&) = delete;
     ~tcp_channel() override;
@@ -28,7 +28,8 @@ class tcp_channel final : public page_channel {
     // `budget` bytes were read.
     incoming_reply* pump(size_t budget) override;
     void finish_reply() noexcept override;
-    [[nodiscard]] int wait_fd() const noexcept override { return _fd.get(); }
+    [[nodiscard]] int wait_fd() const noexcept override { return _conn->fd(); }
+    [[nodiscard]] bool buffered() const noexcept override { return _conn->buffered(); }
     [[nodiscard]] uint32_t max_pages() const noexcept override { return _max_pages; }
     [[nodiscard]] uint64_t bytes_received() const noexcept override { return _bytes_received; }
 
@@ -38,7 +39,7 @@ class tcp_channel final : public page_channel {
 
     enum class stage : uint8_t { header, checksums, data, complete };
 
-    unique_fd _fd;
+    std::unique_ptr<net::stream> _conn;
     uint32_t _max_pages;
     mapping _staging_map;          // _max_pages pages, populated up front
     std::byte* _staging = nullptr; // _staging_map's

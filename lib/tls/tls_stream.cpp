@@ -1,0 +1,233 @@
+#include "tls/tls_stream.hpp"
+
+#include "core/error.hpp"
+#include "tls/gnutls_error.hpp"
+#include "tls/x509.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+
+#include <cstring>
+
+namespace ferry::tls {
+
+namespace {
+
+// TLS 1.3 only; AES-GCM first (AES-NI), ChaCha20 for hosts without it.
+constexpr const char* priorities =
+    "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305";
+constexpr size_t max_record = 16384;
+
+std::string verify_failure(gnutls_session_t s) {
+    const unsigned status = gnutls_session_get_verify_cert_status(s);
+    gnutls_datum_t out{};
+    if (status && gnutls_certificate_verification_status_print(
+                      status, gnutls_certificate_type_get(s), &out, 0) == 0) {
+        std::string text(reinterpret_cast<const char*>(out.data), out.size);
+        gnutls_free(out.data);
+        return text;
+    }
+    return "certificate verification failed";
+}
+
+std::string peer_address(int fd) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len))
+        return "an unknown peer";
+    char ip[INET6_ADDRSTRLEN] = "?";
+    uint16_t port = 0;
+    if (ss.ss_family == AF_INET) {
+        const auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+        inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+        port = ntohs(a->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+        const auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+        inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+        port = ntohs(a->sin6_port);
+    } else {
+        return "a local peer";
+    }
+    return fmt::format("{}:{}", ip, port);
+}
+
+bool is_loopback(const net::endpoint& ep) {
+    return (ntohl(ep.addr.sin_addr.s_addr) >> 24) == 127;
+}
+
+} // namespace
+
+tls_stream::tls_stream(unique_fd fd, credentials_ptr creds, role r)
+    : _fd(std::move(fd)), _creds(std::move(creds)), _role(r),
+      _gather(std::make_unique<std::byte[]>(max_record)) {
+    net::set_nonblocking(_fd.get(), true); // every wait is ours, with a deadline
+    check(gnutls_init(&_s, (r == role::client ? GNUTLS_CLIENT : GNUTLS_SERVER) | GNUTLS_NONBLOCK |
+                               GNUTLS_NO_TICKETS),
+          "TLS session");
+    const char* err_pos = nullptr;
+    check(gnutls_priority_set_direct(_s, priorities, &err_pos), "TLS priorities");
+    check(gnutls_credentials_set(_s, GNUTLS_CRD_CERTIFICATE, _creds->get()), "TLS credentials");
+    if (r == role::server)
+        gnutls_certificate_server_set_request(_s, GNUTLS_CERT_REQUIRE);
+    gnutls_transport_set_int(_s, _fd.get());
+    gnutls_handshake_set_timeout(_s, 0); // bounded by our own deadline
+}
+
+tls_stream::~tls_stream() {
+    if (_s)
+        gnutls_deinit(_s);
+}
+
+void tls_stream::wait(net::deadline until, const char* what) {
+    const short ev = gnutls_record_get_direction(_s) ? POLLOUT : POLLIN;
+    if (!net::wait_fd(_fd.get(), ev, until))
+        throw error(fmt::format("{} with {} timed out", what, _peer_label));
+}
+
+void tls_stream::handshake(const std::string& peer, net::deadline until) {
+    _peer_label = peer;
+    for (;;) {
+        const int rc = gnutls_handshake(_s);
+        if (rc == GNUTLS_E_SUCCESS)
+            break;
+        if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED) {
+            wait(until, "TLS handshake");
+            continue;
+        }
+        if (!gnutls_error_is_fatal(rc))
+            continue;
+        if (rc == GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR)
+            throw error(
+                fmt::format("TLS authentication of {} failed: {}", peer, verify_failure(_s)));
+        throw error(fmt::format("TLS handshake with {} failed: {}", peer, gnutls_strerror(rc)));
+    }
+    unsigned n = 0;
+    const gnutls_datum_t* chain = gnutls_certificate_get_peers(_s, &n);
+    if (!chain || n == 0)
+        throw error(fmt::format("TLS authentication of {} failed: no certificate", peer));
+    _peer = common_name(import_der(chain[0]).get());
+    if (_peer.empty())
+        throw error(
+            fmt::format("TLS authentication of {} failed: its certificate has no name", peer));
+}
+
+ssize_t tls_stream::read_some(std::byte* dst, size_t len) {
+    for (;;) {
+        const ssize_t n = gnutls_record_recv(_s, dst, len);
+        if (n >= 0)
+            return n;
+        if (n == GNUTLS_E_INTERRUPTED)
+            continue;
+        if (n == GNUTLS_E_AGAIN)
+            return -1;
+        // A peer that closes without close_notify: the framing above sees
+        // whether a message was cut short.
+        if (n == GNUTLS_E_PREMATURE_TERMINATION)
+            return 0;
+        throw error(fmt::format("TLS receive from {}: {}", _peer_label, gnutls_strerror(int(n))));
+    }
+}
+
+// Up to one record per call. Small pieces (a header, then its checksums) are
+// gathered into one record; a large first piece goes as it is. After -1 the
+// caller passes the same buffers, so the same bytes are gathered again, as
+// GnuTLS requires of a retried send.
+ssize_t tls_stream::write_some(const iovec* iov, int iovcnt) {
+    const void* data = iov[0].iov_base;
+    size_t len = iov[0].iov_len;
+    if (len < max_record && iovcnt > 1) {
+        len = 0;
+        for (int i = 0; i < iovcnt && len < max_record; i++) {
+            const size_t take = std::min(iov[i].iov_len, max_record - len);
+            std::memcpy(_gather.get() + len, iov[i].iov_base, take);
+            len += take;
+        }
+        data = _gather.get();
+    }
+    for (;;) {
+        const ssize_t n = gnutls_record_send(_s, data, std::min(len, max_record));
+        if (n >= 0)
+            return n;
+        if (n == GNUTLS_E_INTERRUPTED)
+            continue;
+        if (n == GNUTLS_E_AGAIN)
+            return -1;
+        throw error(fmt::format("TLS send to {}: {}", _peer_label, gnutls_strerror(int(n))));
+    }
+}
+
+bool tls_stream::buffered() const noexcept {
+    return gnutls_record_check_pending(_s) > 0;
+}
+
+unique_fd tls_stream::to_plaintext(net::deadline until) {
+    auto send_close = [&] {
+        for (;;) {
+            const int rc = gnutls_bye(_s, GNUTLS_SHUT_WR);
+            if (rc == GNUTLS_E_SUCCESS)
+                return;
+            if (rc != GNUTLS_E_AGAIN && rc != GNUTLS_E_INTERRUPTED)
+                check(rc, "TLS close_notify");
+            wait(until, "TLS close");
+        }
+    };
+    auto await_close = [&] {
+        std::byte b;
+        for (;;) {
+            const ssize_t n = read_some(&b, 1);
+            if (n == 0)
+                return;
+            if (n > 0)
+                throw error(fmt::format("{} sent data while leaving TLS", _peer_label));
+            if (!net::wait_fd(_fd.get(), POLLIN, until))
+                throw error(fmt::format("leaving TLS with {} timed out", _peer_label));
+        }
+    };
+    // The server's last byte is sent in plaintext only after the client's
+    // close_notify arrived: no TLS read can take plaintext bytes with it.
+    std::byte go{'P'};
+    if (_role == role::server) {
+        send_close();
+        await_close();
+        net::write_full(_fd.get(), {&go, 1}, until, "leave TLS");
+    } else {
+        await_close();
+        send_close();
+        if (!net::read_full(_fd.get(), {&go, 1}, until, "leave TLS") || go != std::byte{'P'})
+            throw error(fmt::format("{} did not leave TLS", _peer_label));
+    }
+    unique_fd plain(::fcntl(_fd.get(), F_DUPFD_CLOEXEC, 0));
+    if (!plain)
+        throw sys_error("dup the page channel's socket");
+    return plain;
+}
+
+std::unique_ptr<tls_stream> connect(const net::endpoint& ep, const credentials_ptr& creds,
+                                    std::chrono::milliseconds timeout) {
+    const auto until = net::after(timeout);
+    auto s = std::make_unique<tls_stream>(net::tcp_connect(ep, timeout), creds,
+                                          tls_stream::role::client);
+    const std::string label = ep.to_string();
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &ep.addr.sin_addr, ip, sizeof ip);
+    // Loopback is this host: its daemon presents this host's own identity.
+    gnutls_session_set_verify_cert(s->session(), is_loopback(ep) ? nullptr : ip, 0);
+    s->handshake(label, until);
+    if (is_loopback(ep) && s->peer_identity() != creds->identity())
+        throw error(fmt::format("TLS authentication of {} failed: it is {}, not this host ({})",
+                                label, s->peer_identity(), creds->identity()));
+    return s;
+}
+
+void authenticate_client(tls_stream& s, const peer_policy& policy, net::deadline until) {
+    const std::string label = peer_address(s.fd());
+    gnutls_session_set_verify_cert(s.session(), nullptr, 0);
+    s.handshake(label, until);
+    if (!policy.allows(s.peer_identity()))
+        throw error(fmt::format("{} ({}) is not allowed by this daemon's peer policy", label,
+                                s.peer_identity()));
+}
+
+} // namespace ferry::tls

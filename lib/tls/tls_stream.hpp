@@ -1,0 +1,70 @@
+// TLS 1.3 over a socket (GnuTLS), with mutual authentication by the cluster
+// CA: every connection between Ferry's processes that crosses a network.
+//
+// A client accepts a server whose certificate the CA signed and whose
+// subject alternative name holds the address it dialled; dialling loopback,
+// the server must be this host itself (the same identity). A server accepts
+// a client whose certificate the CA signed and that its peer_policy allows.
+// Nothing is read from a peer before its handshake completes.
+#pragma once
+
+#include "core/unique_fd.hpp"
+#include "sys/net.hpp"
+#include "sys/stream.hpp"
+#include "tls/credentials.hpp"
+
+#include <gnutls/gnutls.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace ferry::tls {
+
+class tls_stream final : public net::stream {
+  public:
+    enum class role : uint8_t { client, server };
+    tls_stream(unique_fd fd, credentials_ptr creds, role r);
+    tls_stream(const tls_stream&) = delete;
+    tls_stream& operator=(const tls_stream&) = delete;
+    ~tls_stream() override;
+
+    [[nodiscard]] int fd() const noexcept override { return _fd.get(); }
+    ssize_t read_some(std::byte* dst, size_t len) override;
+    ssize_t write_some(const iovec* iov, int iovcnt) override;
+    [[nodiscard]] bool buffered() const noexcept override;
+    [[nodiscard]] const std::string& peer_identity() const noexcept override { return _peer; }
+    [[nodiscard]] bool encrypted() const noexcept override { return true; }
+
+    // `peer` names the other end in errors (its address).
+    void handshake(const std::string& peer, net::deadline until);
+    [[nodiscard]] gnutls_session_t session() const noexcept { return _s; }
+
+    // Ends TLS in both directions (close_notify each way, then a plaintext
+    // byte from the server) and returns the socket, on which both ends go on
+    // in plaintext: --insecure-plaintext-pages after an authenticated
+    // handshake. Both ends call it at the same point of their protocol. The
+    // socket is a duplicate: shutdown() here still ends it.
+    unique_fd to_plaintext(net::deadline until);
+
+  private:
+    void wait(net::deadline until, const char* what);
+
+    unique_fd _fd;
+    credentials_ptr _creds;
+    role _role;
+    gnutls_session_t _s = nullptr;
+    std::string _peer;                    // authenticated identity, once the handshake is done
+    std::string _peer_label;              // what errors call the peer
+    std::unique_ptr<std::byte[]> _gather; // small writes become one record
+};
+
+// Dials `ep` and completes the client handshake within `timeout`.
+std::unique_ptr<tls_stream> connect(const net::endpoint& ep, const credentials_ptr& creds,
+                                    std::chrono::milliseconds timeout);
+// The server handshake on a server-role stream over an accepted socket,
+// within `until`; throws for a peer the CA did not sign or the policy does
+// not allow.
+void authenticate_client(tls_stream& s, const peer_policy& policy, net::deadline until);
+
+} // namespace ferry::tls
