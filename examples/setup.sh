@@ -32,7 +32,7 @@ ferry_packages=(
   catch2 libprotobuf-c-dev protobuf-c-compiler libnl-3-dev libnl-route-3-dev
   libxxhash-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libisal-dev libarchive-dev libcurl4-openssl-dev libgnutls28-dev
   libbenchmark-dev
-  iproute2 procps util-linux psmisc python3 xz-utils clang-format patch
+  iproute2 procps util-linux psmisc python3 xz-utils clang-format patch tcpdump
 )
 # Container engines and the workloads users migrate (issue: containers).
 # crun is not used: it fails on this machine kind's cgroup setup; runc works.
