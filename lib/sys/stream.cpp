@@ -76,7 +76,8 @@ bool read_full(stream& s, std::span<std::byte> buf, deadline until, const char* 
     size_t done = 0;
     while (done < buf.size()) {
         // With a deadline, never block in read(): the fd may be blocking.
-        if (until != no_deadline && !s.buffered() && !wait_fd(s.fd(), POLLIN, until))
+        if (until != no_deadline && !s.never_blocks() && !s.buffered() &&
+            !wait_fd(s.fd(), POLLIN, until))
             throw sys_error(what, ETIMEDOUT);
         ssize_t n;
         try {

@@ -36,6 +36,9 @@ class stream {
     // Data already received and decoded above the socket, which poll()
     // cannot see: read it before waiting.
     [[nodiscard]] virtual bool buffered() const noexcept { return false; }
+    // read_some never blocks (it says -1 instead): no poll() is needed
+    // before trying it.
+    [[nodiscard]] virtual bool never_blocks() const noexcept { return false; }
     // The authenticated name of the peer (its certificate's common name);
     // empty for a plain socket.
     [[nodiscard]] virtual const std::string& peer_identity() const noexcept;

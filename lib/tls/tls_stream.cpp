@@ -19,6 +19,7 @@ namespace {
 constexpr const char* priorities =
     "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305";
 constexpr size_t max_record = 16384;
+constexpr size_t receive_buffer = 256 << 10;
 
 std::string verify_failure(gnutls_session_t s) {
     const unsigned status = gnutls_session_get_verify_cert_status(s);
@@ -61,7 +62,8 @@ bool is_loopback(const net::endpoint& ep) {
 
 tls_stream::tls_stream(unique_fd fd, credentials_ptr creds, role r)
     : _fd(std::move(fd)), _creds(std::move(creds)), _role(r),
-      _gather(std::make_unique<std::byte[]>(max_record)) {
+      _gather(std::make_unique<std::byte[]>(max_record)),
+      _in(std::make_unique<std::byte[]>(receive_buffer)) {
     net::set_nonblocking(_fd.get(), true); // every wait is ours, with a deadline
     check(gnutls_init(&_s, (r == role::client ? GNUTLS_CLIENT : GNUTLS_SERVER) | GNUTLS_NONBLOCK |
                                GNUTLS_NO_TICKETS),
@@ -71,13 +73,49 @@ tls_stream::tls_stream(unique_fd fd, credentials_ptr creds, role r)
     check(gnutls_credentials_set(_s, GNUTLS_CRD_CERTIFICATE, _creds->get()), "TLS credentials");
     if (r == role::server)
         gnutls_certificate_server_set_request(_s, GNUTLS_CERT_REQUIRE);
-    gnutls_transport_set_int(_s, _fd.get());
+    // Receiving through our buffer; sending straight to the socket.
+    gnutls_transport_set_ptr2(_s, this,
+                              reinterpret_cast<gnutls_transport_ptr_t>(intptr_t(_fd.get())));
+    gnutls_transport_set_pull_function(_s, &tls_stream::pull);
+    gnutls_transport_set_pull_timeout_function(_s, &tls_stream::pull_timeout);
     gnutls_handshake_set_timeout(_s, 0); // bounded by our own deadline
 }
 
 tls_stream::~tls_stream() {
     if (_s)
         gnutls_deinit(_s);
+}
+
+ssize_t tls_stream::pull(gnutls_transport_ptr_t self, void* dst, size_t len) {
+    auto& s = *static_cast<tls_stream*>(self);
+    if (s._in_pos == s._in_len) {
+        ssize_t n;
+        do
+            n = ::recv(s._fd.get(), s._in.get(), receive_buffer, 0);
+        while (n < 0 && errno == EINTR);
+        if (n <= 0) {
+            if (n < 0)
+                gnutls_transport_set_errno(s._s, errno);
+            return n;
+        }
+        s._in_pos = 0;
+        s._in_len = size_t(n);
+    }
+    const size_t take = std::min(len, s._in_len - s._in_pos);
+    std::memcpy(dst, s._in.get() + s._in_pos, take);
+    s._in_pos += take;
+    return ssize_t(take);
+}
+
+int tls_stream::pull_timeout(gnutls_transport_ptr_t self, unsigned ms) {
+    auto& s = *static_cast<tls_stream*>(self);
+    if (s._in_pos < s._in_len)
+        return 1;
+    pollfd p{s._fd.get(), POLLIN, 0};
+    const int r = ::poll(&p, 1, ms == GNUTLS_INDEFINITE_TIMEOUT ? -1 : int(ms));
+    if (r < 0)
+        gnutls_transport_set_errno(s._s, errno);
+    return r;
 }
 
 void tls_stream::wait(net::deadline until, const char* what) {
@@ -159,7 +197,7 @@ ssize_t tls_stream::write_some(const iovec* iov, int iovcnt) {
 }
 
 bool tls_stream::buffered() const noexcept {
-    return gnutls_record_check_pending(_s) > 0;
+    return _in_pos < _in_len || gnutls_record_check_pending(_s) > 0;
 }
 
 unique_fd tls_stream::to_plaintext(net::deadline until) {
@@ -198,6 +236,8 @@ unique_fd tls_stream::to_plaintext(net::deadline until) {
         if (!net::read_full(_fd.get(), {&go, 1}, until, "leave TLS") || go != std::byte{'P'})
             throw error(fmt::format("{} did not leave TLS", _peer_label));
     }
+    if (_in_pos != _in_len) // the protocol above makes this impossible
+        throw error(fmt::format("{} sent plaintext before leaving TLS", _peer_label));
     unique_fd plain(::fcntl(_fd.get(), F_DUPFD_CLOEXEC, 0));
     if (!plain)
         throw sys_error("dup the page channel's socket");

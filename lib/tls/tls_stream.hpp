@@ -35,6 +35,7 @@ class tls_stream final : public net::stream {
     [[nodiscard]] bool buffered() const noexcept override;
     [[nodiscard]] const std::string& peer_identity() const noexcept override { return _peer; }
     [[nodiscard]] bool encrypted() const noexcept override { return true; }
+    [[nodiscard]] bool never_blocks() const noexcept override { return true; }
 
     // `peer` names the other end in errors (its address).
     void handshake(const std::string& peer, net::deadline until);
@@ -49,6 +50,10 @@ class tls_stream final : public net::stream {
 
   private:
     void wait(net::deadline until, const char* what);
+    // GnuTLS's transport: it asks for a record's header, then its body; one
+    // recv() fills a buffer that serves many records.
+    static ssize_t pull(gnutls_transport_ptr_t self, void* dst, size_t len);
+    static int pull_timeout(gnutls_transport_ptr_t self, unsigned ms);
 
     unique_fd _fd;
     credentials_ptr _creds;
@@ -57,6 +62,8 @@ class tls_stream final : public net::stream {
     std::string _peer;                    // authenticated identity, once the handshake is done
     std::string _peer_label;              // what errors call the peer
     std::unique_ptr<std::byte[]> _gather; // small writes become one record
+    std::unique_ptr<std::byte[]> _in;     // received, not yet taken by GnuTLS
+    size_t _in_pos = 0, _in_len = 0;
 };
 
 // Dials `ep` and completes the client handshake within `timeout`.
