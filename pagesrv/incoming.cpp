@@ -1,5 +1,6 @@
 #include "incoming.hpp"
 
+#include "image_names.hpp"
 #include "incoming_session.hpp"
 
 #include "core/checksum.hpp"
@@ -32,11 +33,6 @@ constexpr auto images_timeout = std::chrono::minutes(4);
 
 bool valid_migration_id(const std::string& id) {
     return id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
-
-bool safe_image_name(const std::string& name) {
-    return !name.empty() && name.size() < 256 && name.find('/') == std::string::npos &&
-           name != "." && name != ".." && name != "lazy-pages.socket";
 }
 
 } // namespace
@@ -116,8 +112,14 @@ bool incoming_session::receive_images() {
         last = images.has_last && images.last;
         for (size_t i = 0; i < images.n_files; i++) {
             const auto& f = *images.files[i];
-            if (!safe_image_name(f.name)) {
+            if (!acceptable_image_name(f.name)) {
                 send_restore_failure(fmt::format("refusing image file name '{}'", f.name));
+                return false;
+            }
+            const uint64_t end = (f.has_offset ? f.offset : 0) + f.data.len;
+            if (end > max_image_file_bytes || end < f.data.len) {
+                send_restore_failure(
+                    fmt::format("refusing image {}: {} bytes is too large", f.name, end));
                 return false;
             }
             if (buffer_checksum(f.data.data, f.data.len) != f.xxh64) {

@@ -9,6 +9,8 @@ from a pagesrv: the security integration test (security.sh) drives it.
   peer_probe.py replay ADDR PCAP FROM_IP
       replay what FROM_IP sent on its first connection to ADDR in PCAP
   peer_probe.py storm ADDR N         N garbage, half-open and idle connections
+  peer_probe.py hostile-images ADDR NAME --credentials DIR
+      an authenticated peer prepares a migration and sends an image NAME
   peer_probe.py find-pattern PCAP --seed S --pages N
       how many of 64 sampled memload pages appear in PCAP in the clear
 
@@ -173,6 +175,33 @@ def page_channel(addr, migration_id, creds):
     return {"accepted": 16 in env, "error": ""}
 
 
+def tls_connect(addr, creds):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_verify_locations(os.path.join(creds, "ca.pem"))
+    ctx.load_cert_chain(os.path.join(creds, "cert.pem"), os.path.join(creds, "key.pem"))
+    host, port = endpoint(addr)
+    raw = socket.create_connection((host, port), timeout=5)
+    return ctx.wrap_socket(raw, server_hostname=host)
+
+
+def hostile_images(addr, name, creds):
+    migration = os.urandom(16).hex()
+    with tls_connect(addr, creds) as tls:
+        prepare = field(1, migration.encode()) + field(2, b"10.0.0.1:7140")
+        tls.sendall(frame(field(2, prepare)))
+        env = parse_fields(read_frame(tls) or b"")
+        if 3 not in env:  # prepare_ok
+            return {"prepared": False, "refused": True, "error": str(env)}
+        image = field(1, name.encode()) + field(2, b"not an image") + field_varint(3, 0)
+        tls.sendall(frame(field(4, field(1, image) + field_varint(2, 1))))
+        body = read_frame(tls)
+    env = parse_fields(body or b"")
+    result = parse_fields(env.get(5, b""))  # restore_result
+    return {"prepared": True, "refused": result.get(1, 1) == 0,
+            "error": result.get(2, b"").decode(errors="replace")}
+
+
 def pcap_packets(path):
     with open(path, "rb") as f:
         data = f.read()
@@ -284,6 +313,10 @@ def main():
     p = sub.add_parser("storm")
     p.add_argument("addr")
     p.add_argument("count", type=int)
+    p = sub.add_parser("hostile-images")
+    p.add_argument("addr")
+    p.add_argument("name")
+    p.add_argument("--credentials", required=True)
     p = sub.add_parser("find-pattern")
     p.add_argument("pcap")
     p.add_argument("--seed", type=int, default=42)
@@ -300,6 +333,8 @@ def main():
         if not data:
             raise SystemExit(f"no connection from {a.from_ip} to {a.addr} in {a.pcap}")
         out = raw_send(a.addr, data) | {"replayed_bytes": len(data)}
+    elif a.cmd == "hostile-images":
+        out = hostile_images(a.addr, a.name, a.credentials)
     elif a.cmd == "storm":
         out = storm(a.addr, a.count)
     else:

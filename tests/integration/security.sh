@@ -105,6 +105,17 @@ cat "$work/tls-find.json" >&2
 grep -q "refused a page channel from c" "$state_dir/a/pagesrv.log" || fail "host a did not log the refusal"
 verify_workload "$(json "$work/tls.json" destination_pid)" "$work/secret.out" 65536
 
+# --- an authenticated peer sends images with hostile names -----------------
+for name in "../../../../tmp/ferry-hostile-$$" ".hidden" "lazy-pages.socket"; do
+  log "case: an image named '$name'"
+  on c python3 "$probe" hostile-images "$(addr b)" "$name" \
+    --credentials "$state_dir/c/credentials" >"$work/hostile.json"
+  cat "$work/hostile.json" >&2
+  [ "$(json "$work/hostile.json" refused)" = true ] || fail "an image named '$name' was accepted"
+  grep -q "refusing image file name" "$work/hostile.json" || fail "the refusal does not say why"
+done
+[ ! -e "/tmp/ferry-hostile-$$" ] || fail "a hostile image name wrote outside the session directory"
+
 # --- raw clients ----------------------------------------------------------
 b_pid=$(cat "$state_dir/b/pagesrv.pid")
 for probe_case in plaintext garbage; do
