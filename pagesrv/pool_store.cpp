@@ -20,6 +20,13 @@ using pool::tier;
 
 namespace {
 
+// memcpy, except that an empty copy may name null pointers (an empty span's
+// data()), which memcpy must not be given.
+void copy_bytes(void* dst, const void* src, size_t n) noexcept {
+    if (n)
+        std::memcpy(dst, src, n);
+}
+
 uint64_t chunk_checksum(const std::byte* data, uint32_t data_len, const std::byte* meta,
                         uint32_t meta_len) noexcept {
     return XXH3_64bits_withSeed(data, data_len, XXH3_64bits(meta, meta_len));
@@ -122,15 +129,15 @@ status pool_store::evict_one() {
         _policy->stored(*victim); // keep it resident after all
         return st;
     }
-    std::memcpy(_io, arena_slot(*victim), _cfg.chunk_size);
+    copy_bytes(_io, arena_slot(*victim), _cfg.chunk_size);
     const ssize_t n = ::pwrite(_tier.get(), _io, _cfg.chunk_size, off_t(dslot) * _cfg.chunk_size);
     if (n != ssize_t(_cfg.chunk_size)) {
         _disk_free.push_back(dslot);
         _policy->stored(*victim);
         return status::io_error;
     }
-    std::memcpy(_disk_meta.data() + size_t(dslot) * pool::max_meta_len,
-                _arena_meta.data() + size_t(*victim) * pool::max_meta_len, e.meta_len);
+    copy_bytes(_disk_meta.data() + size_t(dslot) * pool::max_meta_len,
+               _arena_meta.data() + size_t(*victim) * pool::max_meta_len, e.meta_len);
     e.where = tier::disk;
     e.slot = dslot;
     _arena_free.push_back(*victim);
@@ -169,8 +176,8 @@ status pool_store::put(uint64_t object, uint64_t chunk, std::span<const std::byt
     uint32_t slot = 0;
     if (auto st = take_arena_slot(slot); st != status::ok)
         return st;
-    std::memcpy(arena_slot(slot), data.data(), data.size());
-    std::memcpy(_arena_meta.data() + size_t(slot) * pool::max_meta_len, meta.data(), meta.size());
+    copy_bytes(arena_slot(slot), data.data(), data.size());
+    copy_bytes(_arena_meta.data() + size_t(slot) * pool::max_meta_len, meta.data(), meta.size());
     _arena_keys[slot] = k;
     _index[k] = entry{
         tier::memory, slot, uint32_t(meta.size()), uint32_t(data.size()),
@@ -188,8 +195,8 @@ status pool_store::get(uint64_t object, uint64_t chunk, std::byte* meta, uint32_
         _c.memory_hits++;
         entry& e = it->second;
         _policy->accessed(e.slot);
-        std::memcpy(data, arena_slot(e.slot), e.data_len);
-        std::memcpy(meta, meta_of(e), e.meta_len);
+        copy_bytes(data, arena_slot(e.slot), e.data_len);
+        copy_bytes(meta, meta_of(e), e.meta_len);
         meta_len = e.meta_len;
         data_len = e.data_len;
         served_from = tier::memory;
@@ -209,8 +216,8 @@ status pool_store::get(uint64_t object, uint64_t chunk, std::byte* meta, uint32_
         return status::corrupt;
     }
     _c.disk_hits++;
-    std::memcpy(data, _io, e.data_len);
-    std::memcpy(meta, meta_of(e), e.meta_len);
+    copy_bytes(data, _io, e.data_len);
+    copy_bytes(meta, meta_of(e), e.meta_len);
     meta_len = e.meta_len;
     data_len = e.data_len;
     served_from = tier::disk;
@@ -218,8 +225,8 @@ status pool_store::get(uint64_t object, uint64_t chunk, std::byte* meta, uint32_
     uint32_t slot = 0;
     if (take_arena_slot(slot) == status::ok) {
         entry& moved = _index.at(key{object, chunk});
-        std::memcpy(arena_slot(slot), data, moved.data_len);
-        std::memcpy(_arena_meta.data() + size_t(slot) * pool::max_meta_len, meta, moved.meta_len);
+        copy_bytes(arena_slot(slot), data, moved.data_len);
+        copy_bytes(_arena_meta.data() + size_t(slot) * pool::max_meta_len, meta, moved.meta_len);
         _disk_free.push_back(moved.slot);
         moved.where = tier::memory;
         moved.slot = slot;
