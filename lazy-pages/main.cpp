@@ -198,6 +198,7 @@ class reporter {
     void final_stats(const lazy::fault_loop* loop, uint64_t transfer_ns, const std::string& err,
                      pool_source* pool) {
         FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
+        std::vector<uint64_t> fault_buckets; // t points into it until sent
         t.ok = err.empty();
         t.error = err.empty() ? nullptr : const_cast<char*>(err.c_str());
         if (loop) {
@@ -222,6 +223,11 @@ class reporter {
             t.install_p50_ns = loop->install_latency().percentile(50);
             t.install_p99_ns = loop->install_latency().percentile(99);
             t.processes = s.processes;
+            fault_buckets = loop->fault_latency().histogram(latency_buckets_ns);
+            t.n_fault_latency_buckets = fault_buckets.size();
+            t.fault_latency_buckets = fault_buckets.data();
+            t.has_fault_latency_sum_ns = true;
+            t.fault_latency_sum_ns = loop->fault_latency().sum();
         }
         t.transfer_ns = transfer_ns;
         if (pool)

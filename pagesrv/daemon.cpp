@@ -23,6 +23,7 @@
 #include <sys/uio.h>
 
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <vector>
 
@@ -61,6 +62,8 @@ daemon::daemon(daemon_config cfg) : _cfg(std::move(cfg)), _log(make_logger("page
                    _cfg.pool->capacity_bytes >> 20, _cfg.pool->chunk_size, _cfg.pool->eviction,
                    _pool->tier_file().string());
     }
+    if (!_cfg.metrics_listen.empty())
+        _metrics = std::make_unique<daemon_metrics>(_cfg.metrics_listen, _pool.get());
     _listener = net::tcp_listen(_cfg.listen);
 }
 
@@ -337,6 +340,8 @@ void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
         _outgoing[m->id()] = m;
     }
     _registry_changed.notify_all();
+    if (_metrics)
+        _metrics->migration_started(daemon_metrics::role::source);
     if (reg.pool && *reg.pool) {
         try {
             auto spec = pool::pool_spec::parse(reg.pool);
@@ -356,7 +361,22 @@ void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
     ok.moments = &freeze;
     control::send_message(conn, ok, net::after(first_frame_timeout));
 
-    outgoing_session(conn, *m, _criu_events).run();
+    std::exception_ptr failed;
+    try {
+        outgoing_session(conn, *m, _criu_events).run();
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    if (_metrics) {
+        _metrics->served(m->pages_served(), m->bytes_sent());
+        _metrics->migration_ended(daemon_metrics::role::source,
+                                  !failed &&
+                                      m->current_state() == outgoing_migration::state::finished);
+    }
+    // A session that failed on its own (a send to the migrator) leaves the
+    // migration registered: committed destinations may still open channels.
+    if (failed)
+        std::rethrow_exception(failed);
     {
         std::lock_guard lock(_mutex);
         _outgoing.erase(m->id());

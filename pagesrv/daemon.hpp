@@ -7,6 +7,7 @@
 
 #include "core/unique_fd.hpp"
 #include "criu_events.hpp"
+#include "metrics.hpp"
 #include "outgoing.hpp"
 #include "pool_store.hpp"
 #include "sys/host_tools.hpp"
@@ -44,6 +45,8 @@ struct daemon_config {
     tls::peer_policy peers;
     // Connections at once, authenticated or not; more are closed at once.
     size_t max_connections = 256;
+    // IP:PORT for Prometheus' /metrics (empty: none).
+    std::string metrics_listen;
 };
 
 class daemon {
@@ -61,6 +64,8 @@ class daemon {
     [[nodiscard]] hw_breakpoints::criu_stop_method criu_stop_method(bool forced) const;
     // What the CRIU plugin and the runc shim report on this host.
     [[nodiscard]] criu_event_log& criu_events() noexcept { return _criu_events; }
+    // Null unless --metrics was given.
+    [[nodiscard]] daemon_metrics* metrics() noexcept { return _metrics.get(); }
 
   private:
     struct connection {
@@ -93,6 +98,7 @@ class daemon {
     hw_breakpoints::probe_outcome _breakpoints = hw_breakpoints::probe_outcome::probe_failed;
     unique_fd _listener;
     std::unique_ptr<pool_store> _pool;
+    std::unique_ptr<daemon_metrics> _metrics;
     criu_event_log _criu_events;
 
     std::mutex _mutex;

@@ -183,13 +183,19 @@ void incoming_session::run() {
 
 void serve_incoming(daemon& d, net::stream& conn, const FerryControl__IncomingPrepare& prepare) {
     incoming_session session(d, conn, prepare);
+    if (auto* m = d.metrics())
+        m->migration_started(daemon_metrics::role::destination);
     try {
         session.run();
     } catch (...) {
         session.discard_images();
+        if (auto* m = d.metrics())
+            m->migration_ended(daemon_metrics::role::destination, false);
         throw;
     }
     session.discard_images();
+    if (auto* m = d.metrics())
+        m->migration_ended(daemon_metrics::role::destination, session.transferred());
 }
 
 } // namespace ferry::pagesrv

@@ -77,6 +77,8 @@ class incoming_session {
     }
 
     void run();
+    // Every page arrived and the restored tree runs on.
+    [[nodiscard]] bool transferred() const noexcept { return _transferred; }
     // Once the session is over the images are of no use; the logs stay.
     // The reservation record too, until the session ends.
     void discard_images() noexcept;
@@ -115,6 +117,7 @@ class incoming_session {
     std::optional<criu::service> _criu; // started at prepare, used for the restore
     pid_t _root_pid = -1;
     bool _resumed = false;
+    bool _transferred = false;
     criu::deadlines _deadlines;         // the restore's, grown with the workload
     std::vector<std::string> _criu_env; // CRIU_FAULT=130 where breakpoints do not trap
     uint64_t _images_check_ns = 0;

@@ -165,6 +165,8 @@ void incoming_session::relay_transfer() {
                 failure = "lazy-pages reported success but exited abnormally";
             if (failure)
                 kill_restored(*failure);
+            if (auto* metrics = _d.metrics())
+                metrics->transfer_finished(*e->transfer_stats);
             (void)control::try_send(_conn, *e, net::after(control_timeout)); // migrator may be gone
             break;
         }
@@ -179,6 +181,7 @@ void incoming_session::relay_transfer() {
     // Every page is in place (or the tree is dead): release the uffds, or
     // the tasks would block on their next non-cooperative event.
     _lazy.held_uffds.clear();
+    _transferred = !failure;
     _log->info("transfer {}", failure ? "failed: " + *failure : "complete");
 }
 

@@ -51,6 +51,10 @@ int main(int argc, char** argv) {
     app.add_option("--allow-peer", allowed_peers,
                    "accept only peers whose certificate has this name (repeatable; default: any "
                    "certificate the cluster CA signed)");
+    std::string metrics;
+    app.add_option("--metrics", metrics,
+                   "serve Prometheus metrics at http://IP:PORT/metrics (a local address: they "
+                   "are not authenticated)");
     CLI11_PARSE(app, argc, argv);
 
     ferry::configure_logging(ferry::log_level_from_environment());
@@ -65,6 +69,7 @@ int main(int argc, char** argv) {
         cfg.credentials =
             ferry::tls::credentials::load(ferry::tls::credentials_dir(credentials_dir));
         cfg.peers.names = allowed_peers;
+        cfg.metrics_listen = metrics;
         log->info("this host is {} (credentials in {}); {}", cfg.credentials->identity(),
                   cfg.credentials->dir().string(),
                   allowed_peers.empty()

@@ -24,7 +24,9 @@ FERRY_MEMLOAD="$san/examples/memload" "$san/tests/unit-tests"
 
 targets=("$@")
 if [ ${#targets[@]} = 0 ]; then
-  for f in "$san"/tests/fuzz/fuzz-*; do targets+=("${f##*/fuzz-}"); done
+  for f in "$san"/tests/fuzz/fuzz-*; do
+    [ -f "$f" ] && [ -x "$f" ] && targets+=("${f##*/fuzz-}")
+  done
 fi
 for t in "${targets[@]}"; do
   work="$san/fuzz-work/$t"

@@ -11,6 +11,7 @@ latency_recorder::latency_recorder(size_t capacity) : _capacity(capacity ? capac
 
 void latency_recorder::record(uint64_t ns) noexcept {
     _count++;
+    _sum += ns;
     _max = std::max(_max, ns);
     if (_samples.size() < _capacity) {
         _samples.push_back(ns); // within reserved capacity: no allocation
@@ -19,6 +20,16 @@ void latency_recorder::record(uint64_t ns) noexcept {
     const uint64_t slot = std::uniform_int_distribution<uint64_t>(0, _count - 1)(_rng);
     if (slot < _capacity)
         _samples[slot] = ns;
+}
+
+std::vector<uint64_t> latency_recorder::histogram(std::span<const uint64_t> bounds) const {
+    std::vector<uint64_t> counts(bounds.size() + 1, 0);
+    for (uint64_t s : _samples)
+        counts[size_t(std::lower_bound(bounds.begin(), bounds.end(), s) - bounds.begin())]++;
+    if (_samples.size() < _count && !_samples.empty()) // a reservoir: scale up to the count
+        for (auto& c : counts)
+            c = c * _count / _samples.size();
+    return counts;
 }
 
 uint64_t latency_recorder::percentile(double p) const {
