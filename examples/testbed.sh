@@ -24,7 +24,8 @@
 # Every host gets TLS credentials from the testbed's own cluster CA (STATE/ca,
 # made with `migrator credentials init`): STATE/HOST/credentials holds its
 # certificate (name HOST, its address in the SAN), which its daemon and every
-# command run through `exec` (FERRY_CREDENTIALS) present.
+# command run through `exec` (FERRY_CREDENTIALS) present. Each daemon serves
+# Prometheus metrics on 127.0.0.1:9140 inside its host.
 #
 # Environment: FERRY_TESTBED names the testbed (default "ferry"; namespaces are
 # NAME-a, NAME-b, NAME-pK and NAME-sw), FERRY_TESTBED_NET picks the /24
@@ -95,7 +96,7 @@ start_daemon() {
   esac
   # With engines, the daemon restores containers with the host's own podman.
   env $(engine_env "$h") nsenter --net="/run/netns/$(ns "$h")" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
-    --credentials "$dir/credentials" "${role[@]}" </dev/null >>"$dir/pagesrv.log" 2>&1 &
+    --credentials "$dir/credentials" --metrics 127.0.0.1:9140 "${role[@]}" </dev/null >>"$dir/pagesrv.log" 2>&1 &
   echo $! >"$dir/pagesrv.pid"
   # Wait (bounded) until it accepts connections.
   local ip=${net}.$(host_index "$h") i

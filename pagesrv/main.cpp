@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <malloc.h>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -57,6 +59,9 @@ int main(int argc, char** argv) {
                    "are not authenticated)");
     CLI11_PARSE(app, argc, argv);
 
+    // One thread per connection: without a cap, glibc gives threads arenas
+    // of their own that keep their memory after a storm of connections.
+    ::mallopt(M_ARENA_MAX, 4);
     ferry::configure_logging(ferry::log_level_from_environment());
     auto log = ferry::make_logger("pagesrv");
     try {

@@ -15,7 +15,10 @@ if [ ! -f "$san/build.ninja" ]; then
   CC=clang-14 CXX=clang++-14 meson setup "$san" "$repo" -Dfuzzers=true \
     -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 fi
-ninja -C "$san" >/dev/null
+# What the sanitizer suite runs: the unit tests (and memload, which they
+# start) and the fuzzers; not the daemons.
+ninja -C "$san" tests/unit-tests examples/memload \
+  $(cd "$san" && ninja -t targets all | grep -o '^tests/fuzz/fuzz-[a-z-]*:' | tr -d : | sort -u) >/dev/null
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -150,4 +150,24 @@ pid=$(start_workload a after --mib 32 --child-mib 0 --threads 2)
 on a migrator migrate --pid "$pid" --to "$(addr b)" --json >"$work/after.json" ||
   { cat "$work/after.json"; fail "no migration after the storm"; }
 verify_workload "$(json "$work/after.json" destination_pid)" "$work/after.out" 8192
+
+# --- what the daemons' /metrics say of all this ----------------------------
+metric() { # metric HOST REGEX: the value of the first sample matching REGEX
+  on "$1" python3 -c '
+import re, sys, urllib.request
+text = urllib.request.urlopen("http://127.0.0.1:9140/metrics", timeout=5).read().decode()
+for line in text.splitlines():
+    if not line.startswith("#") and re.match(sys.argv[1], line):
+        print(float(line.rsplit(" ", 1)[1])); break
+else:
+    print(-1)' "$2"
+}
+log "case: /metrics"
+done_b=$(metric b 'ferry_migrations_total\{outcome="finished",role="destination"\}')
+faults_b=$(metric b 'ferry_fault_latency_seconds_count')
+served_a=$(metric a 'ferry_pages_served_total')
+log "b finished $done_b incoming migrations, $faults_b faults in its histogram; a served $served_a pages"
+awk -v v="$done_b" 'BEGIN { exit !(v >= 2) }' || fail "b's metrics count $done_b finished incoming migrations since its restart, not 2"
+awk -v v="$faults_b" 'BEGIN { exit !(v > 0) }' || fail "no fault latencies in b's metrics"
+awk -v v="$served_a" 'BEGIN { exit !(v >= 65536) }' || fail "a's metrics count $served_a pages served"
 log "OK"
