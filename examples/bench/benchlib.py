@@ -1,5 +1,6 @@
 """Helpers shared by Ferry's benchmarks: the testbed, memload workloads, and
 percentiles."""
+import json
 import os
 import signal
 import subprocess
@@ -33,6 +34,31 @@ def pct(values, p):
         return float("nan")
     k = max(1, min(len(v), int(-(-p * len(v) // 100))))
     return v[k - 1]
+
+
+def p50_p99(runs, key):
+    """{"p50", "p99"} of runs[i][key]."""
+    v = [r[key] for r in runs]
+    return {"p50": pct(v, 50), "p99": pct(v, 99)}
+
+
+def migrate_memload(mib, *migrate_args):
+    """Migrates a fresh memload tree (parent with 3 threads, a 16 MiB child)
+    from host a to host b with `migrator migrate --json MIGRATE_ARGS`;
+    returns the report, and ends both trees."""
+    w = Workload("a", mib, ["--child-mib", "16", "--threads", "3"])
+    dest = None
+    try:
+        b = testbed("addr", "b").stdout.strip()
+        r = testbed("exec", "a", "migrator", "migrate", "--pid", str(w.pid), "--to", b, "--json",
+                    *migrate_args, check=False)
+        res = json.loads(r.stdout)
+        if not res["ok"]:
+            raise RuntimeError("migration failed: " + res["error"])
+        dest = res["destination_pid"]
+        return res
+    finally:
+        w.stop(dest)
 
 
 class Workload:

@@ -21,7 +21,7 @@ import json
 import subprocess
 import sys
 
-from benchlib import Workload, pct, testbed
+from benchlib import migrate_memload, p50_p99 as summary, testbed
 
 
 def breakpoints_trap():
@@ -30,28 +30,10 @@ def breakpoints_trap():
 
 
 def migrate(mib, fallback):
-    w = Workload("a", mib, ["--child-mib", "16", "--threads", "3"])
-    dest = None
-    try:
-        b = testbed("addr", "b").stdout.strip()
-        args = ["exec", "a", "migrator", "migrate", "--pid", str(w.pid), "--to", b, "--json"]
-        if fallback:
-            args.append("--no-hw-breakpoints")
-        r = testbed(*args, check=False)
-        res = json.loads(r.stdout)
-        if not res["ok"]:
-            raise RuntimeError("migration failed: " + res["error"])
-        dest = res["destination_pid"]
-        parts = res["downtime_breakdown_ms"]
-        return {"downtime_ms": res["downtime_ms"], "dump_ms": parts["dump"],
-                "restore_ms": parts["restore"], "method": res["criu_stop_method"]}
-    finally:
-        w.stop(dest)
-
-
-def summary(runs, key):
-    v = [r[key] for r in runs]
-    return {"p50": pct(v, 50), "p99": pct(v, 99)}
+    res = migrate_memload(mib, *(["--no-hw-breakpoints"] if fallback else []))
+    parts = res["downtime_breakdown_ms"]
+    return {"downtime_ms": res["downtime_ms"], "dump_ms": parts["dump"],
+            "restore_ms": parts["restore"], "method": res["criu_stop_method"]}
 
 
 def main():

@@ -16,31 +16,12 @@ import argparse
 import json
 import sys
 
-from benchlib import Workload, pct, testbed
+from benchlib import migrate_memload, p50_p99 as summary, testbed
 
 
 def migrate(mib, plaintext):
-    w = Workload("a", mib, ["--child-mib", "16", "--threads", "3"])
-    dest = None
-    try:
-        b = testbed("addr", "b").stdout.strip()
-        args = ["exec", "a", "migrator", "migrate", "--pid", str(w.pid), "--to", b, "--json"]
-        if plaintext:
-            args.append("--insecure-plaintext-pages")
-        r = testbed(*args, check=False)
-        res = json.loads(r.stdout)
-        if not res["ok"]:
-            raise RuntimeError("migration failed: " + res["error"])
-        dest = res["destination_pid"]
-        return {"downtime_ms": res["downtime_ms"], "post_copy_ms": res["phases_ms"]["post_copy"],
-                "bytes": res["bytes_sent"]}
-    finally:
-        w.stop(dest)
-
-
-def summary(runs, key):
-    v = [r[key] for r in runs]
-    return {"p50": pct(v, 50), "p99": pct(v, 99)}
+    res = migrate_memload(mib, *(["--insecure-plaintext-pages"] if plaintext else []))
+    return {"downtime_ms": res["downtime_ms"], "post_copy_ms": res["phases_ms"]["post_copy"]}
 
 
 def main():

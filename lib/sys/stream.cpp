@@ -22,6 +22,22 @@ int poll_timeout_ms(deadline until) {
 
 const std::string no_identity;
 
+// A system call's result as a stream reports it: bytes, or -1 when it would
+// block; interrupted calls are repeated, anything else throws.
+template <typename Call>
+ssize_t io_result(Call call, const char* what) {
+    for (;;) {
+        const ssize_t n = call();
+        if (n >= 0)
+            return n;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN)
+            return -1;
+        throw sys_error(what);
+    }
+}
+
 } // namespace
 
 const std::string& stream::peer_identity() const noexcept {
@@ -42,34 +58,19 @@ bool wait_fd(int fd, short events, deadline until) {
 }
 
 ssize_t socket_stream::read_some(std::byte* dst, size_t len) {
-    for (;;) {
-        ssize_t n = ::read(_fd, dst, len);
-        if (n >= 0)
-            return n;
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN)
-            return -1;
-        throw sys_error("read");
-    }
+    return io_result([&] { return ::read(_fd, dst, len); }, "read");
 }
 
 ssize_t socket_stream::write_some(const iovec* iov, int iovcnt) {
-    for (;;) {
-        msghdr msg{};
-        msg.msg_iov = const_cast<iovec*>(iov);
-        msg.msg_iovlen = size_t(iovcnt);
-        ssize_t n = ::sendmsg(_fd, &msg, MSG_NOSIGNAL);
-        if (n < 0 && errno == ENOTSOCK) // a pipe
-            n = ::writev(_fd, iov, iovcnt);
-        if (n >= 0)
-            return n;
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN)
-            return -1;
-        throw sys_error("write");
-    }
+    return io_result(
+        [&] {
+            msghdr msg{};
+            msg.msg_iov = const_cast<iovec*>(iov);
+            msg.msg_iovlen = size_t(iovcnt);
+            const ssize_t n = ::sendmsg(_fd, &msg, MSG_NOSIGNAL);
+            return n < 0 && errno == ENOTSOCK ? ::writev(_fd, iov, iovcnt) : n; // a pipe
+        },
+        "write");
 }
 
 bool read_full(stream& s, std::span<std::byte> buf, deadline until, const char* what) {

@@ -151,9 +151,12 @@ void tls_stream::handshake(const std::string& peer, net::deadline until) {
             fmt::format("TLS authentication of {} failed: its certificate has no name", peer));
 }
 
-ssize_t tls_stream::read_some(std::byte* dst, size_t len) {
+// A record call's result as a stream reports it: bytes, 0 at the end, or -1
+// when it would block.
+template <typename Call>
+ssize_t tls_stream::record_result(Call call, const char* what) {
     for (;;) {
-        const ssize_t n = gnutls_record_recv(_s, dst, len);
+        const ssize_t n = call();
         if (n >= 0)
             return n;
         if (n == GNUTLS_E_INTERRUPTED)
@@ -164,8 +167,12 @@ ssize_t tls_stream::read_some(std::byte* dst, size_t len) {
         // whether a message was cut short.
         if (n == GNUTLS_E_PREMATURE_TERMINATION)
             return 0;
-        throw error(fmt::format("TLS receive from {}: {}", _peer_label, gnutls_strerror(int(n))));
+        throw error(fmt::format("TLS {} {}: {}", what, _peer_label, gnutls_strerror(int(n))));
     }
+}
+
+ssize_t tls_stream::read_some(std::byte* dst, size_t len) {
+    return record_result([&] { return gnutls_record_recv(_s, dst, len); }, "receive from");
 }
 
 // Up to one record per call. Small pieces (a header, then its checksums) are
@@ -184,16 +191,8 @@ ssize_t tls_stream::write_some(const iovec* iov, int iovcnt) {
         }
         data = _gather.get();
     }
-    for (;;) {
-        const ssize_t n = gnutls_record_send(_s, data, std::min(len, max_record));
-        if (n >= 0)
-            return n;
-        if (n == GNUTLS_E_INTERRUPTED)
-            continue;
-        if (n == GNUTLS_E_AGAIN)
-            return -1;
-        throw error(fmt::format("TLS send to {}: {}", _peer_label, gnutls_strerror(int(n))));
-    }
+    return record_result([&] { return gnutls_record_send(_s, data, std::min(len, max_record)); },
+                         "send to");
 }
 
 bool tls_stream::buffered() const noexcept {

@@ -50,6 +50,8 @@ class tls_stream final : public net::stream {
 
   private:
     void wait(net::deadline until, const char* what);
+    template <typename Call>
+    ssize_t record_result(Call call, const char* what);
     // GnuTLS's transport: it asks for a record's header, then its body; one
     // recv() fills a buffer that serves many records.
     static ssize_t pull(gnutls_transport_ptr_t self, void* dst, size_t len);

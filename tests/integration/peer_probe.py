@@ -118,38 +118,28 @@ def read_frame(tls):
     return body
 
 
+def read_varint(data, i):
+    """(value, next index)."""
+    v, shift = 0, 0
+    while True:
+        b = data[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
 def parse_fields(data):
     """Top-level protobuf fields: {number: bytes or int}."""
     out, i = {}, 0
     while i < len(data):
-        key, shift = 0, 0
-        while True:
-            b = data[i]
-            i += 1
-            key |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
+        key, i = read_varint(data, i)
         num, wire = key >> 3, key & 7
         if wire == 0:
-            v, shift = 0, 0
-            while True:
-                b = data[i]
-                i += 1
-                v |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
-            out[num] = v
+            out[num], i = read_varint(data, i)
         elif wire == 2:
-            n, shift = 0, 0
-            while True:
-                b = data[i]
-                i += 1
-                n |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
+            n, i = read_varint(data, i)
             out[num] = data[i : i + n]
             i += n
         else:
