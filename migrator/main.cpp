@@ -37,7 +37,8 @@ struct run_args {
     std::string container, engine = engines::names().front();
     pool_args pool;
     bool json = false, keep_images = false, tcp_close = false, plaintext_pages = false;
-    std::string credentials; // --credentials
+    std::string credentials;                // --credentials
+    std::vector<std::string> restorable_by; // checkpoint
     double deadline_scale = 1.0;
     bool no_hw_breakpoints = false;
     std::string criu_config; // a file of extra CRIU options
@@ -111,6 +112,7 @@ int run_migrate(const run_args& a) {
     opt.keep_images = a.keep_images;
     opt.tcp_close = a.tcp_close;
     opt.insecure_plaintext_pages = a.plaintext_pages;
+    opt.restorable_by = a.restorable_by;
     opt.show_progress = !a.json && ::isatty(STDERR_FILENO);
     auto result = migrator::migrate(opt);
     if (a.json)
@@ -224,6 +226,10 @@ int main(int argc, char** argv) {
     ckpt->add_option("--to-pool", park.pool.nodes, "the pool's nodes, IP:PORT,IP:PORT,...")
         ->required();
     ckpt->add_option("--name", park.name, "what to call the parked workload")->required();
+    ckpt->add_option("--restorable-by", park.restorable_by,
+                     "hosts (certificate names) that may restore it besides this one "
+                     "(repeatable; the pool serves it to no one else)")
+        ->delimiter(',');
     ckpt->add_option("--raid", park.pool.raid, "RAID level of its pages: 0, 1, 5 or 6")
         ->capture_default_str();
     ckpt->add_option("--pool-spare", park.pool.spares,

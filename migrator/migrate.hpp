@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ferry::migrator {
 
@@ -38,6 +39,8 @@ enum class migrate_mode : uint8_t { migrate, park, unpark };
 struct migrate_options {
     migrate_mode mode = migrate_mode::migrate;
     std::string park_name; // park, unpark: the parked workload's name
+    // park: the hosts (certificate names) that may restore it, besides this one.
+    std::vector<std::string> restorable_by;
     pid_t pid = 0;
     // A container instead of a bare tree: its engine ("podman") and name.
     std::string engine;

@@ -72,6 +72,8 @@ class migration {
     void wait_registered();
     void park();
     void load_parked();
+    void grant_parked_pages();
+    void share_parked();
     void run_unpark();
     void reserve_park_name();
     void commit_source();

@@ -65,6 +65,7 @@ void migration::park() {
     rec.source_pid = uint32_t(_opt.pid);
     _record_stored = true; // from the first byte: an abort drops what made it
     _r.park_record_bytes = store_record(*_opt.pool, rec);
+    share_parked();
     _r.t_images_sent = monotonic_ns();
 
     request_handoff();
@@ -91,11 +92,47 @@ void migration::load_parked() {
     _r.source_pages_total = _parked->pages_total;
 }
 
+// A parked workload is this host's; --restorable-by names the hosts that may
+// restore it too: they become members of its record and of its pages.
+void migration::share_parked() {
+    if (_opt.restorable_by.empty())
+        return;
+    auto record = record_spec(*_opt.pool);
+    auto pages = *_opt.pool;
+    const std::pair<pool::pool_spec*, uint64_t> objects[] = {
+        {&record, record_object(_opt.park_name)}, {&pages, pages.object_of(_r.id)}};
+    for (const auto& [spec, object] : objects) {
+        auto health = std::make_shared<pool::pool_health>(*spec);
+        pool::pool_client c(*spec, object, health, pool::pool_client::options{.name = "share"});
+        for (const auto& host : _opt.restorable_by)
+            if (c.grant(host) == health->slots())
+                throw error(
+                    fmt::format("the pool refused to let {} restore '{}'", host, _opt.park_name));
+    }
+}
+
+// The pool serves the parked pages only to the object's members (this host,
+// if it parked them): the destination daemon becomes one.
+void migration::grant_parked_pages() {
+    const std::string reader = _dest->peer_identity();
+    auto health = std::make_shared<pool::pool_health>(*_opt.pool);
+    pool::pool_client c(*_opt.pool, _opt.pool->object_of(_r.id), health,
+                        pool::pool_client::options{.name = "grant"});
+    const uint32_t refused = c.grant(reader);
+    if (refused == health->slots())
+        throw error(fmt::format("the pool did not let {} read the parked pages: only the host that "
+                                "parked them (or one it let in) may restore them",
+                                reader));
+    if (refused)
+        _log->warn("{} pool node(s) did not let {} read the parked pages", refused, reader);
+}
+
 // No source: the images come from the parked record, the pages from the pool.
 void migration::run_unpark() {
     try {
         load_parked();
         connect_destination("");
+        grant_parked_pages();
         image_list images;
         for (size_t i = 0; i < _parked->n_images; i++) {
             const auto& f = *_parked->images[i];

@@ -51,7 +51,11 @@ unique_fd block_stop_signals() {
 
 } // namespace
 
-daemon::daemon(daemon_config cfg) : _cfg(std::move(cfg)), _log(make_logger("pagesrv")) {
+// The stop signals are blocked first: every thread started from here on
+// (the metrics server's among them) inherits the mask, so only the
+// signalfd sees SIGTERM and the daemon drains instead of dying.
+daemon::daemon(daemon_config cfg)
+    : _signals(block_stop_signals()), _cfg(std::move(cfg)), _log(make_logger("pagesrv")) {
     std::filesystem::create_directories(_cfg.state_dir / "incoming");
     engines::remove_stale_reservations(_cfg.state_dir / "incoming", _cfg.tools);
     _criu_version = criu::require_supported_criu(_cfg.tools.criu).to_string();
@@ -72,7 +76,6 @@ daemon::~daemon() {
 }
 
 void daemon::run() {
-    unique_fd signals = block_stop_signals();
     ::signal(SIGPIPE, SIG_IGN);
     _log->info("listening on {}, state in {}, CRIU {}; CRIU restores by {}",
                _cfg.listen.to_string(), _cfg.state_dir.string(), _criu_version,
@@ -81,7 +84,7 @@ void daemon::run() {
         _log->warn("another daemon in this network namespace receives the CRIU plugin's reports");
     for (;;) {
         pollfd fds[3] = {{_listener.get(), POLLIN, 0},
-                         {signals.get(), POLLIN, 0},
+                         {_signals.get(), POLLIN, 0},
                          {_criu_events.fd(), POLLIN, 0}};
         int r = ::poll(fds, 3, 1000);
         if (r < 0 && errno != EINTR)
@@ -91,7 +94,7 @@ void daemon::run() {
             continue;
         if (fds[1].revents) {
             signalfd_siginfo si;
-            (void)!::read(signals.get(), &si, sizeof si);
+            (void)!::read(_signals.get(), &si, sizeof si);
             _log->info("signal {}: stopping", si.ssi_signo);
             break;
         }
@@ -215,7 +218,7 @@ void daemon::serve_authenticated(net::stream& conn) {
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
                 if (_pool)
-                    serve_pool_connection(conn, *first->pool_open, *_pool, *_log);
+                    serve_pool_connection(conn, *first->pool_open, *_pool, _pool_access, *_log);
                 else
                     control::send_error(
                         conn, "this daemon is not a pool node (start it with --pool-node)",

@@ -8,6 +8,7 @@
 #include "core/unique_fd.hpp"
 #include "criu_events.hpp"
 #include "metrics.hpp"
+#include "object_access.hpp"
 #include "outgoing.hpp"
 #include "pool_store.hpp"
 #include "sys/host_tools.hpp"
@@ -92,12 +93,14 @@ class daemon {
     void reap_finished_connections();
     void drain();
 
+    unique_fd _signals; // SIGTERM and SIGINT, blocked in every thread
     daemon_config _cfg;
     std::shared_ptr<spdlog::logger> _log;
     std::string _criu_version;
     hw_breakpoints::probe_outcome _breakpoints = hw_breakpoints::probe_outcome::probe_failed;
     unique_fd _listener;
     std::unique_ptr<pool_store> _pool;
+    object_access _pool_access; // which peers each pooled object belongs to
     std::unique_ptr<daemon_metrics> _metrics;
     criu_event_log _criu_events;
 

@@ -9,8 +9,10 @@
 namespace ferry::pagesrv {
 
 void serve_pool_connection(net::stream& conn, const FerryControl__PoolOpen& open, pool_store& store,
-                           spdlog::logger& log) {
-    const std::string client = open.client ? open.client : "client";
+                           object_access& access, spdlog::logger& log) {
+    const std::string client =
+        fmt::format("{} ({})", open.client ? open.client : "client", conn.peer_identity());
+    const std::string& peer = conn.peer_identity();
     FerryControl__PoolAccepted ok = FERRY_CONTROL__POOL_ACCEPTED__INIT;
     ok.chunk_size = store.config().chunk_size;
     ok.capacity_bytes = store.config().capacity_bytes;
@@ -49,16 +51,35 @@ void serve_pool_connection(net::stream& conn, const FerryControl__PoolOpen& open
         std::string stats;
         switch (req.operation) {
         case pool::op::put:
-            rep.result = store.put(req.object, req.chunk, std::span(meta.data(), req.meta_len),
-                                   std::span(data.data(), req.data_len));
+            rep.result =
+                !access.admit_write(req.object, peer)
+                    ? pool::status::forbidden
+                    : store.put(req.object, req.chunk, std::span(meta.data(), req.meta_len),
+                                std::span(data.data(), req.data_len));
             break;
         case pool::op::get:
-            rep.result = store.get(req.object, req.chunk, meta.data(), rep.meta_len, data.data(),
-                                   rep.data_len, rep.served_from);
+            rep.result = !access.admit_read(req.object, peer)
+                             ? pool::status::forbidden
+                             : store.get(req.object, req.chunk, meta.data(), rep.meta_len,
+                                         data.data(), rep.data_len, rep.served_from);
             break;
         case pool::op::drop:
-            (void)store.drop(req.object);
+            if (access.admit_read(req.object, peer)) {
+                (void)store.drop(req.object);
+                access.forget(req.object);
+            } else {
+                rep.result = pool::status::forbidden;
+            }
             break;
+        case pool::op::grant: {
+            const std::string to(reinterpret_cast<const char*>(meta.data()), req.meta_len);
+            if (!access.grant(req.object, peer, to))
+                rep.result = pool::status::forbidden;
+            else
+                log.debug("pool client {}: {} may use object {:x}", client, to, req.object);
+            rep.meta_len = 0;
+            break;
+        }
         case pool::op::stats:
             stats = store.stats_json();
             rep.data_len = uint32_t(std::min(stats.size(), size_t(pool::max_data_len)));
@@ -66,6 +87,9 @@ void serve_pool_connection(net::stream& conn, const FerryControl__PoolOpen& open
         case pool::op::ping:
             break;
         }
+        if (rep.result == pool::status::forbidden)
+            log.warn("pool client {}: {} of object {:x} refused: not one of its members", client,
+                     pool::to_string(req.operation), req.object);
         if (rep.result != pool::status::ok)
             rep.meta_len = rep.data_len = 0;
         auto hdr = pool::encode(rep);

@@ -1,7 +1,9 @@
 // Pool role: serves one pool client's connection (frames in lib/pool_wire.hpp).
 #pragma once
 
+#include "object_access.hpp"
 #include "pool_store.hpp"
+#include "sys/stream.hpp"
 #include "wire/control.hpp"
 
 #include <spdlog/logger.h>
@@ -9,8 +11,9 @@
 namespace ferry::pagesrv {
 
 // Answers the client's pool_open, then serves requests until it hangs up.
-// A malformed frame ends the connection (logged once).
+// A malformed frame ends the connection (logged once). Each object is
+// served only to its members (`access`), by the peer's authenticated name.
 void serve_pool_connection(net::stream& conn, const FerryControl__PoolOpen& open, pool_store& store,
-                           spdlog::logger& log);
+                           object_access& access, spdlog::logger& log);
 
 } // namespace ferry::pagesrv

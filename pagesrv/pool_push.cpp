@@ -57,6 +57,14 @@ void pool_pusher::restore_redundancy(const std::shared_ptr<pool::pool_health>& h
     }
 }
 
+// The pages are the destination's to read (and to drop once installed):
+// pool nodes serve an object only to its members.
+void pool_pusher::grant_destination(pool::pool_client& client) {
+    const auto& reader = _m.access().destination_identity;
+    if (const uint32_t refused = client.grant(reader))
+        _log->warn("{} pool node(s) did not let {} read the pages", refused, reader);
+}
+
 void pool_pusher::discard() noexcept {
     stop();
     (void)wait();
@@ -79,8 +87,10 @@ void pool_pusher::run() noexcept {
                                  pool::pool_client::options{.name = "push " + _m.id()});
         if (health->dead_mask())
             throw error("pool nodes unreachable: " + health->lost_nodes());
+        grant_destination(client);
         push_all(client);
         restore_redundancy(health);
+        grant_destination(client); // the spares that replaced lost nodes too
         r.ok = true;
         r.pages = _m.pages_total();
         r.bytes_stored = client.stats().bytes_written;

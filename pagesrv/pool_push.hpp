@@ -50,6 +50,7 @@ class pool_pusher {
     void run() noexcept;
     void push_all(pool::pool_client& client);
     void restore_redundancy(const std::shared_ptr<pool::pool_health>& health);
+    void grant_destination(pool::pool_client& client);
 
     outgoing_migration& _m;
     std::shared_ptr<spdlog::logger> _log; // the migration's

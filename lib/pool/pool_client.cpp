@@ -259,6 +259,7 @@ void pool_client::deliver(uint32_t slot, const expectation& e, const reply& r) {
     switch (e.operation) {
     case op::put:
     case op::drop:
+    case op::grant:
         _puts_outstanding--;
         if (r.result != status::ok) {
             _put_failures++;

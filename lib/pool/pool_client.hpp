@@ -117,6 +117,10 @@ class pool_client {
                       const uint64_t* checksums);
     // Forgets the object on every live node.
     void drop_object();
+    // Lets the peer whose certificate names `identity` read, write and drop
+    // the object on every live node; returns the nodes that refused or
+    // failed. The first to write or grant an object becomes its member.
+    uint32_t grant(const std::string& identity);
     // The node's counters (JSON), or an error text.
     std::string node_stats(uint32_t slot);
 

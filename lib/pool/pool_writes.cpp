@@ -87,6 +87,24 @@ void pool_client::drop_object() {
     wait_puts();
 }
 
+uint32_t pool_client::grant(const std::string& identity) {
+    if (identity.empty() || identity.size() > max_meta_len)
+        throw error(fmt::format("'{}' cannot be granted pool access", identity));
+    sync_with_health();
+    _put_failures = 0;
+    uint32_t failures = 0;
+    for (uint32_t s = 0; s < _links.size(); s++) {
+        request r{op::grant, _object, 0, uint32_t(identity.size()), 0, _next_id++};
+        expectation e{r.request_id, monotonic_ns(), op::grant, -1, 0, 0, 0};
+        if (post(s, r, identity.data(), nullptr, e))
+            _puts_outstanding++;
+        else
+            failures++;
+    }
+    wait_puts();
+    return failures + _put_failures;
+}
+
 std::string pool_client::node_stats(uint32_t slot) {
     sync_with_health();
     _stats_done = false;

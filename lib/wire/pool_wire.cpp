@@ -51,6 +51,8 @@ std::string_view to_string(status s) noexcept {
         return "disk tier I/O error";
     case status::corrupt:
         return "stored copy corrupt";
+    case status::forbidden:
+        return "forbidden: this host is not part of the object's migration";
     }
     return "unknown status";
 }
@@ -67,6 +69,8 @@ std::string_view to_string(op o) noexcept {
         return "stats";
     case op::ping:
         return "ping";
+    case op::grant:
+        return "grant";
     }
     return "unknown op";
 }
@@ -112,13 +116,15 @@ decode_error decode(const header_bytes& b, request& out) noexcept {
     if (auto e = check_head(b, request_magic); e != decode_error::none)
         return e;
     const uint16_t o = load_le<uint16_t>(&b[6]);
-    if (o < uint16_t(op::put) || o > uint16_t(op::ping))
+    if (o < uint16_t(op::put) || o > uint16_t(op::grant))
         return decode_error::bad_op;
     out.operation = op(o);
     decode_tail(b, out);
     if (out.meta_len > max_meta_len || out.data_len > max_data_len)
         return decode_error::bad_length;
-    if (out.operation != op::put && (out.meta_len || out.data_len))
+    if (out.operation == op::grant && (!out.meta_len || out.data_len))
+        return decode_error::bad_length; // the grantee's name, nothing else
+    if (out.operation != op::put && out.operation != op::grant && (out.meta_len || out.data_len))
         return decode_error::bad_length;
     return decode_error::none;
 }
@@ -128,7 +134,7 @@ decode_error decode(const header_bytes& b, reply& out) noexcept {
         return e;
     const uint8_t st = load_le<uint8_t>(&b[6]);
     const uint8_t t = load_le<uint8_t>(&b[7]);
-    if (st > uint8_t(status::corrupt) || t > uint8_t(tier::disk))
+    if (st > uint8_t(status::forbidden) || t > uint8_t(tier::disk))
         return decode_error::bad_status;
     out.result = status(st);
     out.served_from = tier(t);

@@ -40,15 +40,17 @@ enum class op : uint16_t {
     drop = 3,  // forget every chunk of `object`
     stats = 4, // the node's counters, as JSON
     ping = 5,  // an empty ok reply: liveness and round-trip time
+    grant = 6, // let the peer named in the metadata at `object` too
 };
 
 enum class status : uint8_t {
     ok = 0,
     not_found = 1,
     bad_request = 2,
-    no_space = 3, // the arena and the disk tier are both full
-    io_error = 4, // the disk tier failed
-    corrupt = 5,  // the stored copy failed the node's own checksum
+    no_space = 3,  // the arena and the disk tier are both full
+    io_error = 4,  // the disk tier failed
+    corrupt = 5,   // the stored copy failed the node's own checksum
+    forbidden = 6, // the peer is not one of the object's members
 };
 
 enum class tier : uint8_t { none = 0, memory = 1, disk = 2 };

@@ -22,7 +22,7 @@ for i in 1 2 3 4; do pool+="${pool:+,}$("$testbed" addr "p$i")"; done
 # 1. Park.
 log "case: checkpoint --to-pool"
 pid=$(start_workload a w1 --mib "$mib" --child-mib 4 --threads 2)
-on a migrator checkpoint --pid "$pid" --to-pool "$pool" --raid 5 --name w1 --json \
+on a migrator checkpoint --pid "$pid" --to-pool "$pool" --raid 5 --name w1 --restorable-by b --json \
   >"$work/park.json" 2>"$work/park.err" || fail "checkpoint failed: $(cat "$work/park.json" "$work/park.err")"
 cat "$work/park.json" >&2
 [ "$(json "$work/park.json" ok)" = true ] || fail "checkpoint not ok"
@@ -46,6 +46,15 @@ on a migrator checkpoint --pid "$pid2" --to-pool "$pool" --name w1 --json >"$wor
 [ $rc != 0 ] || fail "a second checkpoint named w1 succeeded"
 grep -q "already parked" "$work/dup.json" || fail "unclear error: $(cat "$work/dup.json")"
 running "$pid2" || fail "the refused workload is not running"
+
+# 2b. A host it was not shared with (p4, authenticated by the same CA) can
+# neither read its record nor its pages.
+log "case: restore --from-pool on a host it was not shared with"
+rc=0
+on p4 migrator restore --from-pool "$pool" --name w1 --to "$(addr b)" >"$work/stranger.out" 2>&1 || rc=$?
+cat "$work/stranger.out" >&2
+[ $rc != 0 ] || fail "a host w1 was not shared with restored it"
+grep -q "forbidden" "$work/stranger.out" || fail "the refusal does not say why: $(cat "$work/stranger.out")"
 
 # 3. A node dies while parked; restore on b reads degraded.
 log "case: restore --from-pool after losing p3"
