@@ -286,7 +286,9 @@ void pool_client::deliver(uint32_t slot, const expectation& e, const reply& r) {
         st = arrived;
         _stats.bytes_read += r.data_len;
     } else {
-        st = r.result == status::not_found ? missing : failed;
+        st = r.result == status::not_found   ? missing
+             : r.result == status::forbidden ? refused
+                                             : failed;
     }
     plan_stripe(op, e.stripe_index);
 }

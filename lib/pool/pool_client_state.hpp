@@ -18,7 +18,9 @@ namespace ferry::pool {
 
 namespace detail {
 
-enum member_state : uint8_t { idle, requested, arrived, failed, slow, missing };
+// refused: the node answered "forbidden" (this host is not one of the
+// object's members); it counts as failed, and the error says so.
+enum member_state : uint8_t { idle, requested, arrived, failed, slow, missing, refused };
 
 inline constexpr uint64_t initial_deadline_ns = 50'000'000;
 

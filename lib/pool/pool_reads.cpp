@@ -34,7 +34,8 @@ bool pool_client::usable(const read_op& op, uint32_t i, uint32_t member) const n
     const uint64_t stripe = op.first_stripe + i;
     const uint32_t slot = _layout.node_of(stripe, member);
     const uint8_t st = op.states[size_t(i) * raid::max_members + member];
-    return _links[slot]->live() && !_health->dead(slot) && st != failed && st != slow;
+    return _links[slot]->live() && !_health->dead(slot) && st != failed && st != slow &&
+           st != refused;
 }
 
 bool pool_client::request_member(read_op& op, uint32_t i, uint32_t member) {
@@ -137,6 +138,14 @@ void pool_client::plan_stripe(read_op& op, uint32_t i) {
         break;
     }
     // Fewer usable members than the level needs: name what was lost.
+    for (uint32_t m = 0; m < n; m++)
+        if (st[m] == refused) {
+            op.status = read_status::lost;
+            op.error = fmt::format("pool object {:016x}: {} (pool node {})", _object,
+                                   to_string(status::forbidden),
+                                   _health->endpoint(_layout.node_of(stripe, m)).to_string());
+            return;
+        }
     std::string what;
     for (uint32_t m = 0; m < n; m++)
         if (st[m] != arrived && st[m] != requested)
