@@ -59,9 +59,23 @@ void pool_pusher::restore_redundancy(const std::shared_ptr<pool::pool_health>& h
 
 // The pages are the destination's to read (and to drop once installed):
 // pool nodes serve an object only to its members.
+// The spares too, at once: whichever of the two rebuilds onto a spare first
+// (this daemon before the hand-off, the destination after a loss), the other
+// must be able to write and read there as well.
 void pool_pusher::grant_destination(pool::pool_client& client) {
     const auto& reader = _m.access().destination_identity;
-    if (const uint32_t refused = client.grant(reader))
+    uint32_t refused = client.grant(reader);
+    if (!_spec.spares.empty()) {
+        pool::pool_spec spares = _spec;
+        spares.nodes = _spec.spares;
+        spares.spares.clear();
+        spares.level = raid::level::raid0;
+        auto health = std::make_shared<pool::pool_health>(spares);
+        pool::pool_client c(spares, _object, health,
+                            pool::pool_client::options{.name = "grant " + _m.id()});
+        refused += c.grant(reader);
+    }
+    if (refused)
         _log->warn("{} pool node(s) did not let {} read the pages", refused, reader);
 }
 
