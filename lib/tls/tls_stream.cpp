@@ -63,7 +63,7 @@ bool is_loopback(const net::endpoint& ep) {
 tls_stream::tls_stream(unique_fd fd, credentials_ptr creds, role r)
     : _fd(std::move(fd)), _creds(std::move(creds)), _role(r),
       _gather(std::make_unique<std::byte[]>(max_record)),
-      _in(std::make_unique<std::byte[]>(receive_buffer)) {
+      _in(mapping::anonymous(receive_buffer, "TLS receive buffer")) {
     net::set_nonblocking(_fd.get(), true); // every wait is ours, with a deadline
     check(gnutls_init(&_s, (r == role::client ? GNUTLS_CLIENT : GNUTLS_SERVER) | GNUTLS_NONBLOCK |
                                GNUTLS_NO_TICKETS),
@@ -91,7 +91,7 @@ ssize_t tls_stream::pull(gnutls_transport_ptr_t self, void* dst, size_t len) {
     if (s._in_pos == s._in_len) {
         ssize_t n;
         do
-            n = ::recv(s._fd.get(), s._in.get(), receive_buffer, 0);
+            n = ::recv(s._fd.get(), s._in.data(), receive_buffer, 0);
         while (n < 0 && errno == EINTR);
         if (n <= 0) {
             if (n < 0)
@@ -102,7 +102,7 @@ ssize_t tls_stream::pull(gnutls_transport_ptr_t self, void* dst, size_t len) {
         s._in_len = size_t(n);
     }
     const size_t take = std::min(len, s._in_len - s._in_pos);
-    std::memcpy(dst, s._in.get() + s._in_pos, take);
+    std::memcpy(dst, s._in.data() + s._in_pos, take);
     s._in_pos += take;
     return ssize_t(take);
 }

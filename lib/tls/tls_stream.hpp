@@ -8,6 +8,7 @@
 // Nothing is read from a peer before its handshake completes.
 #pragma once
 
+#include "core/mapping.hpp"
 #include "core/unique_fd.hpp"
 #include "sys/net.hpp"
 #include "sys/stream.hpp"
@@ -64,7 +65,10 @@ class tls_stream final : public net::stream {
     std::string _peer;                    // authenticated identity, once the handshake is done
     std::string _peer_label;              // what errors call the peer
     std::unique_ptr<std::byte[]> _gather; // small writes become one record
-    std::unique_ptr<std::byte[]> _in;     // received, not yet taken by GnuTLS
+    // Received, not yet taken by GnuTLS. Mapped, not malloc'd: a peer that
+    // never gets past its handshake costs the pages it touched, and they go
+    // back to the system with the connection.
+    mapping _in;
     size_t _in_pos = 0, _in_len = 0;
 };
 
