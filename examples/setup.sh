@@ -31,7 +31,7 @@ ferry_packages=(
   g++ make meson ninja-build pkg-config git ca-certificates
   catch2 libprotobuf-c-dev protobuf-c-compiler libnl-3-dev libnl-route-3-dev
   libxxhash-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libisal-dev libarchive-dev libcurl4-openssl-dev libgnutls28-dev prometheus-cpp-dev
-  clang-14 libfuzzer-14-dev
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev
   libbenchmark-dev
   iproute2 procps util-linux psmisc python3 xz-utils clang-format patch tcpdump
 )
