@@ -287,10 +287,9 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
     ok.plaintext_pages = m->access().plaintext_pages;
     control::send_message(conn, ok, net::after(first_frame_timeout));
     net::set_nodelay(conn.fd());
-    std::unique_ptr<net::socket_stream> plain;
+    std::unique_ptr<net::stream> plain;
     if (ok.plaintext_pages)
-        plain = std::make_unique<net::socket_stream>(
-            static_cast<tls::tls_stream&>(conn).to_plaintext(net::after(first_frame_timeout)));
+        plain = tls::leave_tls(conn, net::after(first_frame_timeout));
     if (open.kind == FERRY_CONTROL__CHANNEL_KIND__BACKGROUND) {
         // Background reads yield the CPU at once to any thread serving a
         // fault (or running the workload); they only soak up idle time.

@@ -243,6 +243,13 @@ unique_fd tls_stream::to_plaintext(net::deadline until) {
     return plain;
 }
 
+std::unique_ptr<net::stream> leave_tls(net::stream& s, net::deadline until) {
+    auto* t = dynamic_cast<tls_stream*>(&s);
+    if (!t)
+        throw error("cannot leave TLS on a connection that is not TLS");
+    return std::make_unique<net::socket_stream>(t->to_plaintext(until));
+}
+
 std::unique_ptr<tls_stream> connect(const net::endpoint& ep, const credentials_ptr& creds,
                                     std::chrono::milliseconds timeout) {
     const auto until = net::after(timeout);

@@ -72,6 +72,10 @@ class tls_stream final : public net::stream {
     size_t _in_pos = 0, _in_len = 0;
 };
 
+// to_plaintext on a stream known only as a net::stream, as a plain stream
+// over the same socket; throws ferry::error if it is not TLS.
+std::unique_ptr<net::stream> leave_tls(net::stream& s, net::deadline until);
+
 // Dials `ep` and completes the client handshake within `timeout`.
 std::unique_ptr<tls_stream> connect(const net::endpoint& ep, const credentials_ptr& creds,
                                     std::chrono::milliseconds timeout);

@@ -32,10 +32,8 @@ std::unique_ptr<page_channel> open_page_channel(const fabric_spec& spec,
         throw error("the source uses a different page size");
     max_pages = std::min(max_pages, accepted.max_pages_per_request);
     std::unique_ptr<net::stream> channel = std::move(conn);
-    if (accepted.has_plaintext_pages && accepted.plaintext_pages) {
-        auto& tls_conn = static_cast<tls::tls_stream&>(*channel);
-        channel = std::make_unique<net::socket_stream>(tls_conn.to_plaintext(net::after(timeout)));
-    }
+    if (accepted.has_plaintext_pages && accepted.plaintext_pages)
+        channel = tls::leave_tls(*channel, net::after(timeout));
     return backend.open(std::move(channel), accepted, spec, kind, max_pages);
 }
 
