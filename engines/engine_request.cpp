@@ -7,7 +7,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace ferry::engines {
@@ -39,10 +42,29 @@ std::optional<json> read_json(const std::filesystem::path& file) {
     }
 }
 
+// A number in range of T: nlohmann's get<T> converts a float or an
+// out-of-range integer without a word (and a float out of range is
+// undefined behaviour; the fuzzer found it).
+template <typename T>
+bool integer_fits(const json& v) {
+    if (v.is_number_unsigned())
+        return v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max());
+    if (v.is_number_integer())
+        return v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+               (v.get<int64_t>() < 0 ||
+                uint64_t(v.get<int64_t>()) <= uint64_t(std::numeric_limits<T>::max()));
+    return false;
+}
+
 template <typename T>
 T field(const json& j, const char* key, const std::filesystem::path& file) {
     try {
-        return j.at(key).get<T>();
+        const json& v = j.at(key);
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+            if (!integer_fits<T>(v))
+                throw error("not an integer in range");
+        }
+        return v.get<T>();
     } catch (const std::exception&) {
         throw error(fmt::format("{} lacks a valid '{}'", file.string(), key));
     }
