@@ -20,6 +20,11 @@ constexpr const char* priorities =
     "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305";
 constexpr size_t max_record = 16384;
 constexpr size_t receive_buffer = 256 << 10;
+// Records sealed per send(): one syscall carries up to 256 KiB of content.
+constexpr size_t records_per_send = 16;
+// Writer's pieces under this size are gathered into one record (a header and
+// its checksums); larger ones are sealed straight from the writer's buffer.
+constexpr size_t small_piece = 4096;
 
 std::string verify_failure(gnutls_session_t s) {
     const unsigned status = gnutls_session_get_verify_cert_status(s);
@@ -149,6 +154,22 @@ void tls_stream::handshake(const std::string& peer, net::deadline until) {
     if (_peer.empty())
         throw error(
             fmt::format("TLS authentication of {} failed: its certificate has no name", peer));
+    take_records();
+}
+
+// GnuTLS pulls exactly the records it needs, so after the handshake every
+// byte it has not taken is still in _in, and the records go on from there.
+void tls_stream::take_records() {
+    if (gnutls_record_check_pending(_s) > 0)
+        return; // data GnuTLS already decrypted: stay with its record layer
+    auto reader = record_cipher::take(_s, true);
+    auto writer = record_cipher::take(_s, false);
+    if (!reader || !writer)
+        return;
+    _spill = std::make_unique<std::byte[]>(record::max_ciphertext);
+    _out = mapping::anonymous(records_per_send * record::max_sealed, "TLS send buffer");
+    _reader.emplace(std::move(*reader));
+    _writer.emplace(std::move(*writer));
 }
 
 // A record call's result as a stream reports it: bytes, 0 at the end, or -1
@@ -172,6 +193,8 @@ ssize_t tls_stream::record_result(Call call, const char* what) {
 }
 
 ssize_t tls_stream::read_some(std::byte* dst, size_t len) {
+    if (_reader)
+        return read_records(dst, len);
     return record_result([&] { return gnutls_record_recv(_s, dst, len); }, "receive from");
 }
 
@@ -180,6 +203,8 @@ ssize_t tls_stream::read_some(std::byte* dst, size_t len) {
 // caller passes the same buffers, so the same bytes are gathered again, as
 // GnuTLS requires of a retried send.
 ssize_t tls_stream::write_some(const iovec* iov, int iovcnt) {
+    if (_writer)
+        return write_records(iov, iovcnt);
     const void* data = iov[0].iov_base;
     size_t len = iov[0].iov_len;
     if (len < max_record && iovcnt > 1) {
@@ -196,11 +221,169 @@ ssize_t tls_stream::write_some(const iovec* iov, int iovcnt) {
 }
 
 bool tls_stream::buffered() const noexcept {
+    if (_reader)
+        return record_waiting();
     return _in_pos < _in_len || gnutls_record_check_pending(_s) > 0;
+}
+
+size_t tls_stream::take_spill(std::byte* dst, size_t len) noexcept {
+    const size_t n = std::min(len, _spill_len - _spill_pos);
+    std::memcpy(dst, _spill.get() + _spill_pos, n);
+    _spill_pos += n;
+    if (_spill_pos == _spill_len)
+        _spill_pos = _spill_len = 0;
+    return n;
+}
+
+// Content to hand out, or a whole record to open, without touching the
+// socket.
+bool tls_stream::record_waiting() const noexcept {
+    if (_spill_pos < _spill_len || _peer_closed)
+        return true;
+    const size_t avail = _in_len - _in_pos;
+    return avail >= record::header_size &&
+           (!record_cipher::plausible(_in.data() + _in_pos) || // read_some reports it
+            avail >= record::header_size + record_cipher::length_of(_in.data() + _in_pos));
+}
+
+// Opens every whole record already received into dst, receiving more only
+// when none is: one recv() serves many records, and each opens straight
+// into dst unless dst is too short for it.
+ssize_t tls_stream::read_records(std::byte* dst, size_t len) {
+    size_t got = take_spill(dst, len);
+    for (;;) {
+        while (got < len && !_peer_closed) {
+            const size_t avail = _in_len - _in_pos;
+            if (avail < record::header_size)
+                break;
+            const std::byte* rec = _in.data() + _in_pos;
+            if (!record_cipher::plausible(rec))
+                throw error(fmt::format("TLS record from {} is malformed", _peer_label));
+            const size_t rec_len = record::header_size + record_cipher::length_of(rec);
+            if (avail < rec_len)
+                break;
+            const auto r = _reader->open(rec, rec_len, dst + got, len - got, _spill.get());
+            if (!r)
+                throw error(fmt::format("TLS record from {} failed authentication", _peer_label));
+            _in_pos += rec_len;
+            if (r->type == record::alert) {
+                const std::byte* a = r->in_spill ? _spill.get() : dst + got;
+                if (r->content == 2 && a[1] == std::byte{GNUTLS_A_CLOSE_NOTIFY}) {
+                    _spill_pos = _spill_len = 0;
+                    _peer_closed = true;
+                    break;
+                }
+                throw error(fmt::format(
+                    "TLS alert from {}: {}", _peer_label,
+                    r->content == 2 ? gnutls_alert_get_strname(gnutls_alert_description_t(a[1]))
+                                    : "malformed"));
+            }
+            if (r->type != record::application_data)
+                throw error(fmt::format("TLS record of type {} from {} is not application data",
+                                        r->type, _peer_label));
+            got += r->content - r->in_spill;
+            _spill_len = r->in_spill;
+            got += take_spill(dst + got, len - got);
+        }
+        if (got > 0 || _peer_closed || len == 0)
+            return ssize_t(got);
+
+        // Nothing whole here: receive, first moving a partial record to the
+        // front if the largest one would not fit behind it.
+        if (_in_pos == _in_len) {
+            _in_pos = _in_len = 0;
+        } else if (_in.size() - _in_pos < record::header_size + record::max_ciphertext) {
+            std::memmove(_in.data(), _in.data() + _in_pos, _in_len - _in_pos);
+            _in_len -= _in_pos;
+            _in_pos = 0;
+        }
+        ssize_t n;
+        do
+            n = ::recv(_fd.get(), _in.data() + _in_len, _in.size() - _in_len, 0);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return -1;
+        if (n < 0)
+            throw sys_error(fmt::format("receive from {}", _peer_label));
+        if (n == 0)
+            return 0; // closed without close_notify: the framing above sees a cut message
+        _in_len += size_t(n);
+    }
+}
+
+// Seals the writer's buffers, up to records_per_send records, into _out.
+void tls_stream::seal_batch(const iovec* iov, int iovcnt) {
+    _out_pos = _out_len = _out_taken = 0;
+    int i = 0;
+    size_t off = 0; // into iov[i]
+    auto skip_empty = [&] {
+        while (i < iovcnt && off == iov[i].iov_len) {
+            i++;
+            off = 0;
+        }
+    };
+    skip_empty();
+    while (i < iovcnt && _out_len + record::max_sealed <= _out.size()) {
+        const auto* base = static_cast<const std::byte*>(iov[i].iov_base);
+        size_t n = std::min(iov[i].iov_len - off, record::max_content);
+        if (n < small_piece && i + 1 < iovcnt) {
+            // Small pieces go together into one record; a large one after
+            // them gets records of its own, sealed from where it is.
+            n = 0;
+            while (i < iovcnt && iov[i].iov_len - off < small_piece &&
+                   n + iov[i].iov_len - off <= record::max_content) {
+                std::memcpy(_gather.get() + n, static_cast<const std::byte*>(iov[i].iov_base) + off,
+                            iov[i].iov_len - off);
+                n += iov[i].iov_len - off;
+                off = iov[i].iov_len;
+                skip_empty();
+            }
+            _out_len +=
+                _writer->seal(_gather.get(), n, record::application_data, _out.data() + _out_len);
+        } else {
+            _out_len +=
+                _writer->seal(base + off, n, record::application_data, _out.data() + _out_len);
+            off += n;
+            skip_empty();
+        }
+        _out_taken += n;
+    }
+}
+
+// All of a batch reaches the socket before the writer hears it was taken:
+// after -1 the same call comes again and sends the rest.
+ssize_t tls_stream::write_records(const iovec* iov, int iovcnt) {
+    if (_out_pos == _out_len)
+        seal_batch(iov, iovcnt);
+    while (_out_pos < _out_len) {
+        const ssize_t n =
+            ::send(_fd.get(), _out.data() + _out_pos, _out_len - _out_pos, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return -1;
+        if (n < 0)
+            throw sys_error(fmt::format("send to {}", _peer_label));
+        _out_pos += size_t(n);
+    }
+    return ssize_t(std::exchange(_out_taken, 0));
+}
+
+void tls_stream::send_close_notify(net::deadline until) {
+    const std::byte alert[2] = {std::byte{1}, std::byte{GNUTLS_A_CLOSE_NOTIFY}}; // warning
+    if (_out_pos != _out_len)
+        throw error(fmt::format("TLS close with {} while a write is unfinished", _peer_label));
+    _out_pos = _out_taken = 0;
+    _out_len = _writer->seal(alert, sizeof alert, record::alert, _out.data());
+    while (write_records(nullptr, 0) < 0)
+        if (!net::wait_fd(_fd.get(), POLLOUT, until))
+            throw error(fmt::format("TLS close with {} timed out", _peer_label));
 }
 
 unique_fd tls_stream::to_plaintext(net::deadline until) {
     auto send_close = [&] {
+        if (_writer)
+            return send_close_notify(until);
         for (;;) {
             const int rc = gnutls_bye(_s, GNUTLS_SHUT_WR);
             if (rc == GNUTLS_E_SUCCESS)
@@ -235,7 +418,7 @@ unique_fd tls_stream::to_plaintext(net::deadline until) {
         if (!net::read_full(_fd.get(), {&go, 1}, until, "leave TLS") || go != std::byte{'P'})
             throw error(fmt::format("{} did not leave TLS", _peer_label));
     }
-    if (_in_pos != _in_len) // the protocol above makes this impossible
+    if (_in_pos != _in_len || _spill_pos != _spill_len) // the protocol above makes this impossible
         throw error(fmt::format("{} sent plaintext before leaving TLS", _peer_label));
     unique_fd plain(::fcntl(_fd.get(), F_DUPFD_CLOEXEC, 0));
     if (!plain)

@@ -13,11 +13,13 @@
 #include "sys/net.hpp"
 #include "sys/stream.hpp"
 #include "tls/credentials.hpp"
+#include "tls/record_cipher.hpp"
 
 #include <gnutls/gnutls.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace ferry::tls {
@@ -41,6 +43,9 @@ class tls_stream final : public net::stream {
     // `peer` names the other end in errors (its address).
     void handshake(const std::string& peer, net::deadline until);
     [[nodiscard]] gnutls_session_t session() const noexcept { return _s; }
+    // Records are sealed and opened by Ferry's record layer (record_cipher),
+    // not GnuTLS's: true after a handshake on AES-GCM.
+    [[nodiscard]] bool records_by_ferry() const noexcept { return _reader.has_value(); }
 
     // Ends TLS in both directions (close_notify each way, then a plaintext
     // byte from the server) and returns the socket, on which both ends go on
@@ -53,6 +58,15 @@ class tls_stream final : public net::stream {
     void wait(net::deadline until, const char* what);
     template <typename Call>
     ssize_t record_result(Call call, const char* what);
+    // After the handshake, records go through record_cipher (when the
+    // session's cipher allows) instead of GnuTLS's record layer.
+    void take_records();
+    ssize_t read_records(std::byte* dst, size_t len);
+    ssize_t write_records(const iovec* iov, int iovcnt);
+    size_t take_spill(std::byte* dst, size_t len) noexcept;
+    bool record_waiting() const noexcept;
+    void seal_batch(const iovec* iov, int iovcnt);
+    void send_close_notify(net::deadline until);
     // GnuTLS's transport: it asks for a record's header, then its body; one
     // recv() fills a buffer that serves many records.
     static ssize_t pull(gnutls_transport_ptr_t self, void* dst, size_t len);
@@ -70,6 +84,15 @@ class tls_stream final : public net::stream {
     // back to the system with the connection.
     mapping _in;
     size_t _in_pos = 0, _in_len = 0;
+
+    // Ferry's own record layer, once the handshake is done.
+    std::optional<record_cipher> _reader, _writer;
+    bool _peer_closed = false;           // close_notify came
+    std::unique_ptr<std::byte[]> _spill; // content that did not fit the reader's buffer
+    size_t _spill_pos = 0, _spill_len = 0;
+    mapping _out; // sealed records on their way to the socket
+    size_t _out_pos = 0, _out_len = 0;
+    size_t _out_taken = 0; // writer's bytes they hold
 };
 
 // to_plaintext on a stream known only as a net::stream, as a plain stream
