@@ -24,7 +24,7 @@ src_net=$(netns_of "$pid")
 mark=$(lines "$out") # what the workload prints from here on comes after the freeze
 
 keep=()
-[ "${FERRY_NO_HW_BREAKPOINTS:-0}" = 1 ] && keep=(--keep-images) # for CRIU's logs, checked below
+[ "$fallback_expected" = yes ] && keep=(--keep-images) # for CRIU's logs, checked below
 on a migrator migrate --pid "$pid" --to "$(addr b)" --fabric "$fabric" --json "${keep[@]}" >"$work/result.json" || {
   cat "$work/result.json"
   fail "migrator exited non-zero"
@@ -65,13 +65,13 @@ running "$dest" || fail "destination pid $dest is not running"
 [ "$(netns_of "$dest")" = "$(readlink /proc/"$(cat /tmp/ferry-testbed/"$FERRY_TESTBED"/b/pagesrv.pid)"/ns/net)" ] ||
   fail "the restored tree is not in host b's network namespace"
 
-# CRIU's fallback, forced (on machines whose breakpoints trap, only this
-# variant takes it): the report says so, and both CRIUs logged stepping
-# through syscalls instead of arming a breakpoint.
-if [ "${FERRY_NO_HW_BREAKPOINTS:-0}" = 1 ]; then
+# CRIU's fallback, forced or where breakpoints do not trap: the report says
+# so, and both CRIUs logged stepping through syscalls instead of arming a
+# breakpoint.
+if [ "$fallback_expected" = yes ]; then
   case "$(json "$work/result.json" criu_stop_method)" in
     "syscall stepping"*) ;;
-    *) fail "the fallback was forced, but the report says: $(json "$work/result.json" criu_stop_method)" ;;
+    *) fail "the fallback was expected, but the report says: $(json "$work/result.json" criu_stop_method)" ;;
   esac
   id=$(json "$work/result.json" migration_id)
   grep -q "Force no-breakpoints" "/dev/shm/ferry/$id/dump.log" || fail "CRIU's dump did not step through syscalls"
