@@ -22,6 +22,7 @@ constexpr size_t max_record = 16384;
 constexpr size_t receive_buffer = 256 << 10;
 // Records sealed per send(): one syscall carries up to 256 KiB of content.
 constexpr size_t records_per_send = 16;
+constexpr unsigned max_empty_records = 32;
 // Writer's pieces under this size are gathered into one record (a header and
 // its checksums); larger ones are sealed straight from the writer's buffer.
 constexpr size_t small_piece = 4096;
@@ -281,18 +282,22 @@ ssize_t tls_stream::read_records(std::byte* dst, size_t len) {
             if (r->type != record::application_data)
                 throw error(fmt::format("TLS record of type {} from {} is not application data",
                                         r->type, _peer_label));
+            // Empty records are legal, but a stream of them is a peer keeping
+            // this loop busy (GnuTLS stops them too).
+            if (r->content == 0 && ++_empty_records > max_empty_records)
+                throw error(fmt::format("{} sends only empty TLS records", _peer_label));
+            if (r->content)
+                _empty_records = 0;
             got += r->content - r->in_spill;
             _spill_len = r->in_spill;
             got += take_spill(dst + got, len - got);
         }
-        if (got > 0 || _peer_closed || len == 0)
+        if (got == len || _peer_closed)
             return ssize_t(got);
 
-        // Nothing whole here: receive, first moving a partial record to the
-        // front if the largest one would not fit behind it.
-        if (_in_pos == _in_len) {
-            _in_pos = _in_len = 0;
-        } else if (_in.size() - _in_pos < record::header_size + record::max_ciphertext) {
+        // Receive what the socket has (as a read() would), first moving a
+        // partial record (at most one record's bytes) to the front.
+        if (_in_pos > 0) {
             std::memmove(_in.data(), _in.data() + _in_pos, _in_len - _in_pos);
             _in_len -= _in_pos;
             _in_pos = 0;
@@ -302,11 +307,11 @@ ssize_t tls_stream::read_records(std::byte* dst, size_t len) {
             n = ::recv(_fd.get(), _in.data() + _in_len, _in.size() - _in_len, 0);
         while (n < 0 && errno == EINTR);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return -1;
+            return got ? ssize_t(got) : -1;
         if (n < 0)
             throw sys_error(fmt::format("receive from {}", _peer_label));
-        if (n == 0)
-            return 0; // closed without close_notify: the framing above sees a cut message
+        if (n == 0) // closed without close_notify: the framing above sees a cut message
+            return ssize_t(got);
         _in_len += size_t(n);
     }
 }

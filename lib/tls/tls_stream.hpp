@@ -88,6 +88,7 @@ class tls_stream final : public net::stream {
     // Ferry's own record layer, once the handshake is done.
     std::optional<record_cipher> _reader, _writer;
     bool _peer_closed = false;           // close_notify came
+    unsigned _empty_records = 0;         // in a row
     std::unique_ptr<std::byte[]> _spill; // content that did not fit the reader's buffer
     size_t _spill_pos = 0, _spill_len = 0;
     mapping _out; // sealed records on their way to the socket
