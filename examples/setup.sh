@@ -33,6 +33,8 @@ ferry_packages=(
   libxxhash-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libisal-dev libarchive-dev libcurl4-openssl-dev libgnutls28-dev prometheus-cpp-dev
   clang-14 libclang-rt-14-dev libfuzzer-14-dev
   libbenchmark-dev
+  libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils rdmacm-utils
+  qemu-system-x86 cpio busybox-static file
   iproute2 procps util-linux psmisc python3 xz-utils clang-format patch tcpdump systemd
 )
 # Container engines and the workloads users migrate (issue: containers).

@@ -11,6 +11,18 @@
 #                               gives a and b container engines of their own:
 #                               podman (own root, runroot, storage) and a
 #                               dockerd (own data root, socket, containerd)
+#   testbed.sh up --vm          hosts a and b are virtual machines instead
+#                               (examples/vm/host.sh: qemu TCG, Debian 12's
+#                               kernel, this machine's root read-only at the
+#                               same paths), each with a virtio NIC and a
+#                               Soft-RoCE device rxe0 on it, the two NICs
+#                               joined by a qemu socket link on loopback
+#   testbed.sh shared-dir       print a directory both hosts see read-write
+#                               at the same path (VM hosts: on the share)
+#   testbed.sh dir HOST         print HOST's directory: its credentials and
+#                               daemon log (and, for namespace hosts, the
+#                               daemon's --state-dir; a VM host's is
+#                               /var/lib/ferry-testbed inside the VM)
 #   testbed.sh down             stop everything the testbed started, remove the hosts
 #   testbed.sh exec HOST CMD... run CMD inside HOST, with Ferry's binaries on PATH
 #                               and FERRY_DAEMON set to that host's daemon; with
@@ -41,9 +53,19 @@ repo=$(cd "$here/.." && pwd)
 name=${FERRY_TESTBED:-ferry}
 net=${FERRY_TESTBED_NET:-10.77.0}
 build=${FERRY_BUILD:-$repo/build}
-state=${FERRY_TESTBED_DIR:-/tmp/ferry-testbed}/$name
+base=${FERRY_TESTBED_DIR:-/tmp/ferry-testbed}
+state=$base/$name
 port=7140
 hosts=(a b)
+# A VM testbed keeps its state on the VM share (the same path inside the
+# VMs); $base/NAME.vm says where.
+vm=0
+if [ -f "$base/$name.vm" ]; then
+  vm=1
+  state=$(cat "$base/$name.vm")
+fi
+vm_host() { "$here/vm/host.sh" "$@"; }
+vm_dir() { echo "$state/vm-$1"; }
 
 die() { echo "testbed: $*" >&2; exit 1; }
 
@@ -84,10 +106,45 @@ daemon_pid() {
   [ -f "$f" ] && cat "$f"
 }
 
+# In a VM host: the daemon in a session of its own (it outlives the agent's
+# job), then a bounded wait until it accepts connections. Its state dir is
+# the VM's own (vm_state_dir: unix sockets cannot live on the 9p share);
+# its log, pid file and credentials are on the share.
+vm_state_dir=/var/lib/ferry-testbed
+start_daemon_vm() {
+  local h=$1 dir="$state/$1"
+  vm_host exec "$(vm_dir "$h")" bash -c '
+    mkdir -p "$4"
+    setsid "$1" --listen "$2" --state-dir "$4" --credentials "$3/credentials" \
+      --metrics 127.0.0.1:9140 </dev/null >>"$3/pagesrv.log" 2>&1 &
+    echo $! >"$3/pagesrv.pid"
+    for i in $(seq 1 300); do
+      (exec 3<>"/dev/tcp/${2%:*}/${2#*:}") 2>/dev/null && exit 0
+      kill -0 "$(cat "$3/pagesrv.pid")" 2>/dev/null || exit 2
+      sleep 0.1
+    done
+    exit 1' _ "$build/pagesrv/pagesrv" "$(addr "$h")" "$dir" "$vm_state_dir" || {
+    tail -n 20 "$dir/pagesrv.log" >&2
+    die "pagesrv on VM host $h did not start listening"
+  }
+}
+
+stop_daemon_vm() {
+  local h=$1 sig=$2
+  [ -f "$state/$h/pagesrv.pid" ] || return 0
+  vm_host exec "$(vm_dir "$h")" bash -c '
+    pid=$(cat "$1") || exit 0
+    kill -"$2" "$pid" 2>/dev/null || exit 0
+    for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.05; done
+    kill -KILL "$pid" 2>/dev/null' _ "$state/$h/pagesrv.pid" "$sig" || true
+  rm -f "$state/$h/pagesrv.pid"
+}
+
 start_daemon() {
   local h=$1 dir="$state/$1"
   mkdir -p "$dir"
   [ -x "$build/pagesrv/pagesrv" ] || die "no pagesrv in $build (build first: meson setup build && ninja -C build)"
+  [ "$vm" = 1 ] && { start_daemon_vm "$h"; return; }
   # env, nsenter and setsid exec in turn, so $! is pagesrv's own pid.
   local role=()
   case "$h" in
@@ -112,6 +169,7 @@ start_daemon() {
 
 stop_daemon() {
   local h=$1 sig=${2:-TERM} pid i
+  [ "$vm" = 1 ] && { stop_daemon_vm "$h" "$sig"; return; }
   pid=$(daemon_pid "$h") || return 0
   [ -n "$pid" ] || return 0
   if kill -0 "$pid" 2>/dev/null; then
@@ -270,8 +328,46 @@ up() {
   echo "testbed $name up:$summary"
 }
 
+# Hosts a and b as VMs on the VM share, each with a Soft-RoCE device.
+up_vm() {
+  [ "$(id -u)" = 0 ] || die "must run as root"
+  [ -f "$base/$name.vm" ] && die "VM testbed $name exists already: run '$0 down' first"
+  local share link i
+  share=${FERRY_VM_DIR:-/var/tmp/ferry-vm}/share
+  state=$share/testbeds/$name
+  vm=1
+  rm -rf "$state"
+  mkdir -p "$state/shared" "$base"
+  echo "$state" >"$base/$name.vm"
+  for h in a b; do mkdir -p "$state/$h"; issue_credentials "$h"; done
+  link=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  # a listens, so it starts first; both boot at once.
+  vm_host boot "$(vm_dir a)" --ip "$net.1/24" --link "listen:$link" --rdma &
+  local boot_a=$!
+  for i in $(seq 1 100); do
+    ss -Hltn "sport = :$link" | grep -q . && break
+    kill -0 "$boot_a" 2>/dev/null || break
+    sleep 0.1
+  done
+  vm_host boot "$(vm_dir b)" --ip "$net.2/24" --link "connect:$link" --rdma || die "VM host b did not boot"
+  wait "$boot_a" || die "VM host a did not boot"
+  for h in a b; do start_daemon "$h"; done
+  echo "testbed $name up (VMs): a=$(addr a) b=$(addr b), shared $state/shared"
+}
+
+down_vm() {
+  local h
+  for h in a b; do
+    stop_daemon "$h" TERM
+    vm_host halt "$(vm_dir "$h")"
+  done
+  rm -rf "$state"
+  rm -f "$base/$name.vm"
+}
+
 down() {
   local h pid
+  [ "$vm" = 1 ] && { down_vm; return; }
   mapfile -t hosts < <(all_hosts)
   for h in "${hosts[@]}"; do
     stop_engines "$h"
@@ -293,18 +389,24 @@ down() {
 cmd=${1:-}
 shift || true
 case "$cmd" in
-  up) up "$@" ;;
+  up) if [ "${1:-}" = --vm ]; then shift; [ $# = 0 ] || die "up --vm takes no other option yet"; up_vm; else up "$@"; fi ;;
   down) down ;;
+  shared-dir) mkdir -p "$state/shared" && echo "$state/shared" ;;
+  dir) [ $# = 1 ] || die "usage: $0 dir HOST"; echo "$state/$1" ;;
   addr) [ $# = 1 ] || die "usage: $0 addr HOST"; addr "$1" ;;
   ip) [ $# = 1 ] || die "usage: $0 ip HOST"; echo "$net.$(host_index "$1")" ;;
   exec)
     [ $# -ge 2 ] || die "usage: $0 exec HOST CMD..."
     h=$1; shift
+    if [ "$vm" = 1 ]; then
+      exec "$here/vm/host.sh" exec "$(vm_dir "$h")" env PATH="$(bin_path):/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+        FERRY_DAEMON="$(addr "$h")" FERRY_CREDENTIALS="$state/$h/credentials" "$@"
+    fi
     # /usr/bin first among the system's: the engines' own CLIs, not strays.
     exec nsenter --net="/run/netns/$(ns "$h")" env PATH="$(bin_path):/usr/sbin:/usr/bin:$PATH" \
       FERRY_DAEMON="$(addr "$h")" FERRY_CREDENTIALS="$state/$h/credentials" $(engine_env "$h") "$@"
     ;;
   stop) [ $# = 1 ] || die "usage: $0 stop HOST"; stop_daemon "$1" KILL ;;
   start) [ $# = 1 ] || die "usage: $0 start HOST"; start_daemon "$1" ;;
-  *) die "usage: $0 up [--pool N] [--engines] [--client]|down|exec HOST CMD...|addr HOST|ip HOST|stop HOST|start HOST" ;;
+  *) die "usage: $0 up [--pool N] [--engines] [--client]|up --vm|down|exec HOST CMD...|addr HOST|ip HOST|stop HOST|start HOST|shared-dir|dir HOST" ;;
 esac

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# A testbed host that is a virtual machine: qemu in software emulation (TCG),
+# Debian 12's kernel and this host's root read-only (examples/vm/image.sh),
+# kept up and taking commands through an agent (examples/vm/agent.sh): the
+# host names a job on a virtio-serial port (DIR/ctl.in, a FIFO qemu reads)
+# and the job's script, output and status are files in DIR on the share.
+# For what the host kernel cannot do, such as Soft-RoCE (rdma_rxe):
+# examples/testbed.sh up --vm uses it.
+#
+#   host.sh boot DIR --ip IP/PREFIX --link listen:PORT|connect:PORT [--rdma]
+#       start a VM whose state (agent queue, console log, qemu pid) is DIR,
+#       on the share; its virtio NIC eth0 gets IP and is joined to the other
+#       VM of the pair by a qemu socket link on this machine's loopback (the
+#       listening side boots first); --rdma adds a Soft-RoCE device rxe0 on
+#       eth0. Waits (bounded) until the agent takes commands.
+#   host.sh exec DIR CMD...
+#       runs CMD in the VM from the caller's directory, streams its stdout
+#       and stderr, and exits with its status (255 if the VM is gone);
+#       SIGINT/SIGTERM kill it inside the VM. Bounded by FERRY_VM_EXEC_TIMEOUT
+#       seconds (default 3600).
+#   host.sh halt DIR
+#       power the VM off (SIGKILL to qemu after 30 s).
+#
+# FERRY_VM_MEM (MiB, default 2048) and FERRY_VM_SMP (default 2) size a VM.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+die() { echo "vm host: $*" >&2; exit 255; }
+
+qemu_alive() { local p; p=$(cat "$1/qemu.pid" 2>/dev/null) && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+# A line to the agent. Opened read-write, a FIFO never blocks the opener,
+# even with qemu gone.
+tell() { printf '%s\n' "$2" 1<>"$1/ctl.in"; }
+
+boot() {
+  local dir=$1 ip="" link="" rdma=0
+  shift
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --ip) ip=$2; shift 2 ;;
+      --link) link=$2; shift 2 ;;
+      --rdma) rdma=1; shift ;;
+      *) die "unknown option to boot: $1" ;;
+    esac
+  done
+  [ -n "$ip" ] && [ -n "$link" ] || die "usage: $0 boot DIR --ip IP/PREFIX --link listen:PORT|connect:PORT [--rdma]"
+  . "$here/image.sh" # kernel, initrd, share
+  case "$dir" in "$share"/*) ;; *) die "$dir is not on the share ($share)" ;; esac
+  qemu_alive "$dir" && die "a VM runs in $dir already"
+  mkdir -p "$dir/jobs"
+  rm -f "$dir/ready" "$dir/jobs/"* "$dir/ctl.in" "$dir/ctl.out"
+  mkfifo "$dir/ctl.in" "$dir/ctl.out" || die "mkfifo in $dir"
+  cp "$here/agent.sh" "$dir/agent.sh"
+  local netdev mac octets
+  case "$link" in
+    listen:*) netdev="socket,id=n0,listen=127.0.0.1:${link#listen:}" ;;
+    connect:*) netdev="socket,id=n0,connect=127.0.0.1:${link#connect:}" ;;
+    *) die "--link takes listen:PORT or connect:PORT" ;;
+  esac
+  IFS=. read -r -a octets <<<"${ip%/*}"
+  mac=$(printf '52:54:00:%02x:%02x:%02x' "${octets[1]}" "${octets[2]}" "${octets[3]}")
+  local append="console=ttyS0 panic=-1 quiet loglevel=4 vmagent=$dir vmip=$ip"
+  [ "$rdma" = 1 ] && append+=" vmrdma=1"
+  : >"$dir/console.log"
+  qemu-system-x86_64 -machine q35 -accel tcg,thread=multi -cpu max \
+    -smp "${FERRY_VM_SMP:-2}" -m "${FERRY_VM_MEM:-2048}" -display none -no-reboot -nodefaults \
+    -serial "file:$dir/console.log" -monitor none -daemonize -pidfile "$dir/qemu.pid" \
+    -kernel "$kernel" -initrd "$initrd" -append "$append" \
+    -netdev "$netdev" -device "virtio-net-pci,netdev=n0,mac=$mac" \
+    -device virtio-serial-pci -chardev "pipe,id=ctl,path=$dir/ctl" \
+    -device virtserialport,chardev=ctl,name=ferry.ctl \
+    -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
+    -virtfs local,path="$share",mount_tag=share,security_model=none,multidevs=remap \
+    </dev/null >"$dir/qemu.out" 2>&1 || { cat "$dir/qemu.out" >&2; die "qemu did not start"; }
+  local i
+  for i in $(seq 1 1800); do # 180 s: TCG boots in ~10
+    [ -e "$dir/ready" ] && return 0
+    qemu_alive "$dir" || { tail -n 20 "$dir/console.log" >&2; die "the VM in $dir died while booting"; }
+    sleep 0.1
+  done
+  tail -n 20 "$dir/console.log" >&2
+  die "the VM in $dir did not come up within 180 s"
+}
+
+# Prints FILE's bytes from offset AT on (to fd 2 if the third argument
+# says so) and echoes the new offset.
+copy_new() {
+  local f=$1 at=$2 size
+  size=$(stat -c %s "$f" 2>/dev/null) || { echo "$at"; return; }
+  if [ "$size" -gt "$at" ]; then
+    if [ "${3:-1}" = 2 ]; then
+      tail -c +"$((at + 1))" "$f" | head -c "$((size - at))" >&2
+    else
+      tail -c +"$((at + 1))" "$f" | head -c "$((size - at))" >&3
+    fi
+  fi
+  echo "$size"
+}
+
+run() {
+  local dir=$1
+  shift
+  [ -e "$dir/ready" ] && qemu_alive "$dir" || die "no VM runs in $dir"
+  local j
+  j=$dir/jobs/$(date +%s%N).$$.$RANDOM
+  {
+    echo "cd $(printf %q "$PWD") 2>/dev/null || cd /"
+    printf '%q ' "$@"
+    echo
+    # One write, so the host never reads half a status.
+    echo "echo \$? >$(printf %q "$j.rc")"
+  } >"$j.tmp" && mv "$j.tmp" "$j.cmd" || die "cannot queue the command"
+  tell "$dir" "run ${j##*/}"
+  trap 'touch "$j.kill"; tell "$dir" "kill ${j##*/}"' INT TERM HUP
+  # Streams the job's output as it grows, until it has ended (or the VM has,
+  # or the bound has passed), then what is left.
+  local bound=${FERRY_VM_EXEC_TIMEOUT:-3600} end out_at=0 err_at=0 done=0
+  end=$((SECONDS + bound))
+  exec 3>&1 # copy_new's own stdout carries the offset
+  while :; do
+    [ -s "$j.rc" ] && done=1
+    out_at=$(copy_new "$j.out" "$out_at")
+    err_at=$(copy_new "$j.err" "$err_at" 2)
+    [ "$done" = 1 ] && break
+    [ $SECONDS -lt $end ] && qemu_alive "$dir" || break
+    sleep 0.05
+  done
+  local rc
+  if [ -s "$j.rc" ]; then
+    rc=$(cat "$j.rc")
+  elif qemu_alive "$dir"; then
+    touch "$j.kill"
+    tell "$dir" "kill ${j##*/}"
+    echo "vm host: the command ran over its ${bound}s bound and was killed" >&2
+    rc=255
+  else
+    echo "vm host: the VM died; its console ends with:" >&2
+    tail -n 20 "$dir/console.log" >&2
+    rc=255
+  fi
+  rm -f "$j".{cmd,run,out,err,rc,kill}
+  exit "$rc"
+}
+
+halt() {
+  local dir=$1 pid i
+  pid=$(cat "$dir/qemu.pid" 2>/dev/null) || return 0
+  [ -n "$pid" ] || return 0
+  tell "$dir" poweroff
+  for i in $(seq 1 300); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+  rm -f "$dir/qemu.pid" "$dir/ready" "$dir/ctl.in" "$dir/ctl.out"
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  boot) [ $# -ge 1 ] || die "usage: $0 boot DIR ..."; boot "$@" ;;
+  exec) [ $# -ge 2 ] || die "usage: $0 exec DIR CMD..."; run "$@" ;;
+  halt) [ $# = 1 ] || die "usage: $0 halt DIR"; halt "$1" ;;
+  *) die "usage: $0 boot DIR --ip IP/PREFIX --link listen:PORT|connect:PORT [--rdma] | exec DIR CMD... | halt DIR" ;;
+esac
