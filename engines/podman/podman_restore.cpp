@@ -25,8 +25,6 @@ using namespace engine_restore_detail;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr auto query_timeout = std::chrono::seconds(30);
-
 std::string local_image_id(const std::string& podman, const std::string& name) {
     try {
         auto out =

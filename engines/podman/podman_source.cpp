@@ -17,8 +17,6 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr auto query_timeout = std::chrono::seconds(30);
-
 } // namespace
 
 container inspect(const std::string& name, const host_tools& tools) {

@@ -15,12 +15,16 @@
 
 #include "engine.hpp"
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace ferry::engines::podman {
+
+// How long one podman query (inspect, info, exists) may take.
+inline constexpr auto query_timeout = std::chrono::seconds(30);
 
 struct container : container_info {
     std::filesystem::path bundle; // runc's --work-path: podman's config.dump lands here

@@ -3,6 +3,7 @@
 // writes, any reader's buffer size gets the bytes intact, and a record
 // changed in flight is refused, not delivered.
 #include "test_credentials.hpp"
+#include "test_listener.hpp"
 #include "tls/tls_stream.hpp"
 
 #include <catch2/catch.hpp>
@@ -19,24 +20,9 @@ using namespace ferry;
 
 namespace {
 
-constexpr auto bound = std::chrono::seconds(10);
+constexpr auto io_bound = std::chrono::seconds(10);
 
-struct listener {
-    unique_fd fd;
-    net::endpoint ep;
-    listener() {
-        auto any = net::parse_endpoint("127.0.0.1:1");
-        any.addr.sin_port = 0;
-        fd = net::tcp_listen(any, 4);
-        ep = net::local_endpoint(fd.get());
-    }
-    unique_fd accept() const {
-        REQUIRE(net::wait_readable(fd.get(), net::after(bound)));
-        unique_fd c(::accept4(fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
-        REQUIRE(c);
-        return c;
-    }
-};
+using listener = test::loopback_listener;
 
 std::vector<std::byte> pattern(size_t n, unsigned seed) {
     std::vector<std::byte> v(n);
@@ -142,7 +128,7 @@ TEST_CASE("Ferry's records are TLS 1.3 that GnuTLS reads and writes", "[tls_reco
     listener l;
     auto server =
         std::async(std::launch::async, [&] { return std::make_unique<gnutls_server>(l.accept()); });
-    auto client = tls::connect(l.ep, test::loopback_credentials(), bound);
+    auto client = tls::connect(l.ep, test::loopback_credentials(), io_bound);
     auto srv = server.get();
     REQUIRE(client->records_by_ferry());
 
@@ -155,10 +141,10 @@ TEST_CASE("Ferry's records are TLS 1.3 that GnuTLS reads and writes", "[tls_reco
             iovec iov[2] = {
                 {const_cast<std::byte*>(data.data() + off), piece / 2},
                 {const_cast<std::byte*>(data.data() + off + piece / 2), piece - piece / 2}};
-            net::writev_full(*client, iov, 2, net::after(bound), "send");
+            net::writev_full(*client, iov, 2, net::after(io_bound), "send");
             off += piece;
         }
-        net::write_full(*client, std::span(data).subspan(off), net::after(bound), "send");
+        net::write_full(*client, std::span(data).subspan(off), net::after(io_bound), "send");
     });
     std::vector<std::byte> got(data.size());
     srv->receive(got);
@@ -169,17 +155,17 @@ TEST_CASE("Ferry's records are TLS 1.3 that GnuTLS reads and writes", "[tls_reco
     const auto back = pattern(2 << 20, 2);
     auto sent_back = std::async(std::launch::async, [&] { srv->send(back); });
     std::vector<std::byte> in(back.size());
-    REQUIRE(net::read_full(*client, in, net::after(bound), "receive"));
+    REQUIRE(net::read_full(*client, in, net::after(io_bound), "receive"));
     sent_back.get();
     CHECK(in == back);
 
     // GnuTLS's close_notify is a clean end.
     REQUIRE(gnutls_bye(srv->s, GNUTLS_SHUT_WR) == 0);
     std::byte b;
-    REQUIRE(net::wait_readable(client->fd(), net::after(bound)));
+    REQUIRE(net::wait_readable(client->fd(), net::after(io_bound)));
     ssize_t n;
     while ((n = client->read_some(&b, 1)) < 0)
-        REQUIRE(net::wait_readable(client->fd(), net::after(bound)));
+        REQUIRE(net::wait_readable(client->fd(), net::after(io_bound)));
     CHECK(n == 0);
 }
 
@@ -188,22 +174,22 @@ TEST_CASE("any reader's buffer sizes get the bytes intact", "[tls_records]") {
     auto server = std::async(std::launch::async, [&] {
         auto s = std::make_unique<tls::tls_stream>(l.accept(), test::loopback_credentials(),
                                                    tls::tls_stream::role::server);
-        tls::authenticate_client(*s, {}, net::after(bound));
+        tls::authenticate_client(*s, {}, net::after(io_bound));
         return s;
     });
-    auto client = tls::connect(l.ep, test::loopback_credentials(), bound);
+    auto client = tls::connect(l.ep, test::loopback_credentials(), io_bound);
     auto srv = server.get();
     REQUIRE(srv->records_by_ferry());
 
     const auto data = pattern(4 << 20, 3);
     auto sent = std::async(std::launch::async,
-                           [&] { net::write_full(*srv, data, net::after(bound), "send"); });
+                           [&] { net::write_full(*srv, data, net::after(io_bound), "send"); });
     std::vector<std::byte> in(data.size());
     size_t off = 0, k = 0;
     const size_t sizes[] = {1, 7, 4095, 16384, 16385, 16399, 3, 100000, 262144, 15};
     while (off < in.size()) {
         const size_t want = std::min(sizes[k++ % std::size(sizes)], in.size() - off);
-        REQUIRE(net::read_full(*client, std::span(in).subspan(off, want), net::after(bound),
+        REQUIRE(net::read_full(*client, std::span(in).subspan(off, want), net::after(io_bound),
                                "receive"));
         off += want;
     }
@@ -218,27 +204,27 @@ TEST_CASE("a record changed in flight fails authentication and delivers nothing"
     auto server = std::async(std::launch::async, [&] {
         auto s = std::make_unique<tls::tls_stream>(back.accept(), test::loopback_credentials(),
                                                    tls::tls_stream::role::server);
-        tls::authenticate_client(*s, {}, net::after(bound));
+        tls::authenticate_client(*s, {}, net::after(io_bound));
         return s;
     });
-    auto client = tls::connect(relay.front.ep, test::loopback_credentials(), bound);
+    auto client = tls::connect(relay.front.ep, test::loopback_credentials(), io_bound);
     auto srv = server.get();
 
     const auto first = pattern(1000, 4);
-    net::write_full(*client, first, net::after(bound), "send");
+    net::write_full(*client, first, net::after(io_bound), "send");
     std::vector<std::byte> in(first.size());
-    REQUIRE(net::read_full(*srv, in, net::after(bound), "receive"));
+    REQUIRE(net::read_full(*srv, in, net::after(io_bound), "receive"));
     CHECK(in == first);
 
     // One bit of the next record's ciphertext, past its 5-byte header: the
     // reader throws before it reports a single byte.
     relay.flip_at = relay.forwarded.load() + 100;
     const auto second = pattern(1000, 5);
-    net::write_full(*client, second, net::after(bound), "send");
+    net::write_full(*client, second, net::after(io_bound), "send");
     std::vector<std::byte> got(second.size());
     auto first_read = [&] {
         for (;;) {
-            REQUIRE(net::wait_readable(srv->fd(), net::after(bound)));
+            REQUIRE(net::wait_readable(srv->fd(), net::after(io_bound)));
             const ssize_t n = srv->read_some(got.data(), got.size());
             if (n >= 0)
                 return n;

@@ -1,6 +1,7 @@
 // Mutual TLS between Ferry's processes (lib/tls): who is let in, who is not,
 // and that bytes cross intact, including the agreed fall back to plaintext.
 #include "test_credentials.hpp"
+#include "test_listener.hpp"
 #include "tls/tls_stream.hpp"
 #include "tls/x509.hpp"
 #include "wire/control.hpp"
@@ -17,24 +18,9 @@ using namespace ferry;
 
 namespace {
 
-constexpr auto bound = std::chrono::seconds(5);
+constexpr auto handshake_bound = std::chrono::seconds(5);
 
-struct listener {
-    unique_fd fd;
-    net::endpoint ep;
-    listener() {
-        auto any = net::parse_endpoint("127.0.0.1:1");
-        any.addr.sin_port = 0;
-        fd = net::tcp_listen(any, 4);
-        ep = net::local_endpoint(fd.get());
-    }
-    unique_fd accept() const {
-        REQUIRE(net::wait_readable(fd.get(), net::after(bound)));
-        unique_fd c(::accept4(fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
-        REQUIRE(c);
-        return c;
-    }
-};
+using listener = test::loopback_listener;
 
 // Runs the server side of one connection on a thread; its result is the
 // authenticated stream or the error it ended with.
@@ -45,7 +31,7 @@ struct server_side {
         result = std::async(std::launch::async, [&l, creds, policy] {
             auto s =
                 std::make_unique<tls::tls_stream>(l.accept(), creds, tls::tls_stream::role::server);
-            tls::authenticate_client(*s, policy, net::after(bound));
+            tls::authenticate_client(*s, policy, net::after(handshake_bound));
             return s;
         });
     }
@@ -65,15 +51,15 @@ std::string failure_of(std::future<std::unique_ptr<tls::tls_stream>>& f) {
 TEST_CASE("two hosts of one cluster CA authenticate each other and exchange frames") {
     listener l;
     server_side server(l, test::loopback_credentials());
-    auto client = tls::connect(l.ep, test::loopback_credentials(), bound);
+    auto client = tls::connect(l.ep, test::loopback_credentials(), handshake_bound);
     auto srv = server.result.get();
     CHECK(client->peer_identity() == "127.0.0.1");
     CHECK(srv->peer_identity() == "127.0.0.1");
     CHECK(client->encrypted());
 
     FerryControl__LazyStart go = FERRY_CONTROL__LAZY_START__INIT;
-    control::send_message(*client, go, net::after(bound));
-    auto got = control::receive(*srv, net::after(bound));
+    control::send_message(*client, go, net::after(handshake_bound));
+    auto got = control::receive(*srv, net::after(handshake_bound));
     REQUIRE(got);
     CHECK(got->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_START);
 
@@ -81,9 +67,10 @@ TEST_CASE("two hosts of one cluster CA authenticate each other and exchange fram
     std::vector<std::byte> out(5 << 20), in(out.size());
     std::iota(reinterpret_cast<uint8_t*>(out.data()),
               reinterpret_cast<uint8_t*>(out.data()) + out.size(), uint8_t(7));
-    auto writer = std::async(std::launch::async,
-                             [&] { net::write_full(*srv, out, net::after(bound), "test send"); });
-    REQUIRE(net::read_full(*client, in, net::after(bound), "test receive"));
+    auto writer = std::async(std::launch::async, [&] {
+        net::write_full(*srv, out, net::after(handshake_bound), "test send");
+    });
+    REQUIRE(net::read_full(*client, in, net::after(handshake_bound), "test receive"));
     writer.get();
     CHECK(in == out);
 }
@@ -92,7 +79,7 @@ TEST_CASE("a peer with a certificate from another CA is refused, both ways") {
     SECTION("an outsider dials a daemon") {
         listener l;
         server_side server(l, test::loopback_credentials());
-        CHECK_THROWS(tls::connect(l.ep, test::foreign_credentials(), bound));
+        CHECK_THROWS(tls::connect(l.ep, test::foreign_credentials(), handshake_bound));
         const auto why = failure_of(server.result);
         INFO(why);
         CHECK(why.find("TLS") != std::string::npos);
@@ -101,7 +88,7 @@ TEST_CASE("a peer with a certificate from another CA is refused, both ways") {
         listener l;
         server_side server(l, test::foreign_credentials());
         try {
-            (void)tls::connect(l.ep, test::loopback_credentials(), bound);
+            (void)tls::connect(l.ep, test::loopback_credentials(), handshake_bound);
             FAIL("connected to a server the cluster CA did not sign");
         } catch (const std::exception& e) {
             INFO(e.what());
@@ -115,9 +102,9 @@ TEST_CASE("a peer with a certificate from another CA is refused, both ways") {
 TEST_CASE("a plaintext control frame gets no answer and is never parsed") {
     listener l;
     server_side server(l, test::loopback_credentials());
-    unique_fd raw = net::tcp_connect(l.ep, bound);
+    unique_fd raw = net::tcp_connect(l.ep, handshake_bound);
     FerryControl__LazyStart go = FERRY_CONTROL__LAZY_START__INIT;
-    control::send_message(raw.get(), go, net::after(bound));
+    control::send_message(raw.get(), go, net::after(handshake_bound));
     const auto why = failure_of(server.result);
     INFO(why);
     CHECK(why.find("TLS handshake") != std::string::npos);
@@ -136,7 +123,7 @@ TEST_CASE("a silent peer is dropped when the handshake deadline passes") {
         tls::tls_stream s(l.accept(), test::loopback_credentials(), tls::tls_stream::role::server);
         tls::authenticate_client(s, {}, net::after(std::chrono::milliseconds(300)));
     });
-    unique_fd raw = net::tcp_connect(l.ep, bound); // says nothing
+    unique_fd raw = net::tcp_connect(l.ep, handshake_bound); // says nothing
     try {
         result.get();
         FAIL("a peer that never spoke was authenticated");
@@ -149,9 +136,9 @@ TEST_CASE("a daemon's peer policy admits only the names it lists") {
     listener l;
     server_side server(l, test::loopback_credentials(), tls::peer_policy{{"host-b"}});
     try {
-        auto c = tls::connect(l.ep, test::loopback_credentials(), bound);
+        auto c = tls::connect(l.ep, test::loopback_credentials(), handshake_bound);
         std::byte b;
-        (void)net::read_full(*c, {&b, 1}, net::after(bound), "wait for close");
+        (void)net::read_full(*c, {&b, 1}, net::after(handshake_bound), "wait for close");
     } catch (const std::exception&) {
         // refused: either end may notice first
     }
@@ -162,18 +149,18 @@ TEST_CASE("a daemon's peer policy admits only the names it lists") {
 TEST_CASE("both ends leave TLS at an agreed point and go on in plaintext") {
     listener l;
     server_side server(l, test::loopback_credentials());
-    auto client = tls::connect(l.ep, test::loopback_credentials(), bound);
+    auto client = tls::connect(l.ep, test::loopback_credentials(), handshake_bound);
     auto srv = server.result.get();
     auto srv_plain = std::async(std::launch::async, [&] {
-        return net::socket_stream(srv->to_plaintext(net::after(bound)));
+        return net::socket_stream(srv->to_plaintext(net::after(handshake_bound)));
     });
-    net::socket_stream cli_plain(client->to_plaintext(net::after(bound)));
+    net::socket_stream cli_plain(client->to_plaintext(net::after(handshake_bound)));
     auto sp = srv_plain.get();
     const std::string msg = "pages in the clear";
-    net::write_full(cli_plain, std::as_bytes(std::span(msg)), net::after(bound), "send");
+    net::write_full(cli_plain, std::as_bytes(std::span(msg)), net::after(handshake_bound), "send");
     std::string back(msg.size(), '\0');
-    REQUIRE(
-        net::read_full(sp, std::as_writable_bytes(std::span(back)), net::after(bound), "receive"));
+    REQUIRE(net::read_full(sp, std::as_writable_bytes(std::span(back)), net::after(handshake_bound),
+                           "receive"));
     CHECK(back == msg);
 }
 
