@@ -12,7 +12,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 san=${FERRY_SAN_BUILD:-$repo/build-san}
 secs=${FERRY_FUZZ_SECONDS:-20}
 # A unity build: fresh, as in CI, it compiles in about 3 minutes on 2 cores
-# instead of 10 or more (file-local names that clash fail it, which keeps
+# instead of 4 or more (file-local names that clash fail it, which keeps
 # them apart in the sources too).
 if [ ! -f "$san/build.ninja" ]; then
   CC=clang-14 CXX=clang++-14 meson setup "$san" "$repo" -Dfuzzers=true \
