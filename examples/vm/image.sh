@@ -114,7 +114,10 @@ mount -t devtmpfs dev /mnt/dev
 mkdir -p /mnt/dev/pts /mnt/dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /mnt/dev/pts
 mount -t tmpfs tmpfs /mnt/dev/shm
-mount -t tmpfs tmpfs /mnt/tmp
+# A one-shot run gets a fresh /tmp; a host keeps this machine's (read-only
+# under the overlay, writes in its memory), so a checkout or build under
+# /tmp runs in it too.
+[ -n "\$agent" ] || mount -t tmpfs tmpfs /mnt/tmp
 mount -t tmpfs tmpfs /mnt/run
 chmod 1777 /mnt/tmp /mnt/dev/shm
 if ! mount -t 9p -o trans=virtio,version=9p2000.L,rw,msize=524288 share /mnt$share; then
