@@ -82,18 +82,12 @@ boot() {
   die "the VM in $dir did not come up within 180 s"
 }
 
-# Prints FILE's bytes from offset AT on (to fd 2 if the third argument
-# says so) and echoes the new offset.
+# Prints FILE's bytes from offset AT on to fd OUT (3: the caller's stdout,
+# 2: its stderr) and echoes the new offset.
 copy_new() {
-  local f=$1 at=$2 size
+  local f=$1 at=$2 out=$3 size
   size=$(stat -c %s "$f" 2>/dev/null) || { echo "$at"; return; }
-  if [ "$size" -gt "$at" ]; then
-    if [ "${3:-1}" = 2 ]; then
-      tail -c +"$((at + 1))" "$f" | head -c "$((size - at))" >&2
-    else
-      tail -c +"$((at + 1))" "$f" | head -c "$((size - at))" >&3
-    fi
-  fi
+  [ "$size" -gt "$at" ] && tail -c +"$((at + 1))" "$f" | head -c "$((size - at))" >&"$out"
   echo "$size"
 }
 
@@ -119,7 +113,7 @@ run() {
   exec 3>&1 # copy_new's own stdout carries the offset
   while :; do
     [ -s "$j.rc" ] && done=1
-    out_at=$(copy_new "$j.out" "$out_at")
+    out_at=$(copy_new "$j.out" "$out_at" 3)
     err_at=$(copy_new "$j.err" "$err_at" 2)
     [ "$done" = 1 ] && break
     [ $SECONDS -lt $end ] && qemu_alive "$dir" || break

@@ -92,20 +92,32 @@ tls_stream::~tls_stream() {
         gnutls_deinit(_s);
 }
 
+// Receives what the socket has behind the bytes not yet taken, which move to
+// the front first (at most one partial record). recv()'s result.
+ssize_t tls_stream::receive_more() {
+    if (_in_pos > 0) {
+        std::memmove(_in.data(), _in.data() + _in_pos, _in_len - _in_pos);
+        _in_len -= _in_pos;
+        _in_pos = 0;
+    }
+    ssize_t n;
+    do
+        n = ::recv(_fd.get(), _in.data() + _in_len, _in.size() - _in_len, 0);
+    while (n < 0 && errno == EINTR);
+    if (n > 0)
+        _in_len += size_t(n);
+    return n;
+}
+
 ssize_t tls_stream::pull(gnutls_transport_ptr_t self, void* dst, size_t len) {
     auto& s = *static_cast<tls_stream*>(self);
     if (s._in_pos == s._in_len) {
-        ssize_t n;
-        do
-            n = ::recv(s._fd.get(), s._in.data(), receive_buffer, 0);
-        while (n < 0 && errno == EINTR);
+        const ssize_t n = s.receive_more();
         if (n <= 0) {
             if (n < 0)
                 gnutls_transport_set_errno(s._s, errno);
             return n;
         }
-        s._in_pos = 0;
-        s._in_len = size_t(n);
     }
     const size_t take = std::min(len, s._in_len - s._in_pos);
     std::memcpy(dst, s._in.data() + s._in_pos, take);
@@ -268,16 +280,8 @@ ssize_t tls_stream::read_records(std::byte* dst, size_t len) {
                 throw error(fmt::format("TLS record from {} failed authentication", _peer_label));
             _in_pos += rec_len;
             if (r->type == record::alert) {
-                const std::byte* a = r->in_spill ? _spill.get() : dst + got;
-                if (r->content == 2 && a[1] == std::byte{GNUTLS_A_CLOSE_NOTIFY}) {
-                    _spill_pos = _spill_len = 0;
-                    _peer_closed = true;
-                    break;
-                }
-                throw error(fmt::format(
-                    "TLS alert from {}: {}", _peer_label,
-                    r->content == 2 ? gnutls_alert_get_strname(gnutls_alert_description_t(a[1]))
-                                    : "malformed"));
+                take_alert(r->content, r->in_spill ? _spill.get() : dst + got);
+                break; // close_notify: the end
             }
             if (r->type != record::application_data)
                 throw error(fmt::format("TLS record of type {} from {} is not application data",
@@ -294,26 +298,28 @@ ssize_t tls_stream::read_records(std::byte* dst, size_t len) {
         }
         if (got == len || _peer_closed)
             return ssize_t(got);
-
-        // Receive what the socket has (as a read() would), first moving a
-        // partial record (at most one record's bytes) to the front.
-        if (_in_pos > 0) {
-            std::memmove(_in.data(), _in.data() + _in_pos, _in_len - _in_pos);
-            _in_len -= _in_pos;
-            _in_pos = 0;
-        }
-        ssize_t n;
-        do
-            n = ::recv(_fd.get(), _in.data() + _in_len, _in.size() - _in_len, 0);
-        while (n < 0 && errno == EINTR);
+        // Whatever the socket has, as a read() would.
+        const ssize_t n = receive_more();
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return got ? ssize_t(got) : -1;
         if (n < 0)
             throw sys_error(fmt::format("receive from {}", _peer_label));
         if (n == 0) // closed without close_notify: the framing above sees a cut message
             return ssize_t(got);
-        _in_len += size_t(n);
     }
+}
+
+// An alert's `content` bytes at `a`: close_notify ends the stream (nothing
+// of it is content); any other alert fails it.
+void tls_stream::take_alert(size_t content, const std::byte* a) {
+    if (content == 2 && a[1] == std::byte{GNUTLS_A_CLOSE_NOTIFY}) {
+        _spill_pos = _spill_len = 0;
+        _peer_closed = true;
+        return;
+    }
+    throw error(fmt::format(
+        "TLS alert from {}: {}", _peer_label,
+        content == 2 ? gnutls_alert_get_strname(gnutls_alert_description_t(a[1])) : "malformed"));
 }
 
 // Seals the writer's buffers, up to records_per_send records, into _out.

@@ -62,6 +62,8 @@ class tls_stream final : public net::stream {
     // session's cipher allows) instead of GnuTLS's record layer.
     void take_records();
     ssize_t read_records(std::byte* dst, size_t len);
+    ssize_t receive_more();
+    void take_alert(size_t content, const std::byte* a);
     ssize_t write_records(const iovec* iov, int iovcnt);
     size_t take_spill(std::byte* dst, size_t len) noexcept;
     bool record_waiting() const noexcept;

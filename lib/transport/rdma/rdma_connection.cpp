@@ -69,8 +69,8 @@ void rdma_connection::create_qp() {
         check_verbs(rdma_create_qp(_id.get(), _pd, &qa), "rdma_create_qp");
     }
     _max_inline = qa.cap.max_inline_data;
-    _recv_bufs.resize(size_t(_sizes.recv + _sizes.send) * _sizes.message_bytes);
-    _bufs_mr = register_memory(_pd, _recv_bufs.data(), _recv_bufs.size(), IBV_ACCESS_LOCAL_WRITE,
+    _msg_bufs.resize(size_t(_sizes.recv + _sizes.send) * _sizes.message_bytes);
+    _bufs_mr = register_memory(_pd, _msg_bufs.data(), _msg_bufs.size(), IBV_ACCESS_LOCAL_WRITE,
                                "RDMA message buffers");
     for (uint32_t i = 0; i < _sizes.recv; i++)
         post_recv(i);
@@ -78,9 +78,8 @@ void rdma_connection::create_qp() {
 }
 
 void rdma_connection::post_recv(uint32_t slot) {
-    ibv_sge sge{
-        reinterpret_cast<uintptr_t>(_recv_bufs.data() + size_t(slot) * _sizes.message_bytes),
-        _sizes.message_bytes, _bufs_mr->lkey};
+    ibv_sge sge{reinterpret_cast<uintptr_t>(_msg_bufs.data() + size_t(slot) * _sizes.message_bytes),
+                _sizes.message_bytes, _bufs_mr->lkey};
     ibv_recv_wr wr{};
     ibv_recv_wr* bad = nullptr;
     wr.wr_id = slot;
@@ -89,19 +88,26 @@ void rdma_connection::post_recv(uint32_t slot) {
     check_verbs(ibv_post_recv(_id->qp, &wr, &bad), "ibv_post_recv");
 }
 
-void rdma_connection::post_read(void* local, const ibv_mr* local_mr, uint64_t remote, uint32_t rkey,
-                                uint32_t len, uint64_t wr_id) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(local), len, local_mr->lkey};
+// One signalled work request of one buffer; `remote` and `rkey` only for
+// the one-sided ones.
+void rdma_connection::post_one(ibv_sge sge, ibv_wr_opcode op, unsigned flags, uint64_t wr_id,
+                               uint64_t remote, uint32_t rkey, const char* what) {
     ibv_send_wr wr{};
     ibv_send_wr* bad = nullptr;
     wr.wr_id = wr_id;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED | flags;
     wr.wr.rdma.remote_addr = remote;
     wr.wr.rdma.rkey = rkey;
-    check_verbs(ibv_post_send(_id->qp, &wr, &bad), "post RDMA READ");
+    check_verbs(ibv_post_send(_id->qp, &wr, &bad), what);
+}
+
+void rdma_connection::post_read(void* local, const ibv_mr* local_mr, uint64_t remote, uint32_t rkey,
+                                uint32_t len, uint64_t wr_id) {
+    post_one({reinterpret_cast<uintptr_t>(local), len, local_mr->lkey}, IBV_WR_RDMA_READ, 0, wr_id,
+             remote, rkey, "post RDMA READ");
 }
 
 void rdma_connection::post_send(std::span<const std::byte> msg, uint64_t wr_id) {
@@ -111,18 +117,11 @@ void rdma_connection::post_send(std::span<const std::byte> msg, uint64_t wr_id) 
     // Without inline data the bytes must stay put until the send completes:
     // a registered slot per send in flight, reused in turn.
     std::byte* slot =
-        _recv_bufs.data() + size_t(_sizes.recv + _next_send_slot) * _sizes.message_bytes;
+        _msg_bufs.data() + size_t(_sizes.recv + _next_send_slot) * _sizes.message_bytes;
     _next_send_slot = (_next_send_slot + 1) % _sizes.send;
     std::memcpy(slot, msg.data(), msg.size());
-    ibv_sge sge{reinterpret_cast<uintptr_t>(slot), uint32_t(msg.size()), _bufs_mr->lkey};
-    ibv_send_wr wr{};
-    ibv_send_wr* bad = nullptr;
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED | (msg.size() <= _max_inline ? IBV_SEND_INLINE : 0);
-    check_verbs(ibv_post_send(_id->qp, &wr, &bad), "post RDMA SEND");
+    post_one({reinterpret_cast<uintptr_t>(slot), uint32_t(msg.size()), _bufs_mr->lkey}, IBV_WR_SEND,
+             msg.size() <= _max_inline ? IBV_SEND_INLINE : 0, wr_id, 0, 0, "post RDMA SEND");
 }
 
 size_t rdma_connection::poll(std::span<ibv_wc> out) {
@@ -142,9 +141,9 @@ size_t rdma_connection::poll(std::span<ibv_wc> out) {
 // A receive's slot is posted again at once: its bytes stay readable until
 // the peer sends that many more messages, which the caller's protocol
 // (one request, one answer) keeps from happening before it has read them.
-std::span<const std::byte> rdma_connection::received(const ibv_wc& wc) const {
-    const auto* data = _recv_bufs.data() + size_t(wc.wr_id) * _sizes.message_bytes;
-    const_cast<rdma_connection*>(this)->post_recv(uint32_t(wc.wr_id));
+std::span<const std::byte> rdma_connection::received(const ibv_wc& wc) {
+    const auto* data = _msg_bufs.data() + size_t(wc.wr_id) * _sizes.message_bytes;
+    post_recv(uint32_t(wc.wr_id));
     return {data, wc.byte_len};
 }
 

@@ -59,7 +59,7 @@ class rdma_connection {
     // received(wc) until the next poll. Throws ferry::error on a completion
     // in error. Receives are posted again as they are consumed.
     size_t poll(std::span<ibv_wc> out);
-    [[nodiscard]] std::span<const std::byte> received(const ibv_wc& wc) const;
+    [[nodiscard]] std::span<const std::byte> received(const ibv_wc& wc);
 
     // Readable once a completion arrives after arm(); call
     // consume_wakeup() then, and poll again before sleeping.
@@ -75,6 +75,8 @@ class rdma_connection {
     rdma_connection(event_channel_ptr ec, cm_id_ptr id, ibv_pd* pd, queue_sizes sizes);
     void create_qp();
     void post_recv(uint32_t slot);
+    void post_one(ibv_sge sge, ibv_wr_opcode op, unsigned flags, uint64_t wr_id, uint64_t remote,
+                  uint32_t rkey, const char* what);
 
     // In creation order; the destructor takes the QP down first.
     event_channel_ptr _ec;
@@ -84,7 +86,7 @@ class rdma_connection {
     comp_channel_ptr _cch;
     cq_ptr _cq;
     queue_sizes _sizes;
-    std::vector<std::byte> _recv_bufs; // recv slots, then one send buffer per send slot
+    std::vector<std::byte> _msg_bufs; // receive slots, then one per send in flight
     mr_ptr _bufs_mr;
     uint32_t _next_send_slot = 0;
     uint32_t _max_inline = 0;
