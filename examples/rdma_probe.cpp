@@ -60,7 +60,7 @@ size_t await_completions(rdma_connection& c, std::vector<std::byte>* msg) {
         if (n == 0) {
             if (!net::wait_fd(c.wait_fd(), POLLIN, until))
                 throw error("no RDMA completion within 60 s");
-            c.consume_wakeup();
+            (void)c.consume_wakeup();
             continue;
         }
         for (size_t i = 0; i < n; i++) {

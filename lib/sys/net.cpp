@@ -82,6 +82,14 @@ endpoint local_endpoint(int fd) {
     return ep;
 }
 
+endpoint peer_endpoint(int fd) {
+    endpoint ep;
+    socklen_t len = sizeof ep.addr;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ep.addr), &len))
+        throw sys_error("getpeername");
+    return ep;
+}
+
 uint16_t pick_free_loopback_port() {
     endpoint ep = parse_endpoint("127.0.0.1:1");
     ep.addr.sin_port = 0;

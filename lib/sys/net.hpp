@@ -26,6 +26,7 @@ unique_fd tcp_listen(const endpoint& ep, int backlog = 64);
 // Connects within `timeout`; the error names the peer and the cause.
 unique_fd tcp_connect(const endpoint& ep, std::chrono::milliseconds timeout);
 endpoint local_endpoint(int fd);
+endpoint peer_endpoint(int fd);
 // A TCP port on 127.0.0.1 that was free a moment ago.
 uint16_t pick_free_loopback_port();
 void set_nodelay(int fd);

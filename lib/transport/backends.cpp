@@ -3,6 +3,7 @@
 #include "transport/backend.hpp"
 
 #include "core/error.hpp"
+#include "transport/rdma/rdma_backend.hpp"
 #include "transport/shm/shm_backend.hpp"
 #include "transport/tcp/tcp_backend.hpp"
 
@@ -16,6 +17,7 @@ namespace {
 const backend* const known[] = {
     &tcp::backend_instance,
     &shm::backend_instance,
+    &rdma::backend_instance,
 };
 
 } // namespace

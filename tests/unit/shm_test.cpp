@@ -2,8 +2,8 @@
 #include "core/clock.hpp"
 #include "transport/backend.hpp"
 #include "transport/fabric.hpp"
-#include "transport/shm/shm_region.hpp"
-#include "transport/shm/shm_ring.hpp"
+#include "transport/staging/region.hpp"
+#include "transport/staging/ring.hpp"
 
 #include <catch2/catch.hpp>
 #include <sys/mman.h>
@@ -154,9 +154,9 @@ TEST_CASE("charging the link model waits at least its cost, measured on the cloc
 
 TEST_CASE("the region layout is aligned and covers every page", "[shm]") {
     for (uint64_t pages : {0ull, 1ull, 1000ull, 262144ull}) {
-        const auto g = transport::shm::layout(pages);
-        REQUIRE(g.ring_offset >= sizeof(transport::shm::region_header));
-        REQUIRE(g.states_offset >= g.ring_offset + sizeof(transport::shm::request_ring));
+        const auto g = transport::staging::layout(pages);
+        REQUIRE(g.ring_offset >= sizeof(transport::staging::region_header));
+        REQUIRE(g.states_offset >= g.ring_offset + sizeof(transport::staging::request_ring));
         REQUIRE(g.checksums_offset >= g.states_offset + pages);
         REQUIRE(g.data_offset % 4096 == 0);
         REQUIRE(g.data_offset >= g.checksums_offset + pages * 8);

@@ -151,11 +151,13 @@ void rdma_connection::arm() {
     check_verbs(ibv_req_notify_cq(_cq.get(), 0), "ibv_req_notify_cq");
 }
 
-void rdma_connection::consume_wakeup() {
+bool rdma_connection::consume_wakeup() {
     ibv_cq* cq = nullptr;
     void* ctx = nullptr;
-    if (ibv_get_cq_event(_cch.get(), &cq, &ctx) == 0)
-        ibv_ack_cq_events(cq, 1);
+    if (ibv_get_cq_event(_cch.get(), &cq, &ctx) != 0)
+        return false; // EAGAIN: the fd is non-blocking
+    ibv_ack_cq_events(cq, 1);
+    return true;
 }
 
 bool rdma_connection::disconnected() {
@@ -220,10 +222,23 @@ std::unique_ptr<rdma_listener> rdma_listener::bind(const net::endpoint& local) {
     sockaddr_in addr = local.addr;
     check_verbs(rdma_bind_addr(l->_id.get(), reinterpret_cast<sockaddr*>(&addr)),
                 "rdma_bind_addr (no RDMA device on that address?)");
-    if (!l->_id->verbs)
+    ibv_context* device = l->_id->verbs;
+    if (!device && addr.sin_addr.s_addr == htonl(INADDR_ANY)) {
+        // Bound to every address: the PD goes on the first device, and a
+        // request arriving on another is refused (accept).
+        int n = 0;
+        ibv_context** devices = rdma_get_devices(&n);
+        if (devices && n > 0)
+            device = devices[0];
+        if (devices)
+            rdma_free_devices(devices);
+        if (!device)
+            throw error("this host has no RDMA device (is rdma_rxe or a NIC's driver loaded?)");
+    }
+    if (!device)
         throw error(fmt::format("{} is not the address of an RDMA device", local.to_string()));
     check_verbs(rdma_listen(l->_id.get(), 16), "rdma_listen");
-    l->_pd = make_pd(l->_id->verbs);
+    l->_pd = make_pd(device);
     return l;
 }
 
@@ -243,6 +258,11 @@ std::unique_ptr<rdma_connection> rdma_listener::accept(const admission& admit, q
         throw error("RDMA accept: private data over 196 bytes");
     const uint8_t peer_depth = ev->param.conn.initiator_depth;
     rdma_ack_cm_event(ev);
+    if (answer && child->verbs != _pd->context) {
+        rdma_reject(child, nullptr, 0);
+        rdma_destroy_id(child);
+        throw error(fmt::format("RDMA connection from {} came on another device", who));
+    }
     if (!answer) {
         rdma_reject(child, nullptr, 0);
         rdma_destroy_id(child);

@@ -62,10 +62,11 @@ class rdma_connection {
     [[nodiscard]] std::span<const std::byte> received(const ibv_wc& wc);
 
     // Readable once a completion arrives after arm(); call
-    // consume_wakeup() then, and poll again before sleeping.
+    // consume_wakeup() then (true if there was one to take: the CQ is no
+    // longer armed), and poll again before sleeping.
     [[nodiscard]] int wait_fd() const noexcept { return _cch->fd; }
     void arm();
-    void consume_wakeup();
+    bool consume_wakeup();
     // The CM's event fd: readable when the peer disconnects.
     [[nodiscard]] int cm_fd() const noexcept { return _ec->fd; }
     [[nodiscard]] bool disconnected();

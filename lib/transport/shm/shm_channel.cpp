@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "core/mapping.hpp"
 #include "core/page.hpp"
+#include "transport/staging/advertised_ranges.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,6 +14,8 @@
 #include <algorithm>
 
 namespace ferry::transport::shm {
+
+using namespace staging;
 
 shm_channel::shm_channel(std::unique_ptr<net::stream> control,
                          const FerryControl__PageChannelAccepted& accepted, link_model model,
@@ -33,20 +36,7 @@ shm_channel::shm_channel(std::unique_ptr<net::stream> control,
     if (h.magic != region_magic || h.version != region_version || h.geo.total_size != _map.size())
         throw error(
             fmt::format("shm region {} is not a Ferry region of this version", accepted.shm_path));
-    // The source numbered its lazy pages as this side does: the same index,
-    // built in the same order, must give every range the same first page.
-    std::vector<const FerryControl__ShmRange*> ranges(accepted.shm_ranges,
-                                                      accepted.shm_ranges + accepted.n_shm_ranges);
-    std::sort(ranges.begin(), ranges.end(), [](const auto* a, const auto* b) {
-        return std::tie(a->pid, a->start) < std::tie(b->pid, b->start);
-    });
-    for (const auto* r : ranges) {
-        _index.add(r->pid, r->start, r->end);
-        if (_index.ranges().back().first_page != r->first_page)
-            throw error("the source's shm region numbers its pages differently");
-    }
-    if (_index.total_pages() > h.geo.page_count)
-        throw error("the shm ranges lie outside the region");
+    _index = advertised_index(accepted, h.geo.page_count);
     _max_pages = std::min(_max_pages, wire::max_pages_per_request);
 }
 

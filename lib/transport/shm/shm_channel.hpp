@@ -9,12 +9,15 @@
 #include "criu/lazy_page_index.hpp"
 #include "sys/stream.hpp"
 #include "transport/page_channel.hpp"
-#include "transport/shm/shm_region.hpp"
+#include "transport/staging/region.hpp"
 
 #include <array>
 #include <vector>
 
 namespace ferry::transport::shm {
+
+using staging::region_view;
+using staging::stage_request;
 
 class shm_channel final : public page_channel {
   public:

@@ -1,4 +1,4 @@
-#include "transport/shm/shm_stager.hpp"
+#include "transport/staging/stager.hpp"
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <fstream>
 
-namespace ferry::transport::shm {
+namespace ferry::transport::staging {
 
 namespace {
 
@@ -93,8 +93,23 @@ uint64_t anonymous_bytes_of_tree(pid_t root) {
     return total;
 }
 
-shm_stager::shm_stager(page_source& src, region_file file)
-    : _src(src), _log(make_logger("pagesrv", src.id())), _file(std::move(file)) {
+namespace {
+// tmpfs on every Linux.
+const std::filesystem::path region_dir = "/dev/shm";
+} // namespace
+
+region_file prepare_region(pid_t root, const std::string& id) {
+    const uint64_t anon = anonymous_bytes_of_tree(root);
+    return region_file::create(region_dir, id, layout(anon / page_size).total_size + anon / 16);
+}
+
+region_file take_region(region_file prepared, const std::string& id) {
+    return prepared ? std::move(prepared) : region_file::create(region_dir, id, 0);
+}
+
+stager::stager(page_source& src, region_file file, std::function<void()> staged)
+    : _src(src), _log(make_logger("pagesrv", src.id())), _file(std::move(file)),
+      _staged(std::move(staged)) {
     const region_geometry geo = layout(_src.lazy_pages().total_pages());
     // A region prepared before the freeze may be larger than needed; the
     // reader maps what the handshake says.
@@ -115,14 +130,14 @@ shm_stager::shm_stager(page_source& src, region_file file)
     _thread = std::thread([this] { run(); });
 }
 
-shm_stager::~shm_stager() {
+stager::~stager() {
     _stop = true;
     _region.header().stager_bell.ring();
     _thread.join();
     _region.header().stager_alive.store(0, std::memory_order_release);
 }
 
-void shm_stager::stage(uint64_t first, uint64_t count, bool restage) {
+void stager::stage(uint64_t first, uint64_t count, bool restage) {
     const uint64_t end = std::min(first + count, _region.header().geo.page_count);
     while (first < end) {
         const auto& r = _src.lazy_pages().range_of(first);
@@ -160,9 +175,11 @@ void shm_stager::stage(uint64_t first, uint64_t count, bool restage) {
         _src.count_sent(n, uint64_t(n) * (page_size + sizeof(uint64_t)));
         first += n;
     }
+    if (_staged)
+        _staged();
 }
 
-void shm_stager::run() {
+void stager::run() {
     auto& ring = _region.ring();
     auto& bell = _region.header().stager_bell;
     const uint64_t total = _region.header().geo.page_count;
@@ -196,4 +213,4 @@ void shm_stager::run() {
     }
 }
 
-} // namespace ferry::transport::shm
+} // namespace ferry::transport::staging

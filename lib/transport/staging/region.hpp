@@ -1,5 +1,6 @@
-// The shm fabric's registered region: one shared-memory file per migration,
-// written by the source and read one-sided by the destination.
+// The staging region of the one-sided fabrics: one shared-memory file per
+// migration, written by the source and read one-sided by the destination
+// (shm maps it; rdma registers it as a memory region and READs it).
 //
 //   [header: 4 KiB][request ring][page states: 1 byte/page]
 //   [checksums: 8 bytes/page][page data: 4 KiB/page, page-aligned]
@@ -8,17 +9,18 @@
 // channel handshake). The source stages a page by writing its data and
 // checksum, then storing state 1 with release; a reader that acquires
 // state 1 may use the page (and may hand it straight to UFFDIO_COPY). Pages
-// that are not staged yet are asked for through the request ring; the
-// source stages everything else on its own, in layout order.
+// that are not staged yet are asked for through the request ring (shm
+// readers push to it; rdma's server pushes what it receives); the source
+// stages everything else on its own, in layout order.
 #pragma once
 
-#include "transport/shm/shm_ring.hpp"
+#include "transport/staging/ring.hpp"
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 
-namespace ferry::transport::shm {
+namespace ferry::transport::staging {
 
 inline constexpr uint32_t region_magic = 0x4d595246; // "FRYM"
 inline constexpr uint16_t region_version = 1;
@@ -81,4 +83,4 @@ struct region_view {
     [[nodiscard]] uint32_t staged_prefix(uint64_t first, uint32_t count) const noexcept;
 };
 
-} // namespace ferry::transport::shm
+} // namespace ferry::transport::staging

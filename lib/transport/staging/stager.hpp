@@ -1,29 +1,30 @@
-// Source side of the shm fabric: registers an outgoing migration's lazy pages
-// as a shared-memory region (shm_region.hpp) and keeps it filled. One
-// thread stages pages from the frozen tasks into the region: requested pages
-// first (from the region's request ring), everything else in layout order
-// when no request waits. Readers then copy pages one-sided, without this
-// daemon's CPU.
+// Source side of the one-sided fabrics (shm, rdma): lays an outgoing
+// migration's lazy pages out in a staging region (region.hpp) and keeps it
+// filled. One thread stages pages from the frozen tasks into the region:
+// requested pages first (from the region's request ring), everything else
+// in layout order when no request waits. Readers then copy pages one-sided,
+// without this daemon's CPU: shm maps the region, rdma registers it.
 #pragma once
 
 #include "core/mapping.hpp"
 #include "core/unique_fd.hpp"
 #include "criu/lazy_page_index.hpp"
 #include "transport/page_source.hpp"
-#include "transport/shm/shm_region.hpp"
+#include "transport/staging/region.hpp"
 
 #include <spdlog/logger.h>
 
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <sys/types.h>
 #include <thread>
 #include <vector>
 
-namespace ferry::transport::shm {
+namespace ferry::transport::staging {
 
 // The shared-memory file behind a region: created (and its pages allocated)
 // ahead of time if the migrator prepared the migration before the freeze,
@@ -60,21 +61,30 @@ class region_file {
 // processes (smaps_rollup), in bytes.
 uint64_t anonymous_bytes_of_tree(pid_t root);
 
-class shm_stager {
+// Before the freeze: a region file in /dev/shm sized for the tree's
+// anonymous memory and a little slack for what it allocates meanwhile.
+region_file prepare_region(pid_t root, const std::string& id);
+// At registration: `prepared` if there is one, else a new file (it grows
+// as the stager lays the pages out).
+region_file take_region(region_file prepared, const std::string& id);
+
+class stager {
   public:
     // Lays the migration's lazy pages out in `file` (growing it if needed)
-    // and starts staging.
-    shm_stager(page_source& src, region_file file);
-    shm_stager(const shm_stager&) = delete;
-    shm_stager& operator=(const shm_stager&) = delete;
+    // and starts staging. `staged`, if set, is called on the staging thread
+    // after each batch of pages is staged (rdma answers waiting requests).
+    stager(page_source& src, region_file file, std::function<void()> staged = {});
+    stager(const stager&) = delete;
+    stager& operator=(const stager&) = delete;
     // Stops staging, then unmaps and unlinks the region; readers that mapped
     // it keep their mapping.
-    ~shm_stager();
+    ~stager();
 
     [[nodiscard]] const std::filesystem::path& file() const noexcept { return _file.path(); }
     [[nodiscard]] uint64_t size() const noexcept { return _file.size(); }
     // Where each lazy page lies in the region: the index both ends share.
     [[nodiscard]] const criu::lazy_page_index& index() const noexcept { return _src.lazy_pages(); }
+    [[nodiscard]] region_view region() const noexcept { return _region; }
 
   private:
     void run();
@@ -85,10 +95,11 @@ class shm_stager {
     std::shared_ptr<spdlog::logger> _log; // the migration's
     region_file _file;
     region_view _region;
+    std::function<void()> _staged;
     std::atomic<bool> _stop{false};
     bool _read_error_logged = false;
     uint64_t _started_ns = 0;
     std::thread _thread;
 };
 
-} // namespace ferry::transport::shm
+} // namespace ferry::transport::staging

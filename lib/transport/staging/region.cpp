@@ -1,4 +1,4 @@
-#include "transport/shm/shm_region.hpp"
+#include "transport/staging/region.hpp"
 
 #include "core/page.hpp"
 
@@ -22,7 +22,7 @@ void shm_doorbell::sleep(uint32_t seen, uint64_t timeout_ns) noexcept {
     ::syscall(SYS_futex, &rings, FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
-namespace transport::shm {
+namespace transport::staging {
 
 namespace {
 uint64_t round_up(uint64_t v, uint64_t to) {
@@ -50,5 +50,5 @@ uint32_t region_view::staged_prefix(uint64_t first, uint32_t count) const noexce
     return n;
 }
 
-} // namespace transport::shm
+} // namespace transport::staging
 } // namespace ferry
