@@ -129,7 +129,7 @@ TEST_CASE("fabrics are the registered transport backends", "[transport]") {
         CHECK(std::string(b.name()) == n);
         CHECK(fabric_spec::parse(n).name == n);
     }
-    REQUIRE_THROWS_WITH(transport::find("ib"), Catch::Contains("known: tcp, shm"));
+    REQUIRE_THROWS_WITH(transport::find("ib"), Catch::Contains("known: tcp, shm, rdma"));
     CHECK(transport::find("shm").takes_link_model());
     CHECK_FALSE(transport::find("tcp").takes_link_model());
 }

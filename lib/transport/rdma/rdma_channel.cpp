@@ -44,8 +44,8 @@ uint64_t wr_id(uint32_t slot, read_part part) {
 rdma_channel::rdma_channel(std::unique_ptr<net::stream> control,
                            const FerryControl__PageChannelAccepted& accepted, uint32_t max_pages,
                            bool urgent, std::chrono::milliseconds timeout)
-    : _control(std::move(control)),
-      _max_pages(std::min(max_pages, wire::max_pages_per_request)), _urgent(urgent) {
+    : _control(std::move(control)), _max_pages(std::min(max_pages, wire::max_pages_per_request)),
+      _urgent(urgent) {
     if (!accepted.has_rdma_port || !accepted.has_rdma_region_addr ||
         !accepted.has_rdma_region_size || !accepted.has_rdma_rkey || !accepted.has_rdma_token ||
         accepted.rdma_token.len != sizeof(channel_token))
@@ -81,8 +81,8 @@ rdma_channel::rdma_channel(std::unique_ptr<net::stream> control,
     ibv_wc wc;
     while (_conn->poll({&wc, 1}) == 0) {
         if (monotonic_ns() > until)
-            throw error(fmt::format("no answer to the RDMA READ of {}'s region header",
-                                    _conn->peer()));
+            throw error(
+                fmt::format("no answer to the RDMA READ of {}'s region header", _conn->peer()));
         std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     staging::region_header h;
@@ -126,8 +126,8 @@ void rdma_channel::post_reads(pending& p, uint32_t from) {
                      _remote_base + _checksums_offset + first * sizeof(uint64_t), _rkey,
                      n * uint32_t(sizeof(uint64_t)), wr_id(p.slot, checksums_part));
     _conn->post_read(s.pages + size_t(from) * page_size, _landing_mr.get(),
-                     _remote_base + _data_offset + first * page_size, _rkey, n * uint32_t(page_size),
-                     wr_id(p.slot, data_part));
+                     _remote_base + _data_offset + first * page_size, _rkey,
+                     n * uint32_t(page_size), wr_id(p.slot, data_part));
     p.at = phase::reading;
     p.read_from = from;
     _traffic.read_batches++;
@@ -167,7 +167,8 @@ void rdma_channel::send(const wire::page_request& r) {
     if (_count == _queue.size())
         throw error("too many rdma requests in flight");
     if (r.nr_pages == 0 || r.nr_pages > _max_pages)
-        throw error(fmt::format("an rdma request of {} pages (at most {})", r.nr_pages, _max_pages));
+        throw error(
+            fmt::format("an rdma request of {} pages (at most {})", r.nr_pages, _max_pages));
     const auto first = _index.find(r.pid, r.vaddr, r.nr_pages);
     if (!first)
         throw error(fmt::format("pid {} pages [{:#x}, +{}) are not in the source's region", r.pid,
@@ -222,8 +223,8 @@ void rdma_channel::answered(const staged_message& a) {
     if (!p || p->at != phase::asking)
         throw error(fmt::format("the source {} answered a request not asked", _conn->peer()));
     if (!a.ok)
-        throw error(fmt::format("the source cannot stage pid {} pages [{:#x}, +{})",
-                                p->request.pid, p->request.vaddr, p->request.nr_pages));
+        throw error(fmt::format("the source cannot stage pid {} pages [{:#x}, +{})", p->request.pid,
+                                p->request.vaddr, p->request.nr_pages));
     post_reads(*p, p->read_from);
 }
 

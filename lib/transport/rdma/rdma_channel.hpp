@@ -40,8 +40,8 @@ class rdma_channel final : public page_channel {
     // source to stage missing pages at once; a background channel waits for
     // the source's own order.
     rdma_channel(std::unique_ptr<net::stream> control,
-                 const FerryControl__PageChannelAccepted& accepted, uint32_t max_pages,
-                 bool urgent, std::chrono::milliseconds timeout);
+                 const FerryControl__PageChannelAccepted& accepted, uint32_t max_pages, bool urgent,
+                 std::chrono::milliseconds timeout);
     rdma_channel(const rdma_channel&) = delete;
     rdma_channel& operator=(const rdma_channel&) = delete;
     ~rdma_channel() override;

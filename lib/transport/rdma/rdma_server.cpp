@@ -48,7 +48,9 @@ rdma_server::rdma_server(std::shared_ptr<spdlog::logger> log)
       _epoll(::epoll_create1(EPOLL_CLOEXEC)) {
     if (!_wake || !_epoll)
         throw sys_error("eventfd/epoll for the rdma server");
-    _listener = rdma_listener::bind(net::parse_endpoint("0.0.0.0:0"));
+    net::endpoint any; // every address, any port
+    any.addr.sin_family = AF_INET;
+    _listener = rdma_listener::bind(any);
     watch(_epoll.get(), _wake.get(), wake_tag);
     watch(_epoll.get(), _listener->fd(), listener_tag);
 }
@@ -70,8 +72,8 @@ void rdma_server::stop() noexcept {
     (void)!::write(_wake.get(), &one, sizeof one);
     if (_thread.joinable()) {
         _thread.join();
-        _log->info("rdma: {} stage requests answered, {} wake-ups of the serving thread",
-                   _requests, _wakeups);
+        _log->info("rdma: {} stage requests answered, {} wake-ups of the serving thread", _requests,
+                   _wakeups);
     }
     _waiting.clear();
     _peers.clear(); // disconnects each: their QPs go before the region's MR
@@ -197,9 +199,8 @@ void rdma_server::take_requests(rdma_connection& conn) {
             const auto m = message_from<stage_message>(conn.received(wcs[i]));
             if (!m)
                 throw error("malformed stage request");
-            if (m->count == 0 || m->count > wire::max_pages_per_request ||
-                m->first_page >= pages || m->count > pages - m->first_page ||
-                _waiting.size() >= max_waiting) {
+            if (m->count == 0 || m->count > wire::max_pages_per_request || m->first_page >= pages ||
+                m->count > pages - m->first_page || _waiting.size() >= max_waiting) {
                 answer(conn, m->tag, false);
                 continue;
             }
