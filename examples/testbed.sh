@@ -17,12 +17,15 @@
 #                               same paths), each with a virtio NIC and a
 #                               Soft-RoCE device rxe0 on it, the two NICs
 #                               joined by a qemu socket link on loopback
+#   testbed.sh up --vm --pool N pool hosts p1..pN as pool-node daemons in
+#                               the VMs (odd in a, even in b), on ports
+#                               7141.. of the VM's address
 #   testbed.sh shared-dir       print a directory both hosts see read-write
 #                               at the same path (VM hosts: on the share)
 #   testbed.sh dir HOST         print HOST's directory: its credentials and
 #                               daemon log (and, for namespace hosts, the
 #                               daemon's --state-dir; a VM host's is
-#                               /var/lib/ferry-testbed inside the VM)
+#                               /var/lib/ferry-testbed/HOST inside its VM)
 #   testbed.sh down             stop everything the testbed started, remove the hosts
 #   testbed.sh exec HOST CMD... run CMD inside HOST, with Ferry's binaries on PATH
 #                               and FERRY_DAEMON set to that host's daemon; with
@@ -65,7 +68,15 @@ if [ -f "$base/$name.vm" ]; then
   state=$(cat "$base/$name.vm")
 fi
 vm_host() { "$here/vm/host.sh" "$@"; }
-vm_dir() { echo "$state/vm-$1"; }
+# In a VM testbed, pool host pN runs in VM a (N odd) or b (N even), on its
+# own port of that VM's address.
+vm_of() {
+  case "$1" in
+    p[1-8]) if [ $((${1#p} % 2)) = 1 ]; then echo a; else echo b; fi ;;
+    *) echo "$1" ;;
+  esac
+}
+vm_dir() { echo "$state/vm-$(vm_of "$1")"; }
 
 die() { echo "testbed: $*" >&2; exit 1; }
 
@@ -87,12 +98,24 @@ host_index() {
 all_hosts() {
   local h
   printf '%s\n' a b
+  if [ "$vm" = 1 ]; then
+    cat "$state/pool-hosts" 2>/dev/null || true
+    return
+  fi
   for h in $(ip netns list | awk '{print $1}'); do
     case "$h" in "$name"-p[1-8] | "$name"-c) echo "${h#"$name"-}" ;; esac
   done
 }
 ns() { echo "$name-$1"; }
-addr() { echo "$net.$(host_index "$1"):$port"; }
+host_ip() {
+  if [ "$vm" = 1 ]; then echo "$net.$(host_index "$(vm_of "$1")")"; else echo "$net.$(host_index "$1")"; fi
+}
+addr() {
+  case "$vm:$1" in
+    1:p[1-8]) echo "$(host_ip "$1"):$((port + ${1#p}))" ;;
+    *) echo "$(host_ip "$1"):$port" ;;
+  esac
+}
 # Enter only the host's network namespace. (`ip netns exec` would also make a
 # fresh mount namespace per command, and CRIU would then have to dump it.)
 in_host() {
@@ -113,17 +136,27 @@ daemon_pid() {
 vm_state_dir=/var/lib/ferry-testbed
 start_daemon_vm() {
   local h=$1 dir="$state/$1"
+  # The daemon's switches from this environment (the guest starts bare).
+  local role=() metrics=9140 passenv=() v
+  for v in FERRY_FAULT FERRY_LAZY_PAGES_ARGS FERRY_NO_HW_BREAKPOINTS; do
+    [ -n "${!v:-}" ] && passenv+=("$v=${!v}")
+  done
+  case "$h" in
+    p*) role=(--pool-node --capacity "${FERRY_POOL_CAPACITY:-64M}" --tier-dir "$vm_state_dir/$h/tier"
+      --eviction "${FERRY_POOL_EVICTION:-lru}")
+      metrics=$((9140 + ${h#p})) ;;
+  esac
   vm_host exec "$(vm_dir "$h")" bash -c '
     mkdir -p "$4"
-    setsid "$1" --listen "$2" --state-dir "$4" --credentials "$3/credentials" \
-      --metrics 127.0.0.1:9140 </dev/null >>"$3/pagesrv.log" 2>&1 &
+    setsid env "${@:7}" "$1" --listen "$2" --state-dir "$4" --credentials "$3/credentials" \
+      --metrics "127.0.0.1:$5" $6 </dev/null >>"$3/pagesrv.log" 2>&1 &
     echo $! >"$3/pagesrv.pid"
     for i in $(seq 1 300); do
       (exec 3<>"/dev/tcp/${2%:*}/${2#*:}") 2>/dev/null && exit 0
       kill -0 "$(cat "$3/pagesrv.pid")" 2>/dev/null || exit 2
       sleep 0.1
     done
-    exit 1' _ "$build/pagesrv/pagesrv" "$(addr "$h")" "$dir" "$vm_state_dir" || {
+    exit 1' _ "$build/pagesrv/pagesrv" "$(addr "$h")" "$dir" "$vm_state_dir/$h" "$metrics" "${role[*]}" "${passenv[@]}" || {
     tail -n 20 "$dir/pagesrv.log" >&2
     die "pagesrv on VM host $h did not start listening"
   }
@@ -188,7 +221,7 @@ issue_credentials() {
   local h=$1
   [ -x "$build/migrator/migrator" ] || die "no migrator in $build (build first)"
   [ -f "$state/ca/ca.pem" ] || "$build/migrator/migrator" credentials init --credentials "$state/ca" >/dev/null
-  "$build/migrator/migrator" credentials issue "$h" --address "$net.$(host_index "$h")" \
+  "$build/migrator/migrator" credentials issue "$h" --address "$(host_ip "$h")" \
     --credentials "$state/ca" --out "$state/$h/credentials" >/dev/null
 }
 
@@ -332,14 +365,23 @@ up() {
 up_vm() {
   [ "$(id -u)" = 0 ] || die "must run as root"
   [ -f "$base/$name.vm" ] && die "VM testbed $name exists already: run '$0 down' first"
-  local share link i
+  local pools=0 share link i
+  case "${1:-}" in
+    "") ;;
+    --pool)
+      pools=${2:-}
+      [[ "$pools" =~ ^[0-8]$ ]] || die "--pool takes a count from 0 to 8" ;;
+    *) die "up --vm takes only --pool N" ;;
+  esac
   share=${FERRY_VM_DIR:-/var/tmp/ferry-vm}/share
   state=$share/testbeds/$name
   vm=1
   rm -rf "$state"
   mkdir -p "$state/shared" "$base"
   echo "$state" >"$base/$name.vm"
-  for h in a b; do mkdir -p "$state/$h"; issue_credentials "$h"; done
+  for ((i = 1; i <= pools; i++)); do echo "p$i"; done >"$state/pool-hosts"
+  mapfile -t hosts < <(all_hosts)
+  for h in "${hosts[@]}"; do mkdir -p "$state/$h"; issue_credentials "$h"; done
   link=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   # a listens, so it starts first; both boot at once.
   vm_host boot "$(vm_dir a)" --ip "$net.1/24" --link "listen:$link" --rdma &
@@ -351,16 +393,19 @@ up_vm() {
   done
   vm_host boot "$(vm_dir b)" --ip "$net.2/24" --link "connect:$link" --rdma || die "VM host b did not boot"
   wait "$boot_a" || die "VM host a did not boot"
-  for h in a b; do start_daemon "$h"; done
-  echo "testbed $name up (VMs): a=$(addr a) b=$(addr b), shared $state/shared"
+  local summary=""
+  for h in "${hosts[@]}"; do
+    start_daemon "$h"
+    summary+=" $h=$(addr "$h")"
+  done
+  echo "testbed $name up (VMs):$summary, shared $state/shared"
 }
 
 down_vm() {
   local h
-  for h in a b; do
-    stop_daemon "$h" TERM
-    vm_host halt "$(vm_dir "$h")"
-  done
+  mapfile -t hosts < <(all_hosts)
+  for h in "${hosts[@]}"; do stop_daemon "$h" TERM; done
+  for h in a b; do vm_host halt "$(vm_dir "$h")"; done
   rm -rf "$state"
   rm -f "$base/$name.vm"
 }
@@ -389,12 +434,12 @@ down() {
 cmd=${1:-}
 shift || true
 case "$cmd" in
-  up) if [ "${1:-}" = --vm ]; then shift; [ $# = 0 ] || die "up --vm takes no other option yet"; up_vm; else up "$@"; fi ;;
+  up) if [ "${1:-}" = --vm ]; then shift; up_vm "$@"; else up "$@"; fi ;;
   down) down ;;
   shared-dir) mkdir -p "$state/shared" && echo "$state/shared" ;;
   dir) [ $# = 1 ] || die "usage: $0 dir HOST"; echo "$state/$1" ;;
   addr) [ $# = 1 ] || die "usage: $0 addr HOST"; addr "$1" ;;
-  ip) [ $# = 1 ] || die "usage: $0 ip HOST"; echo "$net.$(host_index "$1")" ;;
+  ip) [ $# = 1 ] || die "usage: $0 ip HOST"; host_ip "$1" ;;
   exec)
     [ $# -ge 2 ] || die "usage: $0 exec HOST CMD..."
     h=$1; shift
@@ -408,5 +453,5 @@ case "$cmd" in
     ;;
   stop) [ $# = 1 ] || die "usage: $0 stop HOST"; stop_daemon "$1" KILL ;;
   start) [ $# = 1 ] || die "usage: $0 start HOST"; start_daemon "$1" ;;
-  *) die "usage: $0 up [--pool N] [--engines] [--client]|up --vm|down|exec HOST CMD...|addr HOST|ip HOST|stop HOST|start HOST|shared-dir|dir HOST" ;;
+  *) die "usage: $0 up [--pool N] [--engines] [--client]|up --vm [--pool N]|down|exec HOST CMD...|addr HOST|ip HOST|stop HOST|start HOST|shared-dir|dir HOST" ;;
 esac

@@ -7,23 +7,28 @@
 #      registers 32 MiB of a known pattern, a reads it with one-sided READs
 #      and verifies every byte; a peer that dies right after accepting makes
 #      the reader fail with an RDMA error, within a bound, not hang;
-#   3. a memload tree (64 MiB parent, 16 MiB child, threads) migrates from a
-#      to b post-copy over tcp: it verifies on b, the source is gone, and
-#      CRIU inside the guests used the stop method this kernel's CPU allows
-#      (TCG's CPU traps hardware breakpoints, so CRIU uses them there).
+#   3. the rdma backend's unit tests ([.rdma]) against rxe inside VM a;
+#   4. a memload tree (64 MiB parent, 16 MiB child, threads) migrates from a
+#      to b post-copy over --fabric rdma: it verifies on b, the source is
+#      gone, its pages were READ one-sided, and CRIU inside the guests used
+#      the stop method this kernel's CPU allows (TCG's CPU traps hardware
+#      breakpoints, so CRIU uses them there);
+#   5. pool mode over rdma: RAID-5 over pool nodes p1..p4 spread across the
+#      two VMs (p1, p3 in a; p2, p4 in b); p2 is killed while the workload
+#      still faults on b; it verifies, the source is gone.
 # TCG is slow: sizes stay small and every wait is bounded.
 . "$(dirname "$0")/lib.sh"
 
 test_cleanup() {
   local d
   d=$("$testbed" dir a 2>/dev/null) || return 0
-  for h in a b; do
+  for h in a b p1 p2 p3 p4; do
     f=$("$testbed" dir "$h")/pagesrv.log
     [ -f "$f" ] && { echo "== $f"; tail -n 30 "$f"; }
   done
 }
 
-"$testbed" up --vm >&2
+"$testbed" up --vm --pool 4 >&2
 shared=$("$testbed" shared-dir)
 
 log "1. Soft-RoCE on both guests"
@@ -67,35 +72,90 @@ grep -q "RDMA connection to .* failed\|no RDMA completion" "$work/probe-dead.out
   fail "the reader's error does not say RDMA failed: $(cat "$work/probe-dead.out")"
 log "   dead peer: $(tail -n 1 "$work/probe-dead.out") (after $((SECONDS - start)) s)"
 
-log "3. a memload tree migrates from VM a to VM b"
-out=$shared/memload.out
-on a bash -c "setsid unshare --pid --fork $FERRY_BUILD/examples/memload --mib 64 --child-mib 16 --threads 2 >$out 2>&1 &"
-for _ in $(seq 1 300); do grep -q "ready parent" "$out" 2>/dev/null && break; sleep 0.2; done
-grep -q "ready child" "$out" || fail "memload did not get ready: $(tail -n 3 "$out")"
-pid=$(on a pgrep -o -x memload) || fail "no memload on a"
-on a timeout 600 migrator migrate --pid "$pid" --to "$("$testbed" addr b)" --json >"$work/m.json" ||
-  fail "the migration failed: $(cat "$work/m.json")"
-[ "$(json "$work/m.json" ok)" = true ] || fail "not ok: $(json "$work/m.json" error)"
+log "3. the rdma backend against rxe in VM a (unit tests)"
+on a timeout 300 env FERRY_RDMA_TEST_IP="$("$testbed" ip a)" "$FERRY_BUILD/tests/unit-tests" "[rdma]" \
+  >"$work/rdma-unit.out" 2>&1 || fail "rdma unit tests failed: $(grep -v '^\[20\|pagesrv\[' "$work/rdma-unit.out" | tail -n 30)"
+grep -q "All tests passed (.* in 5 test cases)" "$work/rdma-unit.out" ||
+  fail "not all 5 rdma unit tests ran: $(tail -n 3 "$work/rdma-unit.out")"
+log "   $(tail -n 1 "$work/rdma-unit.out")"
+
+# migrate_tree NAME MIB CHILD_MIB ARGS...: starts a memload tree on a,
+# migrates it to b with ARGS (in the background: $mig), and leaves its
+# output in $shared/NAME.out and the result in $work/NAME.json.
+migrate_tree() {
+  local name=$1 mib=$2 child=$3 out
+  shift 3
+  out=$shared/$name.out
+  on a bash -c "setsid unshare --pid --fork $FERRY_BUILD/examples/memload --mib $mib --child-mib $child --threads 2 >$out 2>&1 &"
+  for _ in $(seq 1 300); do grep -q "ready child" "$out" 2>/dev/null && break; sleep 0.2; done
+  grep -q "ready child" "$out" || fail "memload did not get ready: $(tail -n 3 "$out")"
+  src_pid=$(on a pgrep -o -x memload) || fail "no memload on a"
+  on a timeout 600 migrator migrate --pid "$src_pid" --to "$("$testbed" addr b)" --json "$@" \
+    >"$work/$name.json" 2>"$work/$name.err" &
+  mig=$!
+}
+
+# verify_on_b NAME: the migration succeeded, the tree verifies on b, and
+# nothing of it is left on a.
+verify_on_b() {
+  local name=$1 out=$shared/$1.out dest mark rc=0
+  wait "$mig" || rc=$?
+  [ "$rc" = 0 ] || fail "$name: the migration failed ($rc): $(cat "$work/$name.json" "$work/$name.err")"
+  [ "$(json "$work/$name.json" ok)" = true ] || fail "$name: not ok: $(json "$work/$name.json" error)"
+  dest=$(json "$work/$name.json" destination_pid)
+  mark=$(wc -l <"$out")
+  on b kill -USR1 "$dest"
+  for _ in $(seq 1 600); do
+    [ "$(tail -n +"$((mark + 1))" "$out" | grep -c "verify ok")" = 2 ] && break
+    sleep 0.2
+  done
+  tail -n +"$((mark + 1))" "$out" | grep -q "verify FAIL" && fail "$name: memory does not verify on b"
+  [ "$(tail -n +"$((mark + 1))" "$out" | grep -c "verify ok")" = 2 ] || fail "$name: no verify from b: $(tail -n 3 "$out")"
+  on a pgrep -x memload >/dev/null && fail "$name: the source tree still runs on a"
+  on b kill -KILL "$dest" || true
+}
+
+log "4. a memload tree migrates from VM a to VM b over rdma"
+migrate_tree rdma 64 16 --fabric rdma
+verify_on_b rdma
 if on a timeout 60 criu check --feature breakpoints >/dev/null 2>&1; then
   want="hardware breakpoints"
 else
   want="syscall stepping"
 fi
-case "$(json "$work/m.json" criu_stop_method)" in
+case "$(json "$work/rdma.json" criu_stop_method)" in
   "$want"*) ;;
-  *) fail "CRIU in the guest stopped tasks by '$(json "$work/m.json" criu_stop_method)', not $want" ;;
+  *) fail "CRIU in the guest stopped tasks by '$(json "$work/rdma.json" criu_stop_method)', not $want" ;;
 esac
-dest=$(json "$work/m.json" destination_pid)
-mark=$(wc -l <"$out")
-on b kill -USR1 "$dest"
-for _ in $(seq 1 300); do
-  [ "$(tail -n +"$((mark + 1))" "$out" | grep -c "verify ok")" = 2 ] && break
+[ "$(json "$work/rdma.json" fabric)" = rdma ] || fail "the migration did not cross the rdma fabric"
+id=$(json "$work/rdma.json" migration_id)
+src_log=$("$testbed" dir a)/pagesrv.log
+grep "migration $id: rdma: .* connected" "$src_log" | grep -qv disconnected ||
+  fail "the source's daemon logged no RDMA connection for $id"
+grep -q "migration $id: rdma: [0-9]* stage requests answered" "$src_log" ||
+  fail "the source's RDMA server did not report (region still registered?)"
+post_copy=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["phases_ms"]["post_copy"]))' "$work/rdma.json")
+log "   downtime $(json "$work/rdma.json" downtime_ms) ms, post-copy $post_copy ms (TCG); $(grep -o "migration $id: rdma: [0-9]* stage requests answered.*" "$src_log")"
+
+log "5. pool mode over rdma: RAID-5 across the VMs, a pool node killed mid-migration"
+# One page per background request: the workload still faults when p2 dies.
+"$testbed" stop b
+FERRY_LAZY_PAGES_ARGS="--background-chunk 1 --background-depth 1" "$testbed" start b
+nodes=""
+for i in 1 2 3 4; do nodes+="${nodes:+,}$("$testbed" addr "p$i")"; done
+migrate_tree pool 16 4 --fabric rdma --pool "$nodes" --raid 5
+for _ in $(seq 1 600); do
+  on b pgrep -x memload >/dev/null 2>&1 && break
+  kill -0 "$mig" 2>/dev/null || break
   sleep 0.2
 done
-tail -n +"$((mark + 1))" "$out" | grep -q "verify FAIL" && fail "memory does not verify on b"
-[ "$(tail -n +"$((mark + 1))" "$out" | grep -c "verify ok")" = 2 ] || fail "no verify from b: $(tail -n 3 "$out")"
-on a pgrep -x memload >/dev/null && fail "the source tree still runs on a"
-post_copy=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["phases_ms"]["post_copy"]))' "$work/m.json")
-log "   downtime $(json "$work/m.json" downtime_ms) ms, post-copy $post_copy ms (TCG)"
-on b kill -KILL "$dest" || true
+on b pgrep -x memload >/dev/null || fail "pool: no restored workload on b: $(cat "$work/pool.err")"
+"$testbed" stop p2
+verify_on_b pool
+python3 - "$work/pool.json" <<'PY' || fail "pool: $(cat "$work/pool.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))["pool"]
+assert p["handed_off"], "no hand-off to the pool"
+PY
+log "   pool: $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["pool"]; print({k: p[k] for k in p if "pages" in k or "degraded" in k or "lost" in k})' "$work/pool.json")"
 log "OK"
