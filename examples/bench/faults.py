@@ -66,7 +66,13 @@ def main():
     ap.add_argument("--fabrics", default="shm,shm:lat=2us,tcp")
     ap.add_argument("--json", help="also write the raw results here")
     a = ap.parse_args()
-    fabrics = [f for f in a.fabrics.split(",") if f]
+    # "shm:lat=2us,bw=100gbit,tcp": a model's options continue the fabric before.
+    fabrics = []
+    for tok in (t for t in a.fabrics.split(",") if t):
+        if "=" in tok and ":" not in tok and fabrics:
+            fabrics[-1] += "," + tok
+        else:
+            fabrics.append(tok)
     pages = a.mib * 256
     raw = {"latency": {}, "throughput": {}}
 
