@@ -4,10 +4,12 @@ test: it asserts nothing). Absolute times under qemu TCG mean nothing, so it
 reports what carries over to real hardware, for --fabric rdma against tcp in
 one interleaved run (memload trees of --mib MiB migrated from VM a to VM b):
 
-  * the source daemon's wake-ups per 1,000 faults: context switches of every
-    thread of the source's pagesrv during the migration (from
-    /proc/PID/task/*/status), and for rdma the wake-ups of its serving thread
-    (its own count) and the stage requests it answered;
+  * the source daemon's wake-ups per 1,000 faults: how often a thread
+    serving the migration's page channels had to sleep for a request (each
+    channel logs its count when it closes), plus for rdma the wake-ups of
+    the thread answering stage requests (its own count); and the daemon's
+    CPU time (utime + stime of /proc/PID/stat, exited threads included) per
+    page moved;
   * round trips per fault request on the destination's fault channel (rdma:
     READ batches + 2 per stage ask, from the channel's own counters; tcp: one
     request, one reply);
@@ -44,9 +46,9 @@ def on(host, script, check=True):
     return tb("exec", host, "bash", "-c", script, check=check)
 
 
-def ctx_switches(host, pid):
-    out = on(host, f"cat /proc/{pid}/task/*/status 2>/dev/null | grep ctxt_switches")
-    return sum(int(line.split()[1]) for line in out.splitlines())
+def cpu_seconds(host, pid):
+    fields = on(host, f"cat /proc/{pid}/stat").rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def nic_bytes(host):
@@ -63,20 +65,25 @@ def one_run(fabric, mib, shared, n):
         time.sleep(0.2)
     pid = on("a", "pgrep -o -x memload").strip()
     daemon = open(os.path.join(tb("dir", "a").strip(), "pagesrv.pid")).read().strip()
-    ctx0, nic0 = ctx_switches("a", daemon), nic_bytes("b")
+    cpu0, nic0 = cpu_seconds("a", daemon), nic_bytes("b")
     r = subprocess.run([TESTBED, "exec", "a", "migrator", "migrate", "--pid", pid, "--to",
                         tb("addr", "b").strip(), "--json", "--fabric", fabric],
                        env=ENV, text=True, capture_output=True, timeout=900)
     res = json.loads(r.stdout)
     if not res["ok"]:
         raise RuntimeError(f"{fabric}: {res['error']}")
-    ctx1, nic1 = ctx_switches("a", daemon), nic_bytes("b")
+    time.sleep(1)  # the channels' threads log as they close
+    cpu1, nic1 = cpu_seconds("a", daemon), nic_bytes("b")
     mid = res["migration_id"]
+    src = open(os.path.join(tb("dir", "a").strip(), "pagesrv.log")).read()
+    served = re.findall(rf"migration {mid}: page channel closed: (\d+) requests served, (\d+) wake-ups", src)
     row = {
         "fabric": fabric,
         "faults": res["pages_faulted"],
         "pages": res["pages_faulted"] + res["pages_background"],
-        "source_ctx_switches": ctx1 - ctx0,
+        "source_wakeups": sum(int(w) for _, w in served),
+        "source_requests": sum(int(n) for n, _ in served),
+        "source_cpu_s": cpu1 - cpu0,
         "wire_bytes": nic1 - nic0,
         "image_bytes": res["image_bytes"],
         "downtime_ms": res["downtime_ms"],
@@ -87,10 +94,10 @@ def one_run(fabric, mib, shared, n):
         m = re.search(r"rdma fault channel: (\d+) requests, (\d+) READ round trips, (\d+) stage asks", log)
         if m:
             row["fault_requests"], row["read_batches"], row["stage_asks"] = map(int, m.groups())
-        src = open(os.path.join(tb("dir", "a").strip(), "pagesrv.log")).read()
         m = re.search(rf"migration {mid}: rdma: (\d+) stage requests answered, (\d+) wake-ups", src)
         if m:
             row["stage_requests_served"], row["server_wakeups"] = map(int, m.groups())
+            row["source_wakeups"] += row["server_wakeups"]
     on("b", f"kill -KILL {res['destination_pid']}", check=False)
     return row
 
@@ -99,12 +106,13 @@ def summarize(rows):
     out = {}
     for f in sorted({r["fabric"] for r in rows}):
         rs = [r for r in rows if r["fabric"] == f]
-        per_k = [1000 * r["source_ctx_switches"] / max(1, r["faults"]) for r in rs]
+        per_k = [1000 * r["source_wakeups"] / max(1, r["faults"]) for r in rs]
         per_page = [(r["wire_bytes"] - r["image_bytes"]) / max(1, r["pages"]) for r in rs]
         s = {"runs": len(rs),
              "faults_p50": statistics.median(r["faults"] for r in rs),
              "source_wakeups_per_1000_faults_p50": statistics.median(per_k),
-             "wire_bytes_per_page_p50": statistics.median(per_page)}
+             "wire_bytes_per_page_p50": statistics.median(per_page),
+             "source_cpu_us_per_page_p50": statistics.median(1e6 * r["source_cpu_s"] / max(1, r["pages"]) for r in rs)}
         if f == "rdma":
             s["round_trips_per_fault_request_p50"] = statistics.median(
                 (r["read_batches"] + 2 * r["stage_asks"]) / max(1, r["fault_requests"])
@@ -141,6 +149,8 @@ def main():
         print(f"source wake-ups per 1000 faults: tcp {t['source_wakeups_per_1000_faults_p50']:.0f}, "
               f"rdma {r['source_wakeups_per_1000_faults_p50']:.0f} "
               f"(ratio {r['source_wakeups_per_1000_faults_p50'] / max(1e-9, t['source_wakeups_per_1000_faults_p50']):.3f})")
+        print(f"source CPU per page moved: tcp {t['source_cpu_us_per_page_p50']:.1f} us, "
+              f"rdma {r['source_cpu_us_per_page_p50']:.1f} us (TCG: the ratio, not the figures)")
         print(f"round trips per fault request: tcp 1, rdma {r['round_trips_per_fault_request_p50']:.2f}")
         print(f"wire bytes per page: tcp {t['wire_bytes_per_page_p50']:.0f}, rdma {r['wire_bytes_per_page_p50']:.0f} "
               f"(ratio {r['wire_bytes_per_page_p50'] / t['wire_bytes_per_page_p50']:.3f})")

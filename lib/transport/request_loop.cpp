@@ -5,6 +5,7 @@
 #include "core/page.hpp"
 #include "sys/net.hpp"
 
+#include <poll.h>
 #include <sys/uio.h>
 
 #include <vector>
@@ -17,10 +18,21 @@ void serve_requests(net::stream& conn, page_source& src) {
         mapping::anonymous(size_t(wire::max_pages_per_request) * page_size, "page reply buffer");
     std::byte* pages = buffer.data();
     std::vector<uint64_t> checksums(wire::max_pages_per_request);
+    // What serving costs this host's CPU: requests, and how often the
+    // thread had to sleep for one (each is a wake-up).
+    uint64_t requests = 0, wakeups = 0;
     for (;;) {
         wire::header_bytes h;
-        if (!net::read_full(conn, h, net::no_deadline, "read page request"))
+        if (!conn.buffered()) {
+            pollfd p{conn.fd(), POLLIN, 0};
+            wakeups += ::poll(&p, 1, 0) == 0;
+        }
+        if (!net::read_full(conn, h, net::no_deadline, "read page request")) {
+            log->info("page channel closed: {} requests served, {} wake-ups of its thread",
+                      requests, wakeups);
             return; // the destination closed the channel
+        }
+        requests++;
         wire::page_request req;
         if (auto err = wire::decode(h, req); err != wire::decode_error::none) {
             log->warn("malformed page request ({}); closing the channel", wire::to_string(err));

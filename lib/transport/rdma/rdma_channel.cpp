@@ -2,13 +2,13 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "core/page.hpp"
 #include "transport/staging/advertised_ranges.hpp"
 #include "transport/staging/region.hpp"
 
 #include <fmt/format.h>
 #include <poll.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <thread>
@@ -101,9 +101,10 @@ rdma_channel::rdma_channel(std::unique_ptr<net::stream> control,
 }
 
 rdma_channel::~rdma_channel() {
-    spdlog::info("rdma {} channel: {} requests, {} READ round trips, {} stage asks, {} bytes read",
-                 _urgent ? "fault" : "background", _traffic.requests, _traffic.read_batches,
-                 _traffic.stage_asks, _traffic.bytes_read);
+    make_logger("rdma")->info(
+        "rdma {} channel: {} requests, {} READ round trips, {} stage asks, {} bytes read",
+        _urgent ? "fault" : "background", _traffic.requests, _traffic.read_batches,
+        _traffic.stage_asks, _traffic.bytes_read);
 }
 
 rdma_channel::slot_view rdma_channel::slot(uint32_t i) const noexcept {
