@@ -13,7 +13,10 @@
 #      gone, its pages were READ one-sided, and CRIU inside the guests used
 #      the stop method this kernel's CPU allows (TCG's CPU traps hardware
 #      breakpoints, so CRIU uses them there);
-#   5. pool mode over rdma: RAID-5 over pool nodes p1..p4 spread across the
+#   5. bad input over rdma: a page the source corrupts once is refetched and
+#      the tree verifies; a destination that dies before restoring fails
+#      the migration and the source tree runs on and verifies;
+#   6. pool mode over rdma: RAID-5 over pool nodes p1..p4 spread across the
 #      two VMs (p1, p3 in a; p2, p4 in b); p2 is killed while the workload
 #      still faults on b; it verifies, the source is gone.
 # TCG is slow: sizes stay small and every wait is bounded.
@@ -95,22 +98,30 @@ migrate_tree() {
   mig=$!
 }
 
-# verify_on_b NAME: the migration succeeded, the tree verifies on b, and
-# nothing of it is left on a.
-verify_on_b() {
-  local name=$1 out=$shared/$1.out dest mark rc=0
-  wait "$mig" || rc=$?
-  [ "$rc" = 0 ] || fail "$name: the migration failed ($rc): $(cat "$work/$name.json" "$work/$name.err")"
-  [ "$(json "$work/$name.json" ok)" = true ] || fail "$name: not ok: $(json "$work/$name.json" error)"
-  dest=$(json "$work/$name.json" destination_pid)
+# verify_tree NAME HOST PID: the memload tree NAME (root PID on HOST)
+# checks all of its memory, and both processes say ok.
+verify_tree() {
+  local name=$1 host=$2 pid=$3 out=$shared/$1.out mark
   mark=$(wc -l <"$out")
-  on b kill -USR1 "$dest"
+  on "$host" kill -USR1 "$pid"
   for _ in $(seq 1 600); do
     [ "$(tail -n +"$((mark + 1))" "$out" | grep -c "verify ok")" = 2 ] && break
     sleep 0.2
   done
-  tail -n +"$((mark + 1))" "$out" | grep -q "verify FAIL" && fail "$name: memory does not verify on b"
-  [ "$(tail -n +"$((mark + 1))" "$out" | grep -c "verify ok")" = 2 ] || fail "$name: no verify from b: $(tail -n 3 "$out")"
+  tail -n +"$((mark + 1))" "$out" | grep -q "verify FAIL" && fail "$name: memory does not verify on $host"
+  [ "$(tail -n +"$((mark + 1))" "$out" | grep -c "verify ok")" = 2 ] ||
+    fail "$name: no verify from $host: $(tail -n 3 "$out")"
+}
+
+# verify_on_b NAME: the migration succeeded, the tree verifies on b, and
+# nothing of it is left on a.
+verify_on_b() {
+  local name=$1 dest rc=0
+  wait "$mig" || rc=$?
+  [ "$rc" = 0 ] || fail "$name: the migration failed ($rc): $(cat "$work/$name.json" "$work/$name.err")"
+  [ "$(json "$work/$name.json" ok)" = true ] || fail "$name: not ok: $(json "$work/$name.json" error)"
+  dest=$(json "$work/$name.json" destination_pid)
+  verify_tree "$name" b "$dest"
   on a pgrep -x memload >/dev/null && fail "$name: the source tree still runs on a"
   on b kill -KILL "$dest" || true
 }
@@ -137,7 +148,29 @@ grep -q "migration $id: rdma: [0-9]* stage requests answered" "$src_log" ||
 post_copy=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["phases_ms"]["post_copy"]))' "$work/rdma.json")
 log "   downtime $(json "$work/rdma.json" downtime_ms) ms, post-copy $post_copy ms (TCG); $(grep -o "migration $id: rdma: [0-9]* stage requests answered.*" "$src_log")"
 
-log "5. pool mode over rdma: RAID-5 across the VMs, a pool node killed mid-migration"
+log "5. bad input over rdma"
+"$testbed" stop a
+FERRY_FAULT=corrupt-page-once "$testbed" start a
+migrate_tree corrupt 32 4 --fabric rdma
+verify_on_b corrupt
+[ "$(json "$work/corrupt.json" pages_refetched)" -ge 1 ] ||
+  fail "no page was refetched after the source corrupted one: $(cat "$work/corrupt.json")"
+"$testbed" stop a
+"$testbed" start a
+"$testbed" stop b
+FERRY_FAULT=dest-die-before-restore "$testbed" start b
+migrate_tree dead-dest 32 4 --fabric rdma
+rc=0
+wait "$mig" || rc=$?
+[ "$rc" != 0 ] || fail "a migration to a destination that died succeeded"
+[ "$(json "$work/dead-dest.json" source_running)" = true ] ||
+  fail "the source is not running after the failed migration: $(cat "$work/dead-dest.json")"
+verify_tree dead-dest a "$src_pid"
+log "   corrupt page: $(json "$work/corrupt.json" pages_refetched) refetched; dead destination: $(json "$work/dead-dest.json" error)"
+on a kill -KILL "$src_pid" || true
+"$testbed" stop b
+
+log "6. pool mode over rdma: RAID-5 across the VMs, a pool node killed mid-migration"
 # One page per background request: the workload still faults when p2 dies.
 "$testbed" stop b
 FERRY_LAZY_PAGES_ARGS="--background-chunk 1 --background-depth 1" "$testbed" start b

@@ -53,6 +53,7 @@ std::unique_ptr<source_state> rdma_backend::prepare(pid_t root, const std::strin
     auto st = std::make_unique<rdma_state>();
     st->server = std::make_unique<rdma_server>(make_logger("pagesrv", id));
     st->prepared = staging::prepare_region(root, id);
+    st->server->register_region(st->prepared.map(), st->prepared.size());
     return st;
 }
 

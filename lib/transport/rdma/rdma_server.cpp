@@ -1,5 +1,6 @@
 #include "transport/rdma/rdma_server.hpp"
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/page.hpp"
 #include "sys/net.hpp"
@@ -59,10 +60,20 @@ rdma_server::~rdma_server() {
     stop();
 }
 
+void rdma_server::register_region(std::byte* base, uint64_t size) {
+    if (_mr && _mr->addr == base && _mr->length >= size)
+        return;
+    const uint64_t t0 = monotonic_ns();
+    _mr.reset();
+    _mr =
+        register_memory(_listener->pd(), base, size, IBV_ACCESS_REMOTE_READ, "the staging region");
+    _log->info("rdma: staging region of {} MiB registered in {:.1f} ms", size >> 20,
+               ns_to_ms(monotonic_ns() - t0));
+}
+
 void rdma_server::serve(staging::stager& stager) {
     _region = stager.region();
-    _mr = register_memory(_listener->pd(), _region.base, stager.size(), IBV_ACCESS_REMOTE_READ,
-                          "the staging region");
+    register_region(_region.base, stager.size());
     _thread = std::thread([this] { run(); });
 }
 

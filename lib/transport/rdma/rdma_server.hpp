@@ -33,7 +33,11 @@ class rdma_server {
     rdma_server& operator=(const rdma_server&) = delete;
     ~rdma_server();
 
-    // Registers `stager`'s region for remote READ and starts answering.
+    // Registers [base, base + size) for remote READ: before the freeze, the
+    // prepared region file, so pinning its pages stays out of the downtime.
+    void register_region(std::byte* base, uint64_t size);
+    // Starts answering for `stager`'s region, registering it unless the
+    // prepared registration covers it (the stager may have grown the file).
     void serve(staging::stager& stager);
     // Takes every connection down and deregisters the region: no peer reads
     // it after this returns. The stager may go after that.
