@@ -19,7 +19,8 @@
 #                               joined by a qemu socket link on loopback
 #   testbed.sh up --vm --pool N pool hosts p1..pN as pool-node daemons in
 #                               the VMs (odd in a, even in b), on ports
-#                               7141.. of the VM's address
+#                               7141.. of the VM's address, offering
+#                               one-sided reads over RDMA (--pool-rdma)
 #   testbed.sh shared-dir       print a directory both hosts see read-write
 #                               at the same path (VM hosts: on the share)
 #   testbed.sh dir HOST         print HOST's directory: its credentials and
@@ -142,8 +143,9 @@ start_daemon_vm() {
     [ -n "${!v:-}" ] && passenv+=("$v=${!v}")
   done
   case "$h" in
-    p*) role=(--pool-node --capacity "${FERRY_POOL_CAPACITY:-64M}" --tier-dir "$vm_state_dir/$h/tier"
-      --eviction "${FERRY_POOL_EVICTION:-lru}")
+    # Every VM has a Soft-RoCE device: pool nodes offer one-sided reads.
+    p*) role=(--pool-node --pool-rdma --capacity "${FERRY_POOL_CAPACITY:-64M}"
+      --tier-dir "$vm_state_dir/$h/tier" --eviction "${FERRY_POOL_EVICTION:-lru}")
       metrics=$((9140 + ${h#p})) ;;
   esac
   vm_host exec "$(vm_dir "$h")" bash -c '

@@ -113,11 +113,14 @@ class pool_source {
     void report(FerryControl__TransferStats& t) {
         t.has_pool_pages = t.has_source_pages = t.has_pool_degraded_stripes = true;
         t.has_pool_missed_deadlines = true;
+        t.has_pool_one_sided_reads = t.has_pool_one_sided_fallbacks = true;
         for (const auto* ch : _channels) {
             t.pool_pages += ch->stats().pool_pages;
             t.source_pages += ch->stats().source_pages;
             t.pool_degraded_stripes += ch->client_stats().degraded_stripes;
             t.pool_missed_deadlines += ch->client_stats().missed_deadlines;
+            t.pool_one_sided_reads += ch->client_stats().one_sided_reads;
+            t.pool_one_sided_fallbacks += ch->client_stats().one_sided_fallbacks;
         }
         _lost = _health->lost_nodes();
         _members = _health->members();

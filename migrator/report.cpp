@@ -119,6 +119,8 @@ nlohmann::json to_json(const migration_result& r) {
         p["pages_from_source"] = t.source_pages;
         p["degraded_stripes"] = t.pool_degraded_stripes;
         p["missed_deadlines"] = t.pool_missed_deadlines;
+        p["one_sided_reads"] = t.pool_one_sided_reads;
+        p["one_sided_fallbacks"] = t.pool_one_sided_fallbacks;
         p["lost_nodes"] = r.transfer.pool_lost_nodes;
         p["members"] = r.transfer.pool_members;
         p["rebuilt_chunks"] = t.pool_rebuilt_chunks;

@@ -65,6 +65,8 @@ daemon::daemon(daemon_config cfg)
         _log->info("pool node: {} MiB arena in {}-byte chunks, {} eviction, disk tier {}",
                    _cfg.pool->capacity_bytes >> 20, _cfg.pool->chunk_size, _cfg.pool->eviction,
                    _pool->tier_file().string());
+        if (_cfg.pool_rdma)
+            _pool_rdma = std::make_unique<pool_rdma_export>(*_pool, _log);
     }
     if (!_cfg.metrics_listen.empty())
         _metrics = std::make_unique<daemon_metrics>(_cfg.metrics_listen, _pool.get());
@@ -218,7 +220,8 @@ void daemon::serve_authenticated(net::stream& conn) {
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
                 if (_pool)
-                    serve_pool_connection(conn, *first->pool_open, *_pool, _pool_access, *_log);
+                    serve_pool_connection(conn, *first->pool_open, *_pool, _pool_access,
+                                          _pool_rdma.get(), *_log);
                 else
                     control::send_error(
                         conn, "this daemon is not a pool node (start it with --pool-node)",

@@ -10,6 +10,7 @@
 #include "metrics.hpp"
 #include "object_access.hpp"
 #include "outgoing.hpp"
+#include "pool_rdma.hpp"
 #include "pool_store.hpp"
 #include "sys/host_tools.hpp"
 #include "sys/hw_breakpoints.hpp"
@@ -37,6 +38,7 @@ struct daemon_config {
     std::filesystem::path state_dir;
     std::chrono::seconds drain_timeout{30};
     std::optional<pool_store_config> pool; // the pool role, if this host is a pool node
+    bool pool_rdma = false;                // ... whose arena clients may READ over RDMA
     // CRIU restores step through syscalls even where hardware breakpoints
     // trap (lib/hw_breakpoints.hpp); a migrator can ask for it too.
     bool no_hw_breakpoints = false;
@@ -100,7 +102,8 @@ class daemon {
     hw_breakpoints::probe_outcome _breakpoints = hw_breakpoints::probe_outcome::probe_failed;
     unique_fd _listener;
     std::unique_ptr<pool_store> _pool;
-    object_access _pool_access; // which peers each pooled object belongs to
+    std::unique_ptr<pool_rdma_export> _pool_rdma; // after _pool: its MRs point into the arena
+    object_access _pool_access;                   // which peers each pooled object belongs to
     std::unique_ptr<daemon_metrics> _metrics;
     criu_event_log _criu_events;
 

@@ -1,4 +1,5 @@
 // pagesrv: Ferry's per-host daemon (source and destination roles).
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "daemon.hpp"
 
@@ -29,6 +30,10 @@ int main(int argc, char** argv) {
     std::string capacity = "256M", disk_capacity = "0", tier_dir, eviction = "lru";
     uint32_t chunk_size = 4096;
     app.add_flag("--pool-node", pool_node, "also store pool pages (the pool role)");
+    bool pool_rdma = false;
+    app.add_flag("--pool-rdma", pool_rdma,
+                 "let pool clients READ the arena one-sided over RDMA (any authenticated "
+                 "client may then read any object's chunks; needs an RDMA device)");
     app.add_option("--capacity", capacity, "the pool's memory arena, e.g. 256M or 2G")
         ->capture_default_str();
     app.add_option("--tier-dir", tier_dir,
@@ -89,6 +94,9 @@ int main(int argc, char** argv) {
             p.tier_dir = tier_dir.empty() ? std::filesystem::path(state_dir) / "tier"
                                           : std::filesystem::path(tier_dir);
             cfg.pool = p;
+            cfg.pool_rdma = pool_rdma;
+        } else if (pool_rdma) {
+            throw ferry::error("--pool-rdma needs --pool-node");
         }
         ferry::pagesrv::daemon d(std::move(cfg));
         d.run();

@@ -9,7 +9,7 @@
 namespace ferry::pagesrv {
 
 void serve_pool_connection(net::stream& conn, const FerryControl__PoolOpen& open, pool_store& store,
-                           object_access& access, spdlog::logger& log) {
+                           object_access& access, pool_rdma_export* rdma, spdlog::logger& log) {
     const std::string client =
         fmt::format("{} ({})", open.client ? open.client : "client", conn.peer_identity());
     const std::string& peer = conn.peer_identity();
@@ -18,6 +18,12 @@ void serve_pool_connection(net::stream& conn, const FerryControl__PoolOpen& open
     ok.capacity_bytes = store.config().capacity_bytes;
     const std::string eviction = store.config().eviction;
     ok.eviction = const_cast<char*>(eviction.c_str());
+    FerryControl__PoolRdmaRegion region = FERRY_CONTROL__POOL_RDMA_REGION__INIT;
+    transport::rdma::channel_token token;
+    if (rdma) {
+        rdma->describe(region, token);
+        ok.rdma = &region;
+    }
     control::send_message(conn, ok, net::after(std::chrono::seconds(10)));
     net::set_nodelay(conn.fd());
 

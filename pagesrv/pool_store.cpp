@@ -27,11 +27,6 @@ void copy_bytes(void* dst, const void* src, size_t n) noexcept {
         std::memcpy(dst, src, n);
 }
 
-uint64_t chunk_checksum(const std::byte* data, uint32_t data_len, const std::byte* meta,
-                        uint32_t meta_len) noexcept {
-    return XXH3_64bits_withSeed(data, data_len, XXH3_64bits(meta, meta_len));
-}
-
 } // namespace
 
 uint64_t parse_size(const std::string& text) {
@@ -55,15 +50,21 @@ uint64_t parse_size(const std::string& text) {
     return v * mul;
 }
 
-pool_store::pool_store(pool_store_config cfg) : _cfg(std::move(cfg)) {
-    if (_cfg.chunk_size == 0 || _cfg.chunk_size > pool::max_data_len || _cfg.chunk_size % 512)
+namespace {
+uint32_t slots_of(const pool_store_config& cfg) {
+    if (cfg.chunk_size == 0 || cfg.chunk_size > pool::max_data_len || cfg.chunk_size % 512)
         throw error(fmt::format("pool chunk size {} must be a multiple of 512 up to {}",
-                                _cfg.chunk_size, pool::max_data_len));
-    const uint64_t slots = _cfg.capacity_bytes / _cfg.chunk_size;
+                                cfg.chunk_size, pool::max_data_len));
+    const uint64_t slots = cfg.capacity_bytes / cfg.chunk_size;
     if (slots == 0 || slots > UINT32_MAX)
         throw error(fmt::format("pool capacity {} holds no {}-byte chunk (or too many)",
-                                _cfg.capacity_bytes, _cfg.chunk_size));
-    _slots = uint32_t(slots);
+                                cfg.capacity_bytes, cfg.chunk_size));
+    return uint32_t(slots);
+}
+} // namespace
+
+pool_store::pool_store(pool_store_config cfg)
+    : _cfg(std::move(cfg)), _slots(slots_of(_cfg)), _directory(_slots) {
     // Populated now, so that storing a chunk never waits for a page fault.
     _arena_map = mapping::anonymous(size_t(_slots) * _cfg.chunk_size,
                                     fmt::format("a pool arena of {} bytes", _cfg.capacity_bytes),
@@ -138,6 +139,7 @@ status pool_store::evict_one() {
     }
     copy_bytes(_disk_meta.data() + size_t(dslot) * pool::max_meta_len,
                _arena_meta.data() + size_t(*victim) * pool::max_meta_len, e.meta_len);
+    _directory.unpublish(k.object, k.chunk);
     e.where = tier::disk;
     e.slot = dslot;
     _arena_free.push_back(*victim);
@@ -156,6 +158,8 @@ status pool_store::take_arena_slot(uint32_t& slot) {
 
 void pool_store::free_slot(const entry& e) noexcept {
     if (e.where == tier::memory) {
+        const key k = _arena_keys[e.slot];
+        _directory.unpublish(k.object, k.chunk);
         _policy->removed(e.slot);
         _arena_free.push_back(e.slot);
     } else {
@@ -179,9 +183,11 @@ status pool_store::put(uint64_t object, uint64_t chunk, std::span<const std::byt
     copy_bytes(arena_slot(slot), data.data(), data.size());
     copy_bytes(_arena_meta.data() + size_t(slot) * pool::max_meta_len, meta.data(), meta.size());
     _arena_keys[slot] = k;
-    _index[k] = entry{
-        tier::memory, slot, uint32_t(meta.size()), uint32_t(data.size()),
-        chunk_checksum(data.data(), uint32_t(data.size()), meta.data(), uint32_t(meta.size()))};
+    const entry& e = _index[k] =
+        entry{tier::memory, slot, uint32_t(meta.size()), uint32_t(data.size()),
+              pool::chunk_checksum(data.data(), uint32_t(data.size()), meta.data(),
+                                   uint32_t(meta.size()))};
+    (void)_directory.publish(object, chunk, slot, e.data_len, e.meta_len, e.checksum);
     _policy->stored(slot);
     _c.puts++;
     return status::ok;
@@ -211,7 +217,7 @@ status pool_store::get(uint64_t object, uint64_t chunk, std::byte* meta, uint32_
     const ssize_t n = ::pread(_tier.get(), _io, _cfg.chunk_size, off_t(e.slot) * _cfg.chunk_size);
     if (n != ssize_t(_cfg.chunk_size))
         return status::io_error;
-    if (chunk_checksum(_io, e.data_len, meta_of(e), e.meta_len) != e.checksum) {
+    if (pool::chunk_checksum(_io, e.data_len, meta_of(e), e.meta_len) != e.checksum) {
         _c.corrupt++;
         return status::corrupt;
     }
@@ -230,6 +236,8 @@ status pool_store::get(uint64_t object, uint64_t chunk, std::byte* meta, uint32_
         _disk_free.push_back(moved.slot);
         moved.where = tier::memory;
         moved.slot = slot;
+        (void)_directory.publish(object, chunk, slot, moved.data_len, moved.meta_len,
+                                 moved.checksum);
         _arena_keys[slot] = key{object, chunk};
         _policy->stored(slot);
         _c.promotions++;
@@ -251,6 +259,12 @@ uint64_t pool_store::drop(uint64_t object) {
     }
     _c.drops += n;
     return n;
+}
+
+pool_store::arena_view pool_store::arena() noexcept {
+    return {
+        _arena,     _arena_map.size(), _arena_meta.data(), _arena_meta.size(), pool::max_meta_len,
+        &_directory};
 }
 
 pool_counters pool_store::counters() const {

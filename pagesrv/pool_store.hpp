@@ -9,6 +9,7 @@
 #include "core/mapping.hpp"
 #include "core/unique_fd.hpp"
 #include "eviction.hpp"
+#include "pool/pool_directory.hpp"
 #include "wire/pool_wire.hpp"
 
 #include <cstddef>
@@ -59,6 +60,20 @@ class pool_store {
     [[nodiscard]] const pool_store_config& config() const noexcept { return _cfg; }
     [[nodiscard]] const std::filesystem::path& tier_file() const noexcept { return _tier_path; }
 
+    // What one-sided readers see (pool_rdma.hpp registers it): the arena's
+    // chunks, their metadata (meta_stride bytes per slot) and the directory
+    // of which chunk is in which slot. Reads that way bypass the eviction
+    // policy's view of accesses.
+    struct arena_view {
+        std::byte* chunks;
+        size_t chunks_len;
+        std::byte* meta;
+        size_t meta_len;
+        uint32_t meta_stride;
+        const pool::pool_directory* directory;
+    };
+    [[nodiscard]] arena_view arena() noexcept;
+
   private:
     struct key {
         uint64_t object, chunk;
@@ -91,6 +106,7 @@ class pool_store {
     mapping _arena_map;
     std::byte* _arena = nullptr;        // _arena_map's
     std::vector<std::byte> _arena_meta; // max_meta_len per arena slot
+    pool::pool_directory _directory;    // the arena's chunks, for one-sided readers
     std::vector<key> _arena_keys;       // which chunk each slot holds
     std::vector<uint32_t> _arena_free;  // free arena slots
     std::vector<std::byte> _disk_meta;  // max_meta_len per disk slot

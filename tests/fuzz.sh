@@ -20,8 +20,14 @@ if [ ! -f "$san/build.ninja" ]; then
 fi
 # What the sanitizer suite runs: the unit tests (and memload, which they
 # start) and the fuzzers; not the daemons.
+# Quiet unless it fails: then the compiler's own words.
 ninja -C "$san" tests/unit-tests examples/memload \
-  $(cd "$san" && ninja -t targets all | grep -o '^tests/fuzz/fuzz-[a-z-]*:' | tr -d : | sort -u) >/dev/null
+  $(cd "$san" && ninja -t targets all | grep -o '^tests/fuzz/fuzz-[a-z-]*:' | tr -d : | sort -u) \
+  >"$san/build.log" 2>&1 || {
+  grep -B2 -A12 -m3 "error" "$san/build.log" || tail -n 40 "$san/build.log"
+  echo "the sanitizer build failed"
+  exit 1
+}
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

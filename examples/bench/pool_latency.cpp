@@ -43,13 +43,14 @@ struct config {
 struct read_figures {
     double p50_us = 0, p99_us = 0, mean_us = 0;
     uint64_t degraded_stripes = 0;
+    uint64_t one_sided_reads = 0, one_sided_fallbacks = 0; // nodes with --pool-rdma
 };
 
 // One page at a time, uniformly at random, each read waited for: a fault.
 read_figures time_single_reads(pool::pool_client& c, uint64_t pages, uint32_t reads,
                                std::mt19937_64& rng) {
     latency_recorder rec(reads);
-    const uint64_t degraded_before = c.stats().degraded_stripes;
+    const auto before = c.stats();
     std::uniform_int_distribution<uint64_t> pick(0, pages - 1);
     double sum = 0;
     for (uint32_t i = 0; i < reads; i++) {
@@ -66,8 +67,13 @@ read_figures time_single_reads(pool::pool_client& c, uint64_t pages, uint32_t re
         rec.record(dt);
         sum += double(dt);
     }
-    return {double(rec.percentile(50)) / 1e3, double(rec.percentile(99)) / 1e3, sum / reads / 1e3,
-            c.stats().degraded_stripes - degraded_before};
+    const auto& after = c.stats();
+    return {double(rec.percentile(50)) / 1e3,
+            double(rec.percentile(99)) / 1e3,
+            sum / reads / 1e3,
+            after.degraded_stripes - before.degraded_stripes,
+            after.one_sided_reads - before.one_sided_reads,
+            after.one_sided_fallbacks - before.one_sided_fallbacks};
 }
 
 // 64-page reads, 8 in flight: the background transfer. MiB/s.
@@ -160,7 +166,9 @@ nlohmann::json run_config(const std::vector<net::endpoint>& all, const tls::cred
         nlohmann::json o{{"p50_us", f.p50_us},
                          {"p99_us", f.p99_us},
                          {"mean_us", f.mean_us},
-                         {"degraded_stripes", f.degraded_stripes}};
+                         {"degraded_stripes", f.degraded_stripes},
+                         {"one_sided_reads", f.one_sided_reads},
+                         {"one_sided_fallbacks", f.one_sided_fallbacks}};
         o["bulk_mib_s"] = time_bulk_reads(r, pages);
         return o;
     };

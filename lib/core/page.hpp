@@ -19,5 +19,9 @@ static_assert(std::endian::native == std::endian::little, "Ferry assumes a littl
 [[nodiscard]] constexpr uint64_t pages_in(uint64_t bytes) noexcept {
     return bytes / page_size;
 }
+// `v` rounded up to a multiple of `to`.
+[[nodiscard]] constexpr uint64_t round_up(uint64_t v, uint64_t to) noexcept {
+    return (v + to - 1) / to * to;
+}
 
 } // namespace ferry

@@ -82,6 +82,8 @@ void pool_client::connect_slot(uint32_t slot) {
         net::set_nodelay(conn->fd());
         l.conn = std::move(conn);
         l.last_reply_ns = l.last_heard_ns = monotonic_ns();
+        if (reply->pool_accepted->rdma && _opt.read_slots > 0)
+            connect_one_sided(slot, *reply->pool_accepted);
     } catch (const std::exception& e) {
         _health->declare_dead(slot, fmt::format("unreachable: {}", e.what()));
     }
@@ -98,6 +100,15 @@ void pool_client::lose(uint32_t slot, const std::string& reason) {
     while (l.count) {
         owed.push_back(l.front());
         l.pop();
+    }
+    if (l.rdma) {
+        std::vector<bool> idle(one_sided::slots);
+        for (uint32_t i : l.rdma->free_ops)
+            idle[i] = true;
+        for (uint32_t i = 0; i < one_sided::slots; i++)
+            if (!idle[i])
+                owed.push_back(l.rdma->ops[i].e);
+        l.rdma.reset();
     }
     for (const auto& e : owed)
         member_failed(e, failed);
@@ -147,24 +158,37 @@ bool pool_client::post(uint32_t slot, const request& r, const void* meta, const 
 
 void pool_client::progress(std::chrono::microseconds wait) {
     sync_with_health();
-    std::array<pollfd, raid::max_members> fds{};
-    std::array<uint32_t, raid::max_members> slots{};
+    // Per node: its TCP link, and its RDMA completions if it has any.
+    std::array<pollfd, 2 * raid::max_members> fds{};
+    std::array<uint32_t, 2 * raid::max_members> slots{};
     nfds_t n = 0;
+    for (uint32_t s = 0; s < _links.size(); s++)
+        if (_links[s]->live() && pump_one_sided(s))
+            wait = std::chrono::microseconds(0); // replies delivered: let the caller look
     for (uint32_t s = 0; s < _links.size(); s++)
         if (_links[s]->live()) {
             fds[n] = {_links[s]->conn->fd(), POLLIN, 0};
             if (_links[s]->conn->buffered())
                 wait = std::chrono::microseconds(0); // decrypted, waiting above the socket
             slots[n++] = s;
+            if (_links[s]->rdma && _links[s]->rdma->busy()) {
+                fds[n] = {_links[s]->rdma->conn->wait_fd(), POLLIN, 0};
+                slots[n++] = s;
+            }
         }
     if (n == 0)
         return;
     const int timeout_ms = int((wait.count() + 999) / 1000);
     if (::poll(fds.data(), n, timeout_ms) < 0 && errno != EINTR)
         throw sys_error("poll pool nodes");
-    for (nfds_t i = 0; i < n; i++)
-        if (fds[i].revents)
+    for (nfds_t i = 0; i < n; i++) {
+        if (!fds[i].revents)
+            continue;
+        if (_links[slots[i]]->live() && fds[i].fd != _links[slots[i]]->conn->fd())
+            (void)pump_one_sided(slots[i]);
+        else
             read_link(slots[i]);
+    }
     check_deadlines();
 }
 

@@ -19,7 +19,10 @@
 #include "pool/pool_health.hpp"
 #include "pool/pool_layout.hpp"
 #include "pool/raid.hpp"
+#include "wire/control.pb-c.h"
 #include "wire/pool_wire.hpp"
+
+#include <infiniband/verbs.h>
 
 #include <atomic>
 #include <chrono>
@@ -54,6 +57,8 @@ struct client_stats {
     uint64_t bytes_read = 0;
     uint64_t bytes_written = 0;
     uint64_t missed_deadlines = 0;
+    uint64_t one_sided_reads = 0;     // members READ over RDMA, checksums good
+    uint64_t one_sided_fallbacks = 0; // ... not in the arena or changed: asked two-sided
 };
 
 class pool_client {
@@ -126,10 +131,16 @@ class pool_client {
 
   private:
     struct link;
+    struct one_sided;
     struct read_op;
     struct expectation;
 
     void connect_slot(uint32_t slot);
+    void connect_one_sided(uint32_t slot, const FerryControl__PoolAccepted& accepted);
+    [[nodiscard]] bool post_one_sided(uint32_t slot, const expectation& e);
+    size_t pump_one_sided(uint32_t slot);
+    void one_sided_done(uint32_t slot, const ibv_wc& wc);
+    void ask_two_sided(uint32_t slot, const expectation& e);
     void lose(uint32_t slot, const std::string& reason);
     void sync_with_health();
     [[nodiscard]] bool post(uint32_t slot, const request& r, const void* meta, const void* data,

@@ -6,10 +6,13 @@
 #include "core/error.hpp"
 #include "core/mapping.hpp"
 #include "pool/pool_client.hpp"
+#include "pool/pool_directory.hpp"
+#include "transport/rdma/rdma_connection.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -38,12 +41,46 @@ struct pool_client::expectation {
     uint8_t member = 0;
 };
 
+// One-sided reads of one node's arena over RDMA (the node offered them,
+// pagesrv --pool-rdma; pool_one_sided.cpp): a READ of the chunk's
+// directory window, then of its data and metadata, into landing slots
+// registered here; a miss, or a checksum that does not match what the
+// bucket promised, goes two-sided on the TCP link.
+struct pool_client::one_sided {
+    static constexpr uint32_t slots = 64;        // member reads in flight
+    static constexpr size_t header_bytes = 1024; // the window, then the metadata
+
+    std::unique_ptr<transport::rdma::rdma_connection> conn;
+    uint64_t directory_addr = 0, directory_buckets = 0, arena_addr = 0, meta_addr = 0;
+    uint32_t directory_rkey = 0, arena_rkey = 0, meta_rkey = 0, meta_stride = 0;
+    uint32_t chunk_size = 0;
+    size_t slot_bytes = 0;
+    mapping landing;
+    transport::rdma::mr_ptr landing_mr;
+    struct in_flight {
+        expectation e;
+        uint64_t chunk = 0;
+        directory_bucket found{};
+    };
+    std::array<in_flight, slots> ops{};
+    std::vector<uint32_t> free_ops;
+    bool armed = false;
+
+    [[nodiscard]] std::byte* window(uint32_t i) const noexcept {
+        return landing.data() + i * slot_bytes;
+    }
+    [[nodiscard]] std::byte* meta(uint32_t i) const noexcept { return window(i) + 512; }
+    [[nodiscard]] std::byte* data(uint32_t i) const noexcept { return window(i) + header_bytes; }
+    [[nodiscard]] bool busy() const noexcept { return free_ops.size() < slots; }
+};
+
 // One connection to one node. Replies arrive in request order, so the
 // expectations form a ring; a reply is parsed incrementally, its payload
 // read straight into the buffer waiting for it.
 struct pool_client::link {
     net::endpoint ep;
     std::unique_ptr<net::stream> conn; // TLS
+    std::unique_ptr<one_sided> rdma;   // if the node offers one-sided reads
     std::vector<expectation> ring;
     size_t head = 0, count = 0;
 

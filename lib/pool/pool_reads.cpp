@@ -45,6 +45,13 @@ bool pool_client::request_member(read_op& op, uint32_t i, uint32_t member) {
     request r{op::get, _object, chunk_of(stripe, member), 0, 0, _next_id++};
     const expectation e{r.request_id,   monotonic_ns(), op::get, op.index, op.gen, i,
                         uint8_t(member)};
+    // One-sided when the node offers it; two-sided otherwise (or when every
+    // RDMA landing slot is busy).
+    auto& l = *_links[slot];
+    if (l.rdma && !_health->dead(slot) && post_one_sided(slot, e)) {
+        st = requested;
+        return true;
+    }
     if (!post(slot, r, nullptr, nullptr, e)) {
         st = failed;
         return false;

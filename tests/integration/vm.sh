@@ -17,8 +17,9 @@
 #      the tree verifies; a destination that dies before restoring fails
 #      the migration and the source tree runs on and verifies;
 #   6. pool mode over rdma: RAID-5 over pool nodes p1..p4 spread across the
-#      two VMs (p1, p3 in a; p2, p4 in b); p2 is killed while the workload
-#      still faults on b; it verifies, the source is gone.
+#      two VMs (p1, p3 in a; p2, p4 in b), read one-sided (pagesrv
+#      --pool-rdma); p2 is killed while the workload still faults on b; it
+#      verifies, the source is gone, members were READ one-sided.
 # TCG is slow: sizes stay small and every wait is bounded.
 . "$(dirname "$0")/lib.sh"
 
@@ -189,6 +190,9 @@ python3 - "$work/pool.json" <<'PY' || fail "pool: $(cat "$work/pool.json")"
 import json, sys
 p = json.load(open(sys.argv[1]))["pool"]
 assert p["handed_off"], "no hand-off to the pool"
+# The nodes offer their arenas (testbed: --pool-rdma): members are READ
+# one-sided, a few (changed under the read, or not yet pushed) two-sided.
+assert p["one_sided_reads"] > 0, "no pool member was read one-sided"
 PY
-log "   pool: $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["pool"]; print({k: p[k] for k in p if "pages" in k or "degraded" in k or "lost" in k})' "$work/pool.json")"
+log "   pool: $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["pool"]; print({k: p[k] for k in p if "pages" in k or "degraded" in k or "lost" in k or "one_sided" in k})' "$work/pool.json")"
 log "OK"

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -216,4 +217,70 @@ TEST_CASE("pool store: sizes parse with units and bad text is refused") {
     tiny.capacity_bytes = 100; // not one chunk
     tiny.tier_dir = "/tmp";
     CHECK_THROWS_AS(pool_store(tiny), ferry::error);
+}
+
+// What a one-sided reader does (pool_one_sided.cpp), done on the store's own
+// memory: the chunk's window, its bucket, then the slot's data and metadata
+// checked against the bucket's checksum.
+namespace {
+std::optional<std::vector<std::byte>> read_one_sided(pool_store& s, uint64_t object, uint64_t id) {
+    const auto a = s.arena();
+    const auto* table = reinterpret_cast<const pool::directory_bucket*>(a.directory->data());
+    const uint64_t home = pool::directory_home(object, id, a.directory->buckets());
+    const auto b = pool::find_in_window({table + home, pool::directory_window}, object, id);
+    if (!b)
+        return std::nullopt;
+    const std::byte* data = a.chunks + size_t(b->slot_plus_one - 1) * chunk;
+    const std::byte* meta = a.meta + size_t(b->slot_plus_one - 1) * a.meta_stride;
+    REQUIRE(pool::chunk_checksum(data, b->data_len, meta, b->meta_len) == b->checksum);
+    return std::vector<std::byte>(data, data + b->data_len);
+}
+} // namespace
+
+TEST_CASE("the directory shows one-sided readers every chunk in the arena, and only those",
+          "[pool][store]") {
+    temp_dir t;
+    pool_store s(small(t, "lru", 8));
+    for (uint64_t id = 0; id < 8; id++)
+        put(s, 7, id);
+    for (uint64_t id = 0; id < 8; id++)
+        REQUIRE(read_one_sided(s, 7, id) == pattern(id));
+    REQUIRE_FALSE(read_one_sided(s, 8, 0)); // another object's chunk 0
+    // A ninth chunk evicts the least recently used (chunk 0) to disk: it
+    // leaves the directory, the newcomer enters it.
+    put(s, 7, 8);
+    REQUIRE_FALSE(read_one_sided(s, 7, 0));
+    REQUIRE(read_one_sided(s, 7, 8) == pattern(8));
+    // Read back (two-sided) from disk, it is promoted and visible again.
+    REQUIRE(get(s, 7, 0).from == tier::disk);
+    REQUIRE(read_one_sided(s, 7, 0) == pattern(0));
+    // Replacing a chunk moves its bucket to the new copy.
+    const auto other = pattern(99);
+    REQUIRE(s.put(7, 3, std::array<std::byte, 8>{}, other) == status::ok);
+    REQUIRE(read_one_sided(s, 7, 3) == other);
+    // Dropping the object empties its buckets.
+    REQUIRE(s.drop(7) > 0);
+    for (uint64_t id = 0; id <= 8; id++)
+        REQUIRE_FALSE(read_one_sided(s, 7, id));
+}
+
+TEST_CASE("a full directory window leaves the chunk to two-sided reads", "[pool]") {
+    pool::pool_directory d(4); // 8 buckets
+    // Nine chunks whose windows are the same eight buckets.
+    std::vector<uint64_t> ids;
+    const uint64_t home = pool::directory_home(1, 0, d.buckets());
+    for (uint64_t id = 0; ids.size() < 9; id++)
+        if (pool::directory_home(1, id, d.buckets()) == home)
+            ids.push_back(id);
+    for (uint32_t i = 0; i < 8; i++)
+        REQUIRE(d.publish(1, ids[i], i, 4096, 8, i));
+    REQUIRE_FALSE(d.publish(1, ids[8], 9, 4096, 8, 9));
+    REQUIRE(d.publish(1, ids[3], 12, 4096, 8, 12)); // an update needs no free bucket
+    const auto* table = reinterpret_cast<const pool::directory_bucket*>(d.data());
+    const auto b = pool::find_in_window({table + home, pool::directory_window}, 1, ids[3]);
+    REQUIRE(b);
+    REQUIRE(b->slot_plus_one == 13);
+    d.unpublish(1, ids[5]);
+    REQUIRE_FALSE(pool::find_in_window({table + home, pool::directory_window}, 1, ids[5]));
+    REQUIRE(d.publish(1, ids[8], 9, 4096, 8, 9));
 }

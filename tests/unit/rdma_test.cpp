@@ -33,7 +33,7 @@ constexpr uint64_t base = 0x7f0000000000;
 // page coming back damaged (its checksum is of the good data).
 class pattern_source final : public transport::page_source {
   public:
-    explicit pattern_source(uint64_t pages) : _pages(pages) {
+    explicit pattern_source(uint64_t pages) {
         _index.add(test_pid, base, base + pages * page_size);
     }
     const std::string& id() const noexcept override { return _id; }
@@ -68,7 +68,6 @@ class pattern_source final : public transport::page_source {
     std::atomic<uint64_t> staged{0};
 
   private:
-    uint64_t _pages;
     std::string _id = "rdma-unit-test";
     criu::lazy_page_index _index;
 };

@@ -29,13 +29,9 @@ constexpr uint64_t peer_check_ns = 20'000'000;
 
 const queue_sizes channel_queues{.send = 64, .recv = 32, .message_bytes = 64};
 
-enum read_part : uint64_t { states_part, checksums_part, data_part, header_part };
+enum channel_read : uint64_t { states_part, checksums_part, data_part, header_part };
 
-uint64_t round_up(uint64_t v, uint64_t to) {
-    return (v + to - 1) / to * to;
-}
-
-uint64_t wr_id(uint32_t slot, read_part part) {
+uint64_t channel_wr_id(uint32_t slot, channel_read part) {
     return uint64_t(slot) << 2 | part;
 }
 
@@ -76,7 +72,7 @@ rdma_channel::rdma_channel(std::unique_ptr<net::stream> control,
     // The region's header: its geometry, and proof that it is a region.
     std::byte* header = _landing.data() + _slots * _slot_bytes;
     _conn->post_read(header, _landing_mr.get(), _remote_base, _rkey, header_bytes,
-                     wr_id(0, header_part));
+                     channel_wr_id(0, header_part));
     const uint64_t until = monotonic_ns() + uint64_t(timeout.count()) * 1'000'000;
     ibv_wc wc;
     while (_conn->poll({&wc, 1}) == 0) {
@@ -122,13 +118,13 @@ void rdma_channel::post_reads(pending& p, uint32_t from) {
     const uint64_t first = p.first_page + from;
     const uint32_t n = p.request.nr_pages - from;
     _conn->post_read(s.states + from, _landing_mr.get(), _remote_base + _states_offset + first,
-                     _rkey, n, wr_id(p.slot, states_part));
+                     _rkey, n, channel_wr_id(p.slot, states_part));
     _conn->post_read(s.checksums + from, _landing_mr.get(),
                      _remote_base + _checksums_offset + first * sizeof(uint64_t), _rkey,
-                     n * uint32_t(sizeof(uint64_t)), wr_id(p.slot, checksums_part));
+                     n * uint32_t(sizeof(uint64_t)), channel_wr_id(p.slot, checksums_part));
     _conn->post_read(s.pages + size_t(from) * page_size, _landing_mr.get(),
                      _remote_base + _data_offset + first * page_size, _rkey,
-                     n * uint32_t(page_size), wr_id(p.slot, data_part));
+                     n * uint32_t(page_size), channel_wr_id(p.slot, data_part));
     p.at = phase::reading;
     p.read_from = from;
     _traffic.read_batches++;
@@ -141,7 +137,7 @@ void rdma_channel::ask(pending& p, stage_ask what, uint32_t from) {
     m.first_page = p.first_page + from;
     m.count = p.request.nr_pages - from;
     m.tag = p.slot;
-    _conn->post_send(as_bytes(m), wr_id(p.slot, header_part));
+    _conn->post_send(as_bytes(m), channel_wr_id(p.slot, header_part));
     p.at = phase::asking;
     p.read_from = from;
     _traffic.stage_asks++;

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,23 +23,12 @@ constexpr uint64_t wake_tag = 0;
 constexpr uint64_t listener_tag = 2;
 constexpr uint64_t cm_bit = 1;
 
-// Two channels per migration; a few tokens may go unused (a destination
-// that died before connecting).
-constexpr size_t max_tokens = 16;
 // Requests wait for staging here at most this many at once; more are
 // refused (a destination has at most a few dozen in flight).
 constexpr size_t max_waiting = 4096;
 constexpr auto accept_timeout = std::chrono::seconds(5);
 
 const queue_sizes server_queues{.send = 64, .recv = 32, .message_bytes = 64};
-
-void watch(int epoll, int fd, uint64_t tag) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = tag;
-    if (::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &ev))
-        throw sys_error("epoll_ctl ADD");
-}
 
 } // namespace
 
@@ -52,8 +40,8 @@ rdma_server::rdma_server(std::shared_ptr<spdlog::logger> log)
     net::endpoint any; // every address, any port
     any.addr.sin_family = AF_INET;
     _listener = rdma_listener::bind(any);
-    watch(_epoll.get(), _wake.get(), wake_tag);
-    watch(_epoll.get(), _listener->fd(), listener_tag);
+    epoll_watch(_epoll.get(), _wake.get(), wake_tag);
+    epoll_watch(_epoll.get(), _listener->fd(), listener_tag);
 }
 
 rdma_server::~rdma_server() {
@@ -109,14 +97,7 @@ uint32_t rdma_server::rkey() const noexcept {
 }
 
 channel_token rdma_server::issue_token() {
-    channel_token t;
-    if (::getrandom(t.data(), t.size(), 0) != ssize_t(t.size()))
-        throw sys_error("getrandom");
-    std::lock_guard lock(_tokens_mu);
-    if (_tokens.size() == max_tokens)
-        _tokens.erase(_tokens.begin());
-    _tokens.push_back(t);
-    return t;
+    return _tokens.issue();
 }
 
 void rdma_server::run() {
@@ -170,17 +151,8 @@ void rdma_server::admit_one() {
     try {
         auto conn = _listener->accept(
             [this](std::span<const std::byte> hello) -> std::optional<std::vector<std::byte>> {
-                // The CM pads a connect's private data: the hello is a prefix.
-                if (hello.size() < sizeof(connect_hello))
+                if (!_tokens.admit(hello))
                     return std::nullopt;
-                const auto h = message_from<connect_hello>(hello.first(sizeof(connect_hello)));
-                if (!h)
-                    return std::nullopt;
-                std::lock_guard lock(_tokens_mu);
-                const auto it = std::find(_tokens.begin(), _tokens.end(), h->token);
-                if (it == _tokens.end())
-                    return std::nullopt;
-                _tokens.erase(it); // each token admits one connection
                 return std::vector<std::byte>{};
             },
             server_queues, accept_timeout);
@@ -189,8 +161,8 @@ void rdma_server::admit_one() {
             return;
         }
         _log->info("rdma: {} connected", conn->peer());
-        watch(_epoll.get(), conn->wait_fd(), reinterpret_cast<uintptr_t>(conn.get()));
-        watch(_epoll.get(), conn->cm_fd(), reinterpret_cast<uintptr_t>(conn.get()) | cm_bit);
+        epoll_watch(_epoll.get(), conn->wait_fd(), reinterpret_cast<uintptr_t>(conn.get()));
+        epoll_watch(_epoll.get(), conn->cm_fd(), reinterpret_cast<uintptr_t>(conn.get()) | cm_bit);
         _peers.push_back(std::move(conn));
     } catch (const std::exception& e) {
         _log->warn("rdma: a connection attempt failed: {}", e.what());

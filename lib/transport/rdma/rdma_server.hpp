@@ -10,6 +10,7 @@
 #include "core/unique_fd.hpp"
 #include "transport/rdma/rdma_connection.hpp"
 #include "transport/rdma/rdma_messages.hpp"
+#include "transport/rdma/token_gate.hpp"
 #include "transport/staging/stager.hpp"
 
 #include <spdlog/logger.h>
@@ -70,9 +71,8 @@ class rdma_server {
 
     std::shared_ptr<spdlog::logger> _log;
     std::unique_ptr<rdma_listener> _listener;
-    std::mutex _tokens_mu;
-    std::vector<channel_token> _tokens; // issued, not yet presented
-    unique_fd _wake;                    // eventfd: staged pages, or stop
+    token_gate _tokens{16}; // two channels per migration; some may go unused
+    unique_fd _wake;        // eventfd: staged pages, or stop
     unique_fd _epoll;
     std::atomic<bool> _stopping{false};
     std::atomic<uint32_t> _waiting_count{0};

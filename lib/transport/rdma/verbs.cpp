@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/epoll.h>
 
 namespace ferry::transport::rdma {
 
@@ -21,6 +22,14 @@ void cm_id_deleter::operator()(rdma_cm_id* id) const noexcept {
     if (id->qp)
         rdma_destroy_qp(id);
     rdma_destroy_id(id);
+}
+
+void epoll_watch(int epoll, int fd, uint64_t tag) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag;
+    if (::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &ev))
+        throw sys_error("epoll_ctl ADD");
 }
 
 event_channel_ptr make_event_channel() {

@@ -54,6 +54,10 @@ mr_ptr register_memory(ibv_pd* pd, void* addr, size_t len, int access, const cha
 comp_channel_ptr make_comp_channel(ibv_context* verbs);
 cq_ptr make_cq(ibv_context* verbs, int entries, ibv_comp_channel* channel);
 
+// Adds `fd` (a completion channel's, a CM event channel's, an eventfd) to
+// `epoll` for reading, with `tag` as its event data.
+void epoll_watch(int epoll, int fd, uint64_t tag);
+
 // The next CM event on `ec` within `timeout`; it must be `want`, else a
 // ferry::error names what came instead ("REJECTED", "UNREACHABLE", ...).
 // The caller acknowledges it (rdma_ack_cm_event) once done with its data.

@@ -24,12 +24,6 @@ void shm_doorbell::sleep(uint32_t seen, uint64_t timeout_ns) noexcept {
 
 namespace transport::staging {
 
-namespace {
-uint64_t round_up(uint64_t v, uint64_t to) {
-    return (v + to - 1) / to * to;
-}
-} // namespace
-
 region_geometry layout(uint64_t page_count) noexcept {
     region_geometry h{};
     h.page_count = page_count;
