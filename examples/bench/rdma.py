@@ -56,9 +56,12 @@ def nic_bytes(host):
     return sum(int(x) for x in out.split())
 
 
-def one_run(fabric, mib, shared, n):
+def one_run(fabric, mib, shared, n, touch):
     out = f"{shared}/bench-{n}.out"
-    on("a", f"setsid unshare --pid --fork {MEMLOAD} --mib {mib} --child-mib 0 --threads 2 >{out} 2>&1 &")
+    # --touch: the workload touches every page in random order the moment it
+    # resumes, so faults race the source's staging (stage asks, on rdma).
+    extra = "--touch-after-freeze --touch-order random" if touch else ""
+    on("a", f"setsid unshare --pid --fork {MEMLOAD} --mib {mib} --child-mib 0 --threads 2 {extra} >{out} 2>&1 &")
     for _ in range(600):
         if os.path.exists(out) and "ready parent" in open(out).read():
             break
@@ -129,6 +132,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--touch", action="store_true",
+                    help="the workload touches every page at once after resuming (faults race staging)")
     ap.add_argument("--json", help="also write the raw rows here")
     a = ap.parse_args()
     tb("down", check=False)
@@ -138,7 +143,7 @@ def main():
         shared = tb("shared-dir").strip()
         for n in range(a.runs):
             for fabric in ("tcp", "rdma"):  # interleaved: drift hits both
-                rows.append(one_run(fabric, a.mib, shared, f"{fabric}-{n}"))
+                rows.append(one_run(fabric, a.mib, shared, f"{fabric}-{n}", a.touch))
                 print(json.dumps(rows[-1]), file=sys.stderr)
     finally:
         tb("down", check=False)

@@ -143,10 +143,10 @@ void pool_client::one_sided_done(uint32_t slot, const ibv_wc& wc) {
     std::memcpy(&rop.sums[size_t(e.stripe_index) * _layout.pages_per_stripe], o.meta(i),
                 b.meta_len);
     std::memcpy(member_buffer(rop, e.stripe_index, e.member), o.data(i), b.data_len);
-    auto& l = *_links[slot];
-    const uint64_t now = monotonic_ns();
-    l.sample(now - e.sent_ns);
-    l.last_heard_ns = now;
+    // The node is alive (a dead daemon's MRs are gone with it), but this
+    // round trip says nothing of its TCP replies: the link's deadline
+    // estimate stays theirs alone.
+    _links[slot]->last_heard_ns = monotonic_ns();
     _stats.one_sided_reads++;
     deliver(
         slot, e,
