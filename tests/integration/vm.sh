@@ -20,6 +20,8 @@
 #      two VMs (p1, p3 in a; p2, p4 in b), read one-sided (pagesrv
 #      --pool-rdma); p2 is killed while the workload still faults on b; it
 #      verifies, the source is gone, members were READ one-sided.
+#   7. (last) the testbed goes down and no qemu is left; the EXIT trap takes
+#      it down the same way when a step fails.
 # TCG is slow: sizes stay small and every wait is bounded.
 . "$(dirname "$0")/lib.sh"
 
@@ -195,4 +197,13 @@ assert p["handed_off"], "no hand-off to the pool"
 assert p["one_sided_reads"] > 0, "no pool member was read one-sided"
 PY
 log "   pool: $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["pool"]; print({k: p[k] for k in p if "pages" in k or "degraded" in k or "lost" in k or "one_sided" in k})' "$work/pool.json")"
+# 7. The testbed goes down cleanly: no qemu of either VM is left.
+vm_state=$(dirname "$("$testbed" dir a)")
+qemu_pids=$(cat "$vm_state"/vm-a/qemu.pid "$vm_state"/vm-b/qemu.pid)
+"$testbed" down >&2
+for p in $qemu_pids; do
+  for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$p" 2>/dev/null && fail "qemu $p is still running after testbed down"
+done
+log "7. testbed down: qemu $qemu_pids gone"
 log "OK"
