@@ -309,8 +309,16 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
 // Returns that frame and what the fabric prepared.
 daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
                                                    const FerryControl__OutgoingPrepare& prep) {
-    const auto& fabric = transport::find(fabric_spec::parse(prep.fabric).name);
-    auto state = fabric.prepare(prep.root_pid, prep.migration_id);
+    std::unique_ptr<transport::source_state> state;
+    try {
+        const auto& fabric = transport::find(fabric_spec::parse(prep.fabric).name);
+        state = fabric.prepare(prep.root_pid, prep.migration_id);
+    } catch (const std::exception& e) {
+        // The migrator says why before the freeze (rdma: no device here).
+        control::send_error(conn, fmt::format("the source cannot use that fabric: {}", e.what()),
+                            net::after(first_frame_timeout));
+        throw;
+    }
     FerryControl__OutgoingPrepared ok = FERRY_CONTROL__OUTGOING_PREPARED__INIT;
     ok.region_bytes = 0;
     control::send_message(conn, ok, net::after(first_frame_timeout));

@@ -39,6 +39,8 @@ grep -q "is not an IP:PORT address" "$work/badaddr.out" || fail "unclear error: 
 # Nothing listens on port 1 of host b; no host has address .99.
 expect_failure refused "cannot reach the destination daemon" --to "${FERRY_TESTBED_NET}.2:1"
 expect_failure unreachable "cannot reach the destination daemon" --to "${FERRY_TESTBED_NET}.99:7140"
+# These namespace hosts have no RDMA device: the source says so before the freeze.
+expect_failure no-rdma-device "the source cannot use that fabric" --to "$(addr b)" --fabric rdma
 
 # The destination daemon dies (SIGKILL) as the images arrive, before restore.
 "$testbed" stop b
