@@ -1,6 +1,7 @@
 #include "pool/pool_channel.hpp"
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 #include <fmt/format.h>
 
@@ -76,7 +77,7 @@ void pool_channel::start_reads() noexcept {
 
 incoming_reply* pool_channel::forward_to_source(pending& p, size_t budget) {
     if (!p.at_source) {
-        if (!_source)
+        if (!_source || _source_gone)
             throw error(fmt::format("pid {} pages [{:#x}, +{}) are not in the pool and there is "
                                     "no source to ask",
                                     p.request.pid, p.request.vaddr, p.request.nr_pages));
@@ -94,7 +95,33 @@ incoming_reply* pool_channel::forward_to_source(pending& p, size_t budget) {
         p.at_source = true;
         _stats.source_pages += p.request.nr_pages;
     }
-    return _source->pump(budget);
+    return pump_source(budget);
+}
+
+// The source ends once the pool holds every page (the hand-off), and its
+// channel may fail with requests still at it (a READ in flight as its
+// region goes, a closed socket): those are read from the pool again. If
+// the pool lacks them, the source really was needed and the error says so.
+incoming_reply* pool_channel::pump_source(size_t budget) {
+    try {
+        return _source->pump(budget);
+    } catch (const std::exception& e) {
+        if (_source_gone)
+            throw;
+        _source_gone = true;
+        make_logger("pool")->warn("the source's channel failed ({}); reading what it still owed "
+                                  "from the pool",
+                                  e.what());
+        for (size_t i = 0; i < _count; i++) {
+            auto& q = _queue[(_head + i) % _queue.size()];
+            if (q.at_source) {
+                q.at_source = false;
+                _stats.source_pages -= q.request.nr_pages;
+            }
+        }
+        start_reads();
+        return nullptr;
+    }
 }
 
 incoming_reply* pool_channel::pump(size_t budget) {
@@ -104,7 +131,7 @@ incoming_reply* pool_channel::pump(size_t budget) {
     start_reads();
     auto& p = _queue[_head];
     if (p.at_source)
-        return _source->pump(budget);
+        return pump_source(budget);
     if (p.read < 0)
         return nullptr;
     switch (_client.poll_read(p.read)) {
@@ -129,7 +156,7 @@ void pool_channel::finish_reply() noexcept {
     if (_count == 0)
         return;
     auto& p = _queue[_head];
-    if (p.at_source)
+    if (p.at_source && !_source_gone)
         _source->finish_reply();
     else if (p.read >= 0) {
         _client.end_read(p.read);

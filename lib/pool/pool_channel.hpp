@@ -53,10 +53,12 @@ class pool_channel final : public page_channel {
     };
     void start_reads() noexcept;
     incoming_reply* forward_to_source(pending& p, size_t budget);
+    incoming_reply* pump_source(size_t budget);
 
     const criu::lazy_page_index& _index;
     pool::pool_client _client;
     std::unique_ptr<page_channel> _source;
+    bool _source_gone = false; // its channel failed: the pool is all there is
     uint32_t _max_pages;
     std::array<pending, 512> _queue{};
     size_t _head = 0, _count = 0;
