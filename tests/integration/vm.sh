@@ -179,7 +179,7 @@ log "6. pool mode over rdma: RAID-5 across the VMs, a pool node killed mid-migra
 FERRY_LAZY_PAGES_ARGS="--background-chunk 1 --background-depth 1" "$testbed" start b
 nodes=""
 for i in 1 2 3 4; do nodes+="${nodes:+,}$("$testbed" addr "p$i")"; done
-migrate_tree pool 16 4 --fabric rdma --pool "$nodes" --raid 5
+migrate_tree pool 8 2 --fabric rdma --pool "$nodes" --raid 5
 for _ in $(seq 1 600); do
   on b pgrep -x memload >/dev/null 2>&1 && break
   kill -0 "$mig" 2>/dev/null || break
@@ -205,5 +205,5 @@ for p in $qemu_pids; do
   for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$p" 2>/dev/null && fail "qemu $p is still running after testbed down"
 done
-log "7. testbed down: qemu $qemu_pids gone"
+log "7. testbed down: qemu $(echo $qemu_pids) gone"
 log "OK"
