@@ -52,15 +52,10 @@ size_t await_completions(rdma_connection& c, std::vector<std::byte>* msg) {
     const auto until = net::after(bound);
     std::array<ibv_wc, 16> wc;
     for (;;) {
-        size_t n = c.poll(wc);
-        if (n == 0) {
-            c.arm(); // then look once more: a completion may have come before
-            n = c.poll(wc);
-        }
+        const size_t n = c.poll_or_arm(wc);
         if (n == 0) {
             if (!net::wait_fd(c.wait_fd(), POLLIN, until))
                 throw error("no RDMA completion within 60 s");
-            (void)c.consume_wakeup();
             continue;
         }
         for (size_t i = 0; i < n; i++) {

@@ -27,9 +27,7 @@ pool_rdma_export::pool_rdma_export(pool_store& store, std::shared_ptr<spdlog::lo
       _epoll(::epoll_create1(EPOLL_CLOEXEC)) {
     if (!_wake || !_epoll)
         throw sys_error("eventfd/epoll for the pool's RDMA export");
-    net::endpoint any;
-    any.addr.sin_family = AF_INET;
-    _listener = rdma::rdma_listener::bind(any);
+    _listener = rdma::rdma_listener::bind_any();
     ibv_pd* pd = _listener->pd();
     _chunks_mr = rdma::register_memory(pd, _arena.chunks, _arena.chunks_len, IBV_ACCESS_REMOTE_READ,
                                        "the pool arena");
@@ -78,14 +76,13 @@ void pool_rdma_export::run() {
                 continue;
             if (tag == export_listener_tag) {
                 try {
-                    auto c = _listener->accept(
-                        [this](std::span<const std::byte> hello)
-                            -> std::optional<std::vector<std::byte>> {
-                            if (_clients.size() >= max_clients || !_tokens.admit(hello))
-                                return std::nullopt;
-                            return std::vector<std::byte>{};
-                        },
-                        client_queues, std::chrono::seconds(5));
+                    auto admit = [this,
+                                  tokens = _tokens.admission()](std::span<const std::byte> hello) {
+                        return _clients.size() < max_clients
+                                   ? tokens(hello)
+                                   : std::optional<std::vector<std::byte>>{};
+                    };
+                    auto c = _listener->accept(admit, client_queues, std::chrono::seconds(5));
                     if (!c) {
                         _log->warn("pool node: refused an RDMA connect without a valid token");
                         continue;

@@ -64,7 +64,6 @@ struct pool_client::one_sided {
     };
     std::array<in_flight, slots> ops{};
     std::vector<uint32_t> free_ops;
-    bool armed = false;
 
     [[nodiscard]] std::byte* window(uint32_t i) const noexcept {
         return landing.data() + i * slot_bytes;

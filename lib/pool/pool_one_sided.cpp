@@ -161,19 +161,9 @@ size_t pool_client::pump_one_sided(uint32_t slot) {
         return 0;
     size_t total = 0;
     try {
-        auto& o = *l.rdma;
         ibv_wc wcs[16];
-        size_t n = o.conn->poll(wcs);
-        if (n == 0) {
-            if (o.conn->consume_wakeup())
-                o.armed = false;
-            if (!o.armed) {
-                o.conn->arm();
-                o.armed = true;
-                n = o.conn->poll(wcs);
-            }
-        }
-        for (; n > 0; n = l.rdma ? l.rdma->conn->poll(wcs) : 0) {
+        // one_sided_done may lose the node (and the connection) midway.
+        for (size_t n; l.rdma && (n = l.rdma->conn->poll_or_arm(wcs)) > 0;) {
             for (size_t k = 0; k < n && l.rdma; k++)
                 one_sided_done(slot, wcs[k]);
             total += n;

@@ -74,20 +74,22 @@ unique_fd tcp_connect(const endpoint& ep, std::chrono::milliseconds timeout) {
     return fd;
 }
 
-endpoint local_endpoint(int fd) {
+namespace {
+endpoint socket_name(int fd, int (*name)(int, sockaddr*, socklen_t*), const char* what) {
     endpoint ep;
     socklen_t len = sizeof ep.addr;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ep.addr), &len))
-        throw sys_error("getsockname");
+    if (name(fd, reinterpret_cast<sockaddr*>(&ep.addr), &len))
+        throw sys_error(what);
     return ep;
+}
+} // namespace
+
+endpoint local_endpoint(int fd) {
+    return socket_name(fd, ::getsockname, "getsockname");
 }
 
 endpoint peer_endpoint(int fd) {
-    endpoint ep;
-    socklen_t len = sizeof ep.addr;
-    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ep.addr), &len))
-        throw sys_error("getpeername");
-    return ep;
+    return socket_name(fd, ::getpeername, "getpeername");
 }
 
 uint16_t pick_free_loopback_port() {

@@ -247,19 +247,7 @@ incoming_reply* rdma_channel::pump(size_t /*budget*/) {
             start(p);
     }
     ibv_wc wcs[32];
-    size_t n = _conn->poll(wcs);
-    if (n == 0) {
-        // Idle: take the completion channel's event (else epoll would keep
-        // reporting it) and arm it again, then look once more.
-        if (_conn->consume_wakeup())
-            _armed = false;
-        if (!_armed) {
-            _conn->arm();
-            _armed = true;
-            n = _conn->poll(wcs);
-        }
-    }
-    for (; n > 0; n = _conn->poll(wcs))
+    while (const size_t n = _conn->poll_or_arm(wcs))
         for (size_t i = 0; i < n; i++)
             completed(wcs[i]);
     if (_count == 0)

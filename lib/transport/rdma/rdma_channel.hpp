@@ -102,7 +102,6 @@ class rdma_channel final : public page_channel {
     std::array<pending, 512> _queue{};
     size_t _head = 0, _count = 0;
     incoming_reply _reply;
-    bool _armed = false;
     uint64_t _next_peer_check_ns = 0;
     channel_traffic _traffic;
 };

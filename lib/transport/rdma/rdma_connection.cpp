@@ -147,8 +147,20 @@ std::span<const std::byte> rdma_connection::received(const ibv_wc& wc) {
     return {data, wc.byte_len};
 }
 
+size_t rdma_connection::poll_or_arm(std::span<ibv_wc> out) {
+    if (const size_t n = poll(out))
+        return n;
+    if (consume_wakeup())
+        _armed = false; // an armed CQ raises one event, then is disarmed
+    if (_armed)
+        return 0;
+    arm();
+    return poll(out); // what came before the arm raised no event
+}
+
 void rdma_connection::arm() {
     check_verbs(ibv_req_notify_cq(_cq.get(), 0), "ibv_req_notify_cq");
+    _armed = true;
 }
 
 bool rdma_connection::consume_wakeup() {
@@ -240,6 +252,12 @@ std::unique_ptr<rdma_listener> rdma_listener::bind(const net::endpoint& local) {
     check_verbs(rdma_listen(l->_id.get(), 16), "rdma_listen");
     l->_pd = make_pd(device);
     return l;
+}
+
+std::unique_ptr<rdma_listener> rdma_listener::bind_any() {
+    net::endpoint any;
+    any.addr.sin_family = AF_INET;
+    return bind(any);
 }
 
 uint16_t rdma_listener::port() const {

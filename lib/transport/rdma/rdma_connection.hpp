@@ -61,12 +61,12 @@ class rdma_connection {
     size_t poll(std::span<ibv_wc> out);
     [[nodiscard]] std::span<const std::byte> received(const ibv_wc& wc);
 
-    // Readable once a completion arrives after arm(); call
-    // consume_wakeup() then (true if there was one to take: the CQ is no
-    // longer armed), and poll again before sleeping.
+    // poll(), and when there is nothing: takes the completion channel's
+    // pending wake-up (so a level-triggered epoll stops reporting it), arms
+    // the CQ unless it still is, and looks once more. After it returns 0,
+    // wait_fd() becomes readable when the next completion comes.
+    size_t poll_or_arm(std::span<ibv_wc> out);
     [[nodiscard]] int wait_fd() const noexcept { return _cch->fd; }
-    void arm();
-    bool consume_wakeup();
     // The CM's event fd: readable when the peer disconnects.
     [[nodiscard]] int cm_fd() const noexcept { return _ec->fd; }
     [[nodiscard]] bool disconnected();
@@ -76,6 +76,8 @@ class rdma_connection {
     rdma_connection(event_channel_ptr ec, cm_id_ptr id, ibv_pd* pd, queue_sizes sizes);
     void create_qp();
     void post_recv(uint32_t slot);
+    void arm();
+    bool consume_wakeup();
     void post_one(ibv_sge sge, ibv_wr_opcode op, unsigned flags, uint64_t wr_id, uint64_t remote,
                   uint32_t rkey, const char* what);
 
@@ -91,6 +93,7 @@ class rdma_connection {
     mr_ptr _bufs_mr;
     uint32_t _next_send_slot = 0;
     uint32_t _max_inline = 0;
+    bool _armed = false; // the CQ will raise one event on wait_fd
     std::string _peer;
 };
 
@@ -102,6 +105,8 @@ class rdma_listener {
     // Binds to `local` (an address of an RDMA-capable interface; port 0
     // picks one) and listens.
     static std::unique_ptr<rdma_listener> bind(const net::endpoint& local);
+    // Every local address, any port; the PD on the first device.
+    static std::unique_ptr<rdma_listener> bind_any();
     [[nodiscard]] ibv_pd* pd() const noexcept { return _pd.get(); }
     [[nodiscard]] uint16_t port() const;
     [[nodiscard]] int fd() const noexcept { return _ec->fd; }

@@ -37,9 +37,7 @@ rdma_server::rdma_server(std::shared_ptr<spdlog::logger> log)
       _epoll(::epoll_create1(EPOLL_CLOEXEC)) {
     if (!_wake || !_epoll)
         throw sys_error("eventfd/epoll for the rdma server");
-    net::endpoint any; // every address, any port
-    any.addr.sin_family = AF_INET;
-    _listener = rdma_listener::bind(any);
+    _listener = rdma_listener::bind_any();
     epoll_watch(_epoll.get(), _wake.get(), wake_tag);
     epoll_watch(_epoll.get(), _listener->fd(), listener_tag);
 }
@@ -149,13 +147,7 @@ void rdma_server::run() {
 
 void rdma_server::admit_one() {
     try {
-        auto conn = _listener->accept(
-            [this](std::span<const std::byte> hello) -> std::optional<std::vector<std::byte>> {
-                if (!_tokens.admit(hello))
-                    return std::nullopt;
-                return std::vector<std::byte>{};
-            },
-            server_queues, accept_timeout);
+        auto conn = _listener->accept(_tokens.admission(), server_queues, accept_timeout);
         if (!conn) {
             _log->warn("rdma: refused a connection that presented no token of this migration");
             return;
@@ -170,11 +162,9 @@ void rdma_server::admit_one() {
 }
 
 void rdma_server::take_requests(rdma_connection& conn) {
-    conn.consume_wakeup();
-    conn.arm(); // then poll: a completion after the arm wakes epoll again
     ibv_wc wcs[16];
     const uint64_t pages = _region.header().geo.page_count;
-    while (const size_t n = conn.poll(wcs)) {
+    while (const size_t n = conn.poll_or_arm(wcs)) {
         for (size_t i = 0; i < n; i++) {
             if (wcs[i].opcode != IBV_WC_RECV)
                 continue; // our answers' sends

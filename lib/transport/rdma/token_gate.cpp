@@ -33,4 +33,12 @@ bool token_gate::admit(std::span<const std::byte> private_data) {
     return true;
 }
 
+rdma_listener::admission token_gate::admission() {
+    return [this](std::span<const std::byte> hello) -> std::optional<std::vector<std::byte>> {
+        if (!admit(hello))
+            return std::nullopt;
+        return std::vector<std::byte>{};
+    };
+}
+
 } // namespace ferry::transport::rdma

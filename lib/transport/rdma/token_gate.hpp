@@ -4,6 +4,7 @@
 // nobody; the token is what ties a queue pair to a TLS peer.
 #pragma once
 
+#include "transport/rdma/rdma_connection.hpp"
 #include "transport/rdma/rdma_messages.hpp"
 
 #include <cstddef>
@@ -21,6 +22,8 @@ class token_gate {
     // Whether a connect's private data (padded by the CM) starts with a
     // hello carrying an issued token; the token is used up.
     [[nodiscard]] bool admit(std::span<const std::byte> private_data);
+    // admit() as a listener's admission: accepted with no private data.
+    [[nodiscard]] rdma_listener::admission admission();
 
   private:
     size_t _outstanding;
