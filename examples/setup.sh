@@ -2,7 +2,16 @@
 # Installs everything Ferry needs on a fresh Debian 12 machine, as root.
 # Idempotent: each step checks first and skips what is already present.
 # Ends with `criu check`.
+#   examples/setup.sh [--bench]   (--bench: also what `migrator bench` plots with)
 set -euo pipefail
+
+with_bench=""
+for arg in "$@"; do
+  case "$arg" in
+    --bench) with_bench=1 ;;
+    *) echo "usage: $0 [--bench]" >&2; exit 2 ;;
+  esac
+done
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
@@ -155,6 +164,7 @@ install_criu() {
 }
 
 apt_install "${ferry_packages[@]}"
+[ -z "$with_bench" ] || apt_install python3-matplotlib
 # Installing docker.io or redis-server must not start system-wide services:
 # the testbed runs its own engine instances per host.
 if [ -n "$(missing_packages "${engine_packages[@]}")" ]; then

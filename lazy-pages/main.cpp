@@ -263,8 +263,13 @@ class reporter {
     int _keeper;
 };
 
+// How long a channel opened ahead of the freeze may wait for the source to
+// accept it: the source accepts once the migration registers there, after
+// its dump; the daemon kills this process sooner if the migration fails.
+constexpr auto early_acceptance_wait = std::chrono::minutes(10);
+
 // A channel to the source, or none if it cannot be reached and the pool may
-// serve without it.
+// serve without it. With --wait-start it is opened before the freeze.
 std::unique_ptr<page_channel> open_source_channel(const options& opt, const fabric_spec& fabric,
                                                   FerryControl__ChannelKind kind,
                                                   uint32_t max_pages, spdlog::logger& log) {
@@ -274,8 +279,10 @@ std::unique_ptr<page_channel> open_source_channel(const options& opt, const fabr
         return nullptr; // a parked workload: the pool holds every page
     }
     try {
+        const std::chrono::milliseconds connect = std::chrono::seconds(10);
         return open_page_channel(fabric, net::parse_endpoint(opt.source), opt.credentials,
-                                 opt.migration_id, kind, max_pages, std::chrono::seconds(10));
+                                 opt.migration_id, kind, max_pages, connect,
+                                 opt.wait_start ? early_acceptance_wait : connect);
     } catch (const std::exception& e) {
         if (opt.pool.empty())
             throw;
@@ -289,18 +296,22 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
     std::unique_ptr<lazy::fault_loop> loop;
     uint64_t start_ns = monotonic_ns();
     try {
-        if (opt.wait_start) {
-            // Started ahead of the images: wait until the daemon says go.
-            auto go = control::receive(opt.report_fd, net::no_deadline);
-            control::expect(go.get(), FERRY_CONTROL__ENVELOPE__BODY_LAZY_START, "daemon");
-            start_ns = monotonic_ns();
-        }
-        const auto images = criu::image_set::load(opt.images_dir);
+        // Started ahead of the images (--wait-start): the channels' TLS
+        // handshakes happen before the freeze, and the source's acceptance
+        // arrives during it, while the images travel; neither falls inside
+        // the downtime.
         const auto fabric = fabric_spec::parse(opt.fabric);
         auto fault_ch =
             open_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64, *log);
         auto bg_ch = open_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
                                          wire::max_pages_per_request, *log);
+        if (opt.wait_start) {
+            // Wait until the daemon says go: the images are here.
+            auto go = control::receive(opt.report_fd, net::no_deadline);
+            control::expect(go.get(), FERRY_CONTROL__ENVELOPE__BODY_LAZY_START, "daemon");
+            start_ns = monotonic_ns();
+        }
+        const auto images = criu::image_set::load(opt.images_dir);
         if (!opt.pool.empty()) {
             pool = std::make_unique<pool_source>(opt, images);
             fault_ch = pool->channel(std::move(fault_ch), 64, "fault");

@@ -1,4 +1,5 @@
 // migrator: Ferry's command line.
+#include "bench_cmd.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "credentials_cmd.hpp"
@@ -300,6 +301,42 @@ int main(int argc, char** argv) {
                            "where to write ca.pem, cert.pem and key.pem (default: the "
                            "credentials directory itself, i.e. this host)");
 
+    auto* bench_cmd = app.add_subcommand(
+        "bench", "measure Ferry's downtime against stop-and-copy and CRIU's lazy dump on this "
+                 "machine's testbed; writes results.json and plots");
+    migrator::bench_args bench;
+    bench_cmd
+        ->add_option("--workload", bench.workload,
+                     "what to migrate: memload (a bare process tree), container (memload in a "
+                     "container of --engine) or redis (Redis in a container, under a client)")
+        ->check(CLI::IsMember({"memload", "redis", "container"}))
+        ->capture_default_str();
+    bench_cmd->add_option("--engine", bench.engine, "the engine of --workload container|redis")
+        ->check(CLI::IsMember({"podman", "docker"}))
+        ->capture_default_str();
+    bench_cmd->add_option("--sizes", bench.sizes,
+                          "memory sizes, comma-separated (M or G); default 256M,1G,4G, for "
+                          "redis one size, 1G");
+    bench_cmd->add_option("--runs", bench.runs, "repetitions of each measurement")
+        ->check(CLI::Range(1, 100))
+        ->capture_default_str();
+    bench_cmd->add_option("--methods", bench.methods,
+                          "the downtime contenders, comma-separated (default: all that apply); "
+                          "memload: ferry, stop_and_copy, criu_lazy_dump; container: ferry, "
+                          "bare_process, podman_checkpoint (podman only)");
+    bench_cmd
+        ->add_option("--fault-fabrics", bench.fault_fabrics,
+                     "fabrics for the fault-latency CDF, comma-separated (empty: none)")
+        ->capture_default_str();
+    bench_cmd
+        ->add_option("--fault-threads", bench.fault_threads,
+                     "threads touching the pages in the fault-latency runs, comma-separated")
+        ->capture_default_str();
+    bench_cmd->add_option("--fault-size", bench.fault_size,
+                          "memory of the fault-latency runs (default: the smallest size)");
+    bench_cmd->add_option("--out", bench.out,
+                          "directory for results.json and the plots (default ./ferry-bench-DATE)");
+
     mig->add_flag("--insecure-plaintext-pages", a.plaintext_pages,
                   "page data crosses the network unencrypted (authentication stays on): "
                   "only inside a trusted network");
@@ -312,6 +349,8 @@ int main(int argc, char** argv) {
     if (cred_issue->parsed())
         return migrator::run_credentials_issue(tls::credentials_dir(credentials), issue_host,
                                                issue_addresses, issue_dns, issue_out);
+    if (bench_cmd->parsed())
+        return migrator::run_bench(bench);
     if (pool_stats->parsed())
         return run_pool_stats(stats_node, credentials);
     if (status_cmd->parsed())

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/fault_inject.hpp"
 #include "core/log.hpp"
+#include "criu/criu_features.hpp"
 #include "criu/criu_image.hpp"
 #include "criu/criu_page_server.hpp"
 #include "criu/criu_rpc.hpp"
@@ -154,6 +155,13 @@ void migration::check_source() {
     if (!method.criu_env.empty())
         _criu_env.push_back(method.criu_env);
     _log->debug("CRIU stops tasks by {}", method.reason);
+    // Ferry reads lazy pages from the frozen tasks, so CRIU need not park
+    // them: then the freeze does not grow with memory.
+    _r.criu_pagemap_only = criu::supports_lazy_pagemap_only(_opt.tools.criu);
+    if (!_r.criu_pagemap_only)
+        _log->info("{} lacks --lazy-pagemap-only (examples/criu-patches/0004): it parks every "
+                   "lazy page during the freeze, so the downtime grows with memory",
+                   _opt.tools.criu);
 }
 
 // `source_addr` is empty when there is no source (a parked workload).

@@ -72,6 +72,7 @@ nlohmann::json to_json(const migration_result& r) {
     if (!r.recovery.empty())
         j["recovery"] = r.recovery;
     j["criu_stop_method"] = r.criu_stop_method;
+    j["criu_lazy_dump"] = r.criu_pagemap_only ? "pagemap only" : "pages parked in pipes";
     j["workload_bytes"] = r.workload_bytes;
     j["source_pid"] = r.source_pid;
     j["destination_pid"] = r.destination_pid;

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/fault_inject.hpp"
 #include "core/log.hpp"
+#include "criu/criu_features.hpp"
 #include "criu/criu_image.hpp"
 #include "criu/criu_page_server.hpp"
 #include "criu/criu_rpc.hpp"
@@ -78,6 +79,8 @@ void migration::start_dump() {
     criu::dump_settings settings;
     settings.limits = _deadlines;
     settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
+    if (_r.criu_pagemap_only)
+        settings.criu_options += criu::lazy_pagemap_only_option;
     settings.criu_options += _opt.criu_config_extra;
     settings.criu_env = _criu_env;
     settings.criu = _opt.tools.criu;

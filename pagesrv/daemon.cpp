@@ -32,6 +32,11 @@ namespace ferry::pagesrv {
 namespace {
 
 constexpr auto first_frame_timeout = std::chrono::seconds(10);
+// How long a page channel waits for its migration's registration: a
+// destination opens its channels before the freeze, so while the migration
+// is prepared here (its dump runs) it may wait as long as a dump may take.
+constexpr auto channel_registration_wait = std::chrono::seconds(10);
+constexpr auto channel_registration_wait_while_preparing = std::chrono::minutes(10);
 // A peer that has not authenticated by then is dropped.
 constexpr auto handshake_timeout = std::chrono::seconds(5);
 
@@ -212,11 +217,18 @@ void daemon::serve_authenticated(net::stream& conn) {
             case FERRY_CONTROL__ENVELOPE__BODY_PAGE_CHANNEL_OPEN:
                 serve_page_channel(conn, *first->page_channel_open);
                 break;
-            case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARE:
-                serve_outgoing(conn, prepare_outgoing(conn, *first->outgoing_prepare));
+            case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARE: {
+                // Until serve_outgoing registers it (or refuses it), early
+                // channels wait for this migration.
+                auto mark =
+                    std::make_unique<preparing_mark>(*this, first->outgoing_prepare->migration_id);
+                auto prepared = prepare_outgoing(conn, *first->outgoing_prepare);
+                prepared.preparing = std::move(mark);
+                serve_outgoing(conn, std::move(prepared));
                 break;
+            }
             case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
-                serve_outgoing(conn, {std::move(first), nullptr});
+                serve_outgoing(conn, {std::move(first), nullptr, nullptr});
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
                 if (_pool)
@@ -239,18 +251,33 @@ void daemon::serve_authenticated(net::stream& conn) {
     }
 }
 
-std::shared_ptr<outgoing_migration> daemon::find_outgoing(const std::string& id,
-                                                          std::chrono::milliseconds wait) {
+std::shared_ptr<outgoing_migration>
+daemon::find_outgoing(const std::string& id, std::chrono::milliseconds wait,
+                      std::chrono::milliseconds while_preparing) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto short_end = start + wait, long_end = start + std::max(wait, while_preparing);
     std::unique_lock lock(_mutex);
-    std::shared_ptr<outgoing_migration> found;
-    // A destination may open its channels while the migrator is still
-    // registering the migration here: wait a little for it to appear.
-    _registry_changed.wait_for(lock, wait, [&] {
-        auto it = _outgoing.find(id);
-        found = it == _outgoing.end() ? nullptr : it->second;
-        return found != nullptr;
-    });
-    return found;
+    for (;;) {
+        if (auto it = _outgoing.find(id); it != _outgoing.end())
+            return it->second;
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= long_end || (now >= short_end && !_preparing.contains(id)))
+            return nullptr;
+        _registry_changed.wait_until(lock, now >= short_end ? long_end : short_end);
+    }
+}
+
+daemon::preparing_mark::preparing_mark(daemon& d, std::string id) : _d(d), _id(std::move(id)) {
+    std::lock_guard lock(_d._mutex);
+    _d._preparing.insert(_id);
+}
+
+daemon::preparing_mark::~preparing_mark() {
+    {
+        std::lock_guard lock(_d._mutex);
+        _d._preparing.erase(_d._preparing.find(_id));
+    }
+    _d._registry_changed.notify_all();
 }
 
 // A destination opens a channel: the migration's fabric says what goes in
@@ -258,7 +285,8 @@ std::shared_ptr<outgoing_migration> daemon::find_outgoing(const std::string& id,
 // over tcp; only "done" over one-sided fabrics) until the destination
 // closes it.
 void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChannelOpen& open) {
-    auto m = find_outgoing(open.migration_id, std::chrono::seconds(10));
+    auto m = find_outgoing(open.migration_id, channel_registration_wait,
+                           channel_registration_wait_while_preparing);
     if (!m) {
         control::send_error(conn, fmt::format("unknown migration {}", open.migration_id),
                             net::after(first_frame_timeout));
@@ -325,7 +353,7 @@ daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
     // The dump runs meanwhile; registration follows once its images exist.
     auto next = control::receive(conn, net::no_deadline);
     control::expect(next.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER, "migrator");
-    return {std::move(next), std::move(state)};
+    return {std::move(next), std::move(state), nullptr};
 }
 
 void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
@@ -352,6 +380,7 @@ void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
         std::lock_guard lock(_mutex);
         _outgoing[m->id()] = m;
     }
+    first.preparing.reset();
     _registry_changed.notify_all();
     if (_metrics)
         _metrics->migration_started(daemon_metrics::role::source);

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -81,17 +82,35 @@ class daemon {
     void serve_connection(connection& c);
     void serve_authenticated(net::stream& conn);
     void serve_page_channel(net::stream& conn, const FerryControl__PageChannelOpen& open);
+    // Marks a migration as prepared but not yet registered, for its lifetime.
+    class preparing_mark {
+      public:
+        preparing_mark(daemon& d, std::string id);
+        ~preparing_mark();
+        preparing_mark(const preparing_mark&) = delete;
+        preparing_mark& operator=(const preparing_mark&) = delete;
+
+      private:
+        daemon& _d;
+        std::string _id;
+    };
     // The registration frame, and what the fabric did before the freeze.
     struct prepared_outgoing {
         control::envelope_ptr frame;
         std::unique_ptr<transport::source_state> fabric_state;
+        std::unique_ptr<preparing_mark> preparing; // until registered
     };
     prepared_outgoing prepare_outgoing(net::stream& conn,
                                        const FerryControl__OutgoingPrepare& prep);
     void serve_outgoing(net::stream& conn, prepared_outgoing first);
 
+    // The registered migration `id`. A destination opens its channels as
+    // soon as it is prepared, before the freeze, so it may come first: wait
+    // up to `wait` for the registration, and while the migration is being
+    // prepared here (its dump is running), up to `while_preparing`.
     std::shared_ptr<outgoing_migration> find_outgoing(const std::string& id,
-                                                      std::chrono::milliseconds wait);
+                                                      std::chrono::milliseconds wait,
+                                                      std::chrono::milliseconds while_preparing);
     void reap_finished_connections();
     void drain();
 
@@ -110,6 +129,7 @@ class daemon {
     std::mutex _mutex;
     std::condition_variable _registry_changed;
     std::map<std::string, std::shared_ptr<outgoing_migration>> _outgoing;
+    std::multiset<std::string> _preparing; // prepared, registration awaited
     std::list<connection> _connections;
     uint64_t _refused_connections = 0;
 };

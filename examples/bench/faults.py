@@ -21,8 +21,10 @@ import subprocess
 import sys
 import time
 
-from benchlib import BUILD, ENV, TESTBED, sh, testbed
-from postcopy import criu_lazy_local_run, ferry_run
+from benchlib import BUILD, ENV, TESTBED, sh, testbed  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "migrator", "bench"))
+from methods import criu_lazy_local, ferry  # noqa: E402  (shared with migrator bench)
 
 FLOOR = os.path.join(BUILD, "examples", "uffd-floor")
 RAW = os.path.join(BUILD, "examples", "raw-throughput")
@@ -83,8 +85,8 @@ def main():
             rows = {}
             for _ in range(a.runs):  # interleaved repetitions
                 for f in fabrics:
-                    rows.setdefault(f"Ferry {f}", []).append(ferry_run(a.mib, True, f, order))
-                rows.setdefault("CRIU lazy-pages, local images", []).append(criu_lazy_local_run(a.mib, order))
+                    rows.setdefault(f"Ferry {f}", []).append(ferry(a.mib, f, touch=True, order=order))
+                rows.setdefault("CRIU lazy-pages, local images", []).append(criu_lazy_local(a.mib, order))
             floors = {m: [floor_run(m, order, pages) for _ in range(a.runs)]
                       for m in ("same-cpu", "cross-block", "cross-spin")}
             raw["latency"][order] = {"runs": rows, "floor": floors}
@@ -94,7 +96,7 @@ def main():
         tput = {}
         for _ in range(a.runs):
             for f in fabrics:
-                r = ferry_run(a.mib, False, f)
+                r = ferry(a.mib, f)
                 tput.setdefault(f, []).append(r["pages_total"] * 4096 / (r["phases_ms"]["post_copy"] / 1e3) / 1e9)
         raws = {"tcp": statistics.median(raw_tcp(1024) for _ in range(a.runs))}
         for f in fabrics:

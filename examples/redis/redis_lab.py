@@ -7,10 +7,8 @@ testbed's hosts while a client on a third host keeps reading and writing.
   redis_lab.py test [--engine podman|docker] [--mib 64]
       the same at a reduced size; exits 1 unless every key is intact, no reply
       was wrong, no acknowledged write was lost and the container runs on b
-  redis_lab.py bench [--mib 1024] [--runs 3]
-      Ferry against podman's own `container checkpoint --export` + `container
-      restore --import`, interleaved in one run: container downtime and
-      client-visible downtime, p50/p99 and ratios
+  (the benchmark against podman's checkpoint is `migrator bench --workload
+  redis`, migrator/bench/redis.py, which drives this lab)
 
 The container shares its host's network (Redis listens on the host's
 address), so after a migration Redis answers at the destination's address.
@@ -182,18 +180,27 @@ class Lab:
                 "export_bytes": size, "post_copy_ms": 0.0, "wall_s": t3 - t0}
 
 
-def client_phases(replies_path, post_copy_ms, window_ms=2000.0):
-    """Reply latencies before the longest gap, and right after it: during
-    the post-copy (its length from the migrator) or, for stop-and-copy, the
-    first window_ms."""
+def replies_around_gap(replies_path):
+    """The client's replies as (time ns, latency ns), and the index of the
+    first reply after the longest gap between two (the switchover); None if
+    there are fewer than two replies."""
     rows = []
     with open(replies_path) as f:
         for line in f:
             t, lat, _, _ = line.split()
             rows.append((int(t), int(lat)))
     if len(rows) < 2:
+        return rows, None
+    return rows, max(range(1, len(rows)), key=lambda i: rows[i][0] - rows[i - 1][0])
+
+
+def client_phases(replies_path, post_copy_ms, window_ms=2000.0):
+    """Reply latencies before the longest gap, and right after it: during
+    the post-copy (its length from the migrator) or, for stop-and-copy, the
+    first window_ms."""
+    rows, gap_i = replies_around_gap(replies_path)
+    if gap_i is None:
         return {}
-    gap_i = max(range(1, len(rows)), key=lambda i: rows[i][0] - rows[i - 1][0])
     resumed = rows[gap_i][0]
     span = (post_copy_ms if post_copy_ms > 0 else window_ms) * 1e6
     before = [lat for t, lat in rows[:gap_i]]
@@ -254,84 +261,17 @@ def cmd_example(a):
             lab.down()
 
 
-def cmd_bench(a):
-    lab = Lab("podman", a.mib, a.testbed, a.net.rsplit(".", 1)[0])
-    saved = open(RUNC_CONF).read() if os.path.exists(RUNC_CONF) else None
-    results = {"ferry": [], "baseline": []}
-    try:
-        os.makedirs(os.path.dirname(RUNC_CONF), exist_ok=True)
-        with open(RUNC_CONF, "w") as f:
-            f.write("# ferry redis benchmark: podman's checkpoint of a server with clients\n"
-                    "tcp-close\nskip-in-flight\n")
-        lab.up()
-        lab.start_redis()
-        lab.load()
-        before = lab.checksum("a")
-        log(f"redis: {before['dbsize']} keys, used_memory {lab.redis_info('a', 'used_memory_human')}")
-        for run in range(a.runs):
-            for method in ("ferry", "baseline"):
-                fn = lab.ferry if method == "ferry" else lab.baseline
-                m, c = lab.under_load(fn)
-                bad, _ = check(lab, before, m, c)
-                if bad:
-                    raise RuntimeError(f"run {run} {method}: " + "; ".join(bad))
-                results[method].append((m, c))
-                log(f"run {run} {method:8s}: " + summary(m, c))
-    finally:
-        if saved is None:
-            if os.path.exists(RUNC_CONF):
-                os.unlink(RUNC_CONF)
-        else:
-            with open(RUNC_CONF, "w") as f:
-                f.write(saved)
-        if not a.keep:
-            lab.down()
-    report_bench(a, results)
-    return 0
-
-
-def report_bench(a, results):
-    def col(method, f):
-        return [f(m, c) for m, c in results[method]]
-    rows = [("container downtime (ms)", lambda m, c: m["downtime_ms"]),
-            ("client-visible downtime (ms)", lambda m, c: c["longest_gap_ms"]),
-            ("reply p99 right after resume (us)", lambda m, c: c.get("after_p99_us", 0.0))]
-    print(f"\nRedis {a.mib} MiB in a podman container, {a.runs} runs each, interleaved; "
-          f"baseline = podman container checkpoint --export + cp + restore --import")
-    print(f"{'':36s} {'Ferry p50':>10s} {'Ferry p99':>10s} {'podman p50':>11s} {'podman p99':>11s} {'ratio p50':>10s} {'ratio p99':>10s}")
-    out = {}
-    for name, f in rows:
-        fe, ba = col("ferry", f), col("baseline", f)
-        r50 = pct(ba, 50) / pct(fe, 50) if pct(fe, 50) else float("nan")
-        r99 = pct(ba, 99) / pct(fe, 99) if pct(fe, 99) else float("nan")
-        print(f"{name:36s} {pct(fe, 50):10.1f} {pct(fe, 99):10.1f} {pct(ba, 50):11.1f} {pct(ba, 99):11.1f} {r50:10.1f} {r99:10.1f}")
-        out[name] = {"ferry": fe, "baseline": ba}
-    print("\nFerry downtime breakdown per run (ms):")
-    for m, _ in results["ferry"]:
-        print("  " + json.dumps({k: round(v, 1) for k, v in m["breakdown"].items()}))
-    print("podman phases per run (ms):")
-    for m, _ in results["baseline"]:
-        print("  " + json.dumps({k: round(v, 1) for k, v in m["breakdown"].items()}) +
-              f"  export {m['export_bytes'] / 2**20:.0f} MiB")
-    print(json.dumps(out))
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name, mib in (("example", 1024), ("test", 64), ("bench", 1024)):
+    for name, mib in (("example", 1024), ("test", 64)):
         s = sub.add_parser(name)
         s.add_argument("--mib", type=int, default=mib)
         s.add_argument("--keep", action="store_true", help="leave the testbed up")
         s.add_argument("--testbed", default="ferry-redis", help="the testbed's name")
         s.add_argument("--net", default="10.81.0.0", help="the testbed's /24")
-        if name != "bench":
-            s.add_argument("--engine", choices=("podman", "docker"), default="podman")
-        else:
-            s.add_argument("--runs", type=int, default=3)
+        s.add_argument("--engine", choices=("podman", "docker"), default="podman")
     a = p.parse_args()
-    if a.cmd == "bench":
-        return cmd_bench(a)
     return cmd_example(a)
 
 

@@ -79,8 +79,10 @@ incoming_reply* pool_channel::forward_to_source(pending& p, size_t budget) {
     if (!p.at_source) {
         if (!_source || _source_gone)
             throw error(fmt::format("pid {} pages [{:#x}, +{}) are not in the pool and there is "
-                                    "no source to ask",
-                                    p.request.pid, p.request.vaddr, p.request.nr_pages));
+                                    "no source to ask{}",
+                                    p.request.pid, p.request.vaddr, p.request.nr_pages,
+                                    _source_gone ? " (its channel failed: " + _source_error + ")"
+                                                 : std::string()));
         if (p.read >= 0) {
             _client.end_read(p.read);
             p.read = -1;
@@ -109,6 +111,7 @@ incoming_reply* pool_channel::pump_source(size_t budget) {
         if (_source_gone)
             throw;
         _source_gone = true;
+        _source_error = e.what();
         make_logger("pool")->warn("the source's channel failed ({}); reading what it still owed "
                                   "from the pool",
                                   e.what());

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <memory>
+#include <string>
 
 namespace ferry {
 
@@ -59,6 +60,7 @@ class pool_channel final : public page_channel {
     pool::pool_client _client;
     std::unique_ptr<page_channel> _source;
     bool _source_gone = false; // its channel failed: the pool is all there is
+    std::string _source_error; // why, for the error of a page the pool lacks
     uint32_t _max_pages;
     std::array<pending, 512> _queue{};
     size_t _head = 0, _count = 0;

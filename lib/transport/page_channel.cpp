@@ -8,12 +8,11 @@
 
 namespace ferry {
 
-std::unique_ptr<page_channel> open_page_channel(const fabric_spec& spec,
-                                                const net::endpoint& source,
-                                                const tls::credentials_ptr& creds,
-                                                const std::string& migration_id,
-                                                FerryControl__ChannelKind kind, uint32_t max_pages,
-                                                std::chrono::milliseconds timeout) {
+std::unique_ptr<page_channel>
+open_page_channel(const fabric_spec& spec, const net::endpoint& source,
+                  const tls::credentials_ptr& creds, const std::string& migration_id,
+                  FerryControl__ChannelKind kind, uint32_t max_pages,
+                  std::chrono::milliseconds timeout, std::chrono::milliseconds acceptance_wait) {
     // The handshake goes over TCP whatever the fabric, as RDMA's connection
     // manager does: it names the migration and the fabric, and the source's
     // acceptance says what the backend needs (shm: its region).
@@ -24,7 +23,7 @@ std::unique_ptr<page_channel> open_page_channel(const fabric_spec& spec,
     open.kind = kind;
     open.fabric = const_cast<char*>(spec.name.c_str());
     control::send_message(*conn, open, net::after(timeout));
-    auto reply = control::receive(*conn, net::after(timeout));
+    auto reply = control::receive(*conn, net::after(std::max(timeout, acceptance_wait)));
     control::expect(reply.get(), FERRY_CONTROL__ENVELOPE__BODY_PAGE_CHANNEL_ACCEPTED,
                     "source " + source.to_string());
     const auto& accepted = *reply->page_channel_accepted;

@@ -72,12 +72,13 @@ class page_channel {
 
 // Opens a channel of `kind` to the source daemon at `source` for a migration,
 // over the fabric `spec`. The handshake always goes over TLS to `source`,
-// authenticated with `creds`.
-std::unique_ptr<page_channel> open_page_channel(const fabric_spec& spec,
-                                                const net::endpoint& source,
-                                                const tls::credentials_ptr& creds,
-                                                const std::string& migration_id,
-                                                FerryControl__ChannelKind kind, uint32_t max_pages,
-                                                std::chrono::milliseconds timeout);
+// authenticated with `creds`, within `timeout`; then the source's acceptance
+// is awaited up to `acceptance_wait` (it comes once the migration registers
+// there, which may be later when the channel is opened ahead of the freeze).
+std::unique_ptr<page_channel>
+open_page_channel(const fabric_spec& spec, const net::endpoint& source,
+                  const tls::credentials_ptr& creds, const std::string& migration_id,
+                  FerryControl__ChannelKind kind, uint32_t max_pages,
+                  std::chrono::milliseconds timeout, std::chrono::milliseconds acceptance_wait);
 
 } // namespace ferry

@@ -34,6 +34,10 @@ echo >&2
 
 [ "$(json "$work/result.json" ok)" = true ] || fail "migration not ok"
 log "fabric $(json "$work/result.json" fabric)"
+# examples/setup.sh installs CRIU with criu-patches/0004: the lazy dump
+# records the pagemap only, and the restore still finds every lazy page.
+[ "$(json "$work/result.json" criu_lazy_dump)" = "pagemap only" ] ||
+  fail "CRIU parked the lazy pages: $(json "$work/result.json" criu_lazy_dump)"
 if [ "${FERRY_TEST_CORRUPT:-0}" = 1 ]; then
   [ "$(json "$work/result.json" pages_refetched)" -ge 1 ] || fail "the corrupted page was not refetched"
 fi

@@ -96,12 +96,12 @@ struct lazy_region {
 fault_loop make_loop(const test::fake_source& src, loop_config cfg = {}) {
     auto ep = src.endpoint();
     const auto tcp = fabric_spec::parse("tcp");
-    auto fault_ch =
-        open_page_channel(tcp, ep, test::loopback_credentials(), "test",
-                          FERRY_CONTROL__CHANNEL_KIND__FAULT, 64, std::chrono::seconds(5));
-    auto bg_ch =
-        open_page_channel(tcp, ep, test::loopback_credentials(), "test",
-                          FERRY_CONTROL__CHANNEL_KIND__BACKGROUND, 1024, std::chrono::seconds(5));
+    auto fault_ch = open_page_channel(tcp, ep, test::loopback_credentials(), "test",
+                                      FERRY_CONTROL__CHANNEL_KIND__FAULT, 64,
+                                      std::chrono::seconds(5), std::chrono::seconds(5));
+    auto bg_ch = open_page_channel(tcp, ep, test::loopback_credentials(), "test",
+                                   FERRY_CONTROL__CHANNEL_KIND__BACKGROUND, 1024,
+                                   std::chrono::seconds(5), std::chrono::seconds(5));
     return fault_loop(cfg, std::move(fault_ch), std::move(bg_ch));
 }
 

@@ -1,0 +1,83 @@
+"""The container workload of `migrator bench`: memload inside a podman or
+docker container on the testbed's host a (its own engine instances), moved
+to host b by Ferry, and the same memory as a bare process tree moved by
+Ferry (containers should cost no more than processes), and, for podman, its
+own `container checkpoint --export` + copy + `container restore --import`."""
+import os
+import shutil
+import tempfile
+import time
+
+import methods
+from benchlib import BUILD, REPO, sh, testbed
+
+
+class ContainerBench:
+    def __init__(self, engine):
+        self.engine = engine
+        self.image = "localhost/ferry-bench:latest" if engine == "podman" else "ferry-bench:latest"
+        self.work = tempfile.mkdtemp(prefix="ferry-bench-ctr.")
+        self.serial = 0
+
+    def ctr(self, host, *args, **kw):
+        return testbed("exec", host, self.engine, *args, **kw)
+
+    def prepare(self):
+        """After `testbed up --engines`: a Debian image on both hosts."""
+        tar = os.path.join(self.work, "rootfs.tar")
+        sh(os.path.join(REPO, "examples", "image.sh"), tar, timeout=900)
+        for h in ("a", "b"):
+            self.ctr(h, "import", tar, self.image, timeout=300)
+        os.unlink(tar)
+
+    def cleanup(self):
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def start(self, mib):
+        """A memload container on a, ready; returns its name."""
+        self.serial += 1
+        name = f"bench{self.serial}"
+        self.ctr("a", "run", "-d", "--name", name, "-v", f"{os.path.join(BUILD, 'examples')}:/ferry:ro",
+                 self.image, "/ferry/memload", "--mib", str(mib), "--child-mib", "0", "--threads", "1")
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if "ready parent" in self.ctr("a", "logs", name, check=False).stdout:
+                return name
+            time.sleep(0.2)
+        raise RuntimeError(f"container {name} did not get ready")
+
+    def remove(self, name):
+        for h in ("a", "b"):
+            self.ctr(h, "rm", "-f", name, check=False, timeout=120)
+
+    def ferry(self, mib):
+        name = self.start(mib)
+        try:
+            return methods.migrate_a_to_b("--engine", self.engine, "--container", name, timeout=900)
+        finally:
+            self.remove(name)
+
+    def bare(self, mib):
+        return methods.ferry(mib)
+
+    def podman_checkpoint(self, mib):
+        """podman's own stop-and-copy between the hosts."""
+        name = self.start(mib)
+        export = os.path.join(self.work, f"{name}.tar")
+        copy = os.path.join(self.work, f"{name}-copy.tar")
+        try:
+            t0 = time.monotonic()
+            self.ctr("a", "container", "checkpoint", "--export", export, "--compress", "none", name, timeout=900)
+            t1 = time.monotonic()
+            shutil.copyfile(export, copy)  # the network copy a real migration makes
+            t2 = time.monotonic()
+            self.ctr("b", "container", "restore", "--import", copy, timeout=900)
+            t3 = time.monotonic()
+            return {"downtime_ms": (t3 - t0) * 1e3,
+                    "breakdown_ms": {"dump": (t1 - t0) * 1e3, "images": (t2 - t1) * 1e3,
+                                     "restore": (t3 - t2) * 1e3}}
+        finally:
+            for f in (export, copy):
+                if os.path.exists(f):
+                    os.unlink(f)
+            self.remove(name)

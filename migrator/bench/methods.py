@@ -1,0 +1,157 @@
+"""The contenders `migrator bench` measures, each one run on the testbed:
+Ferry's post-copy migration and the baselines that apply to a bare process
+tree. Each returns a dict of figures for one repetition."""
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+
+from benchlib import ENV, TESTBED, Workload, parse_touch, sh, testbed
+
+# The downtime's parts as Ferry's report names them (downtime_breakdown_ms).
+BREAKDOWN = ("freeze", "dump", "images", "restore", "resume")
+
+
+def migrate_a_to_b(*what, timeout=600):
+    """`migrator migrate WHAT --to b --json` on host a: its report, with
+    breakdown_ms; raises with the migrator's own error if it failed."""
+    b = testbed("addr", "b").stdout.strip()
+    r = testbed("exec", "a", "migrator", "migrate", *what, "--to", b, "--json", check=False, timeout=timeout)
+    try:
+        res = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"migrator printed no report: {r.stderr.strip()[-500:]}")
+    if not res["ok"]:
+        raise RuntimeError("ferry migration failed: " + res["error"])
+    return dict(res, breakdown_ms=res["downtime_breakdown_ms"])
+
+
+def touch_cdf(w, mark):
+    """The workload's touch_cdf line, as a list of ns."""
+    return [int(x) for x in w.wait_line("touch_cdf ns=", 10, mark).split("=", 1)[1].split(",")]
+
+
+def ferry(mib, fabric="tcp", touch=False, order="random", touch_threads=1):
+    """`migrator migrate` of a fresh memload tree from host a to host b: its
+    report, with breakdown_ms (and, with touch, the workload's first-access
+    latencies in `order`)."""
+    w = Workload("a", mib, ["--touch-after-freeze", "--touch-order", order, "--touch-threads", str(touch_threads)]
+                 if touch else [])
+    mark = len(w.lines())
+    dest = None
+    try:
+        out = migrate_a_to_b("--pid", str(w.pid), "--fabric", fabric)
+        dest = out["destination_pid"]
+        if touch:
+            out["touch"] = parse_touch(w.wait_line("touch pages=", 600, mark))
+            out["touch_cdf_ns"] = touch_cdf(w, mark)
+        return out
+    finally:
+        w.stop(dest)
+
+
+def stop_and_copy(mib):
+    """criu dump to tmpfs on host a, copy the images, criu restore on host b."""
+    w = Workload("a", mib)
+    src = tempfile.mkdtemp(prefix="ferry-sc-src-", dir="/dev/shm")
+    dst = tempfile.mkdtemp(prefix="ferry-sc-dst-", dir="/dev/shm")
+    restored = None
+    try:
+        t0 = time.monotonic()
+        testbed("exec", "a", "criu", "dump", "-t", str(w.pid), "-D", src, "-o", "dump.log")
+        t1 = time.monotonic()
+        shutil.rmtree(dst)
+        shutil.copytree(src, dst)
+        t2 = time.monotonic()
+        pidfile = os.path.join(dst, "restored.pid")
+        testbed("exec", "b", "criu", "restore", "-D", dst, "-d", "--pidfile", pidfile, "-o", "restore.log")
+        t3 = time.monotonic()
+        restored = int(open(pidfile).read())
+        return {"downtime_ms": (t3 - t0) * 1e3,
+                "breakdown_ms": {"dump": (t1 - t0) * 1e3, "images": (t2 - t1) * 1e3, "restore": (t3 - t2) * 1e3}}
+    finally:
+        w.stop(restored)
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.rmtree(dst, ignore_errors=True)
+
+
+def criu_lazy_dump(mib):
+    """CRIU's own lazy dump: the freeze until its page server listens, which
+    is where a CRIU lazy migration's downtime starts. (Its page server cannot
+    serve pages on Linux 6.16+, "page-pipe: splice: Bad file descriptor", so
+    the restore half cannot be measured between hosts.)"""
+    w = Workload("a", mib)
+    d = tempfile.mkdtemp(prefix="ferry-lazy-", dir="/dev/shm")
+    try:
+        rfd, wfd = os.pipe()
+        port = 27000 + os.getpid() % 1000
+        p = subprocess.Popen([TESTBED, "exec", "a", "criu", "dump", "-t", str(w.pid), "-D", d, "--lazy-pages",
+                              "--address", "127.0.0.1", "--port", str(port), "--status-fd", str(wfd),
+                              "-o", "dump.log", "-v4"], env=ENV, pass_fds=(wfd,), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        os.close(wfd)
+        # status-ready, or CRIU gave up (the pipe closes); a stuck CRIU is
+        # killed and the run ends with an error (the workload is ended below).
+        ready, _, _ = select.select([rfd], [], [], 120)
+        got = os.read(rfd, 1) if ready else b""
+        os.close(rfd)
+        if not got:
+            p.kill()
+            p.wait(30)
+            log = os.path.join(d, "dump.log")
+            tail = open(log).read()[-500:] if os.path.exists(log) else ""
+            raise RuntimeError(f"CRIU's lazy dump did not reach status-ready within 120 s (or failed): {tail}")
+        # CLOSE: a 24-byte v4.1 header, cmd 0x1023; CRIU answers int32 0.
+        sh(TESTBED, "exec", "a", "python3", "-c",
+           "import socket,struct,sys; s=socket.create_connection(('127.0.0.1',int(sys.argv[1])));"
+           "s.sendall(struct.pack('<IIQQ',0x1023,0,0,0)); s.recv(4); s.close()", str(port))
+        p.wait(120)
+        # From CRIU's own log: the freeze starts right after the "pre-dump"
+        # scripts, the page server listens at "status-ready".
+        stamps = {}
+        for line in open(os.path.join(d, "dump.log")):
+            m = re.match(r"\((\d+\.\d+)\) Running (pre-dump|status-ready) scripts", line)
+            if m:
+                stamps[m.group(2)] = float(m.group(1))
+        ms = (stamps["status-ready"] - stamps["pre-dump"]) * 1e3
+        return {"downtime_ms": ms, "breakdown_ms": {"dump": ms}}
+    finally:
+        w.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def criu_lazy_local(mib, order="random"):
+    """CRIU's lazy-pages daemon restoring from local images (no network: its
+    page server cannot serve on this kernel), the workload touching every
+    page once in random order after it resumes: the fault-latency baseline."""
+    w = Workload(None, mib, ["--touch-after-freeze", "--touch-order", order])
+    d = tempfile.mkdtemp(prefix="ferry-lazylocal-", dir="/dev/shm")
+    mark = len(w.lines())
+    restored = None
+    daemon = None
+    try:
+        sh("criu", "dump", "-t", str(w.pid), "-D", d, "-o", "dump.log")
+        daemon = subprocess.Popen(["criu", "lazy-pages", "-D", d, "-o", "lazy.log"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        for _ in range(500):
+            if os.path.exists(os.path.join(d, "lazy-pages.socket")):
+                break
+            time.sleep(0.01)
+        pidfile = os.path.join(d, "restored.pid")
+        sh("criu", "restore", "-D", d, "--lazy-pages", "-d", "--pidfile", pidfile, "-o", "restore.log")
+        restored = int(open(pidfile).read())
+        return {"touch": parse_touch(w.wait_line("touch pages=", 600, mark)),
+                "touch_cdf_ns": touch_cdf(w, mark)}
+    finally:
+        w.stop(restored)
+        if daemon:
+            try:
+                daemon.wait(60)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait(10)
+        shutil.rmtree(d, ignore_errors=True)

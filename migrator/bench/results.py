@@ -1,0 +1,146 @@
+"""From the raw runs to results.json: p50/p99 per method and size, the
+downtime breakdown, ratios to Ferry, flatness, fault-latency CDFs."""
+import statistics
+
+from benchlib import pct
+
+BASELINE_NAMES = {
+    "ferry": "Ferry post-copy",
+    "stop_and_copy": "stop-and-copy with CRIU (dump, copy, restore)",
+    "criu_lazy_dump": "CRIU lazy dump (freeze until its page server listens)",
+    "bare_process": "Ferry, the same memory as a bare process tree",
+    "podman_checkpoint": "podman checkpoint --export, copy, restore --import",
+    "ferry_idle": "Ferry, no client",
+}
+
+
+def redis_summary(raw):
+    """Goal 3's figures: the client's view per method, and the post-copy
+    under load against idle."""
+    out = {"methods": {}}
+    for method, by_size in raw["downtime"].items():
+        for mib, runs in by_size.items():
+            ok = [r for r in runs if "error" not in r]
+            if not ok:
+                continue
+            row = {}
+            for key in ("client_gap_ms", "reply_p99_before_us", "reply_p99_after_us", "post_copy_ms",
+                        "background_mib_per_s", "total_ms", "failovers"):
+                vals = [r[key] for r in ok if key in r]
+                if vals:
+                    row[key] = p50_p99(vals)
+            out["methods"][method] = row
+    m = out["methods"]
+    idle = m.get("ferry_idle", {}).get("background_mib_per_s")
+    loaded = m.get("ferry", {}).get("background_mib_per_s")
+    if idle and loaded:
+        out["loaded_over_idle_throughput_p50"] = loaded["p50"] / idle["p50"]
+    f = m.get("ferry", {})
+    if "reply_p99_after_us" in f and "reply_p99_before_us" in f and f["reply_p99_before_us"]["p50"]:
+        out["reply_p99_during_over_before_p50"] = f["reply_p99_after_us"]["p50"] / f["reply_p99_before_us"]["p50"]
+    return out
+
+
+def p50_p99(values):
+    return {"p50": pct(values, 50), "p99": pct(values, 99), "n": len(values)}
+
+
+def summarize(raw):
+    """raw: {"downtime": {method: {mib: [run...]}}, "faults": {name: [run...]}}"""
+    out = {"downtime_ms": {}, "breakdown_p50_ms": {}, "ratios_to_ferry_p50": {}, "faults": {}}
+    for method, by_size in raw["downtime"].items():
+        out["downtime_ms"][method] = {}
+        out["breakdown_p50_ms"][method] = {}
+        for mib, runs in by_size.items():
+            ok = [r for r in runs if "error" not in r]
+            if not ok:
+                continue
+            out["downtime_ms"][method][mib] = p50_p99([r["downtime_ms"] for r in ok])
+            parts = {}
+            for r in ok:
+                for k, v in r.get("breakdown_ms", {}).items():
+                    parts.setdefault(k, []).append(v)
+            out["breakdown_p50_ms"][method][mib] = {k: statistics.median(v) for k, v in parts.items()}
+    ferry = out["downtime_ms"].get("ferry", {})
+    for method, by_size in out["downtime_ms"].items():
+        if method == "ferry":
+            continue
+        out["ratios_to_ferry_p50"][method] = {
+            mib: by_size[mib]["p50"] / ferry[mib]["p50"] for mib in by_size if mib in ferry and ferry[mib]["p50"]}
+    sizes = sorted(ferry, key=int)
+    if len(sizes) >= 2:
+        lo, hi = sizes[0], sizes[-1]
+        out["ferry_flatness"] = {"from_mib": int(lo), "to_mib": int(hi),
+                                 "p50_ratio": ferry[hi]["p50"] / ferry[lo]["p50"]}
+    for name, runs in raw.get("faults", {}).items():
+        ok = [r for r in runs if "error" not in r]
+        if not ok:
+            continue
+        cdfs = [r["touch_cdf_ns"] for r in ok]
+        # The pointwise median of the runs' quantile curves.
+        median_cdf = [statistics.median(c[i] for c in cdfs) for i in range(len(cdfs[0]))]
+        out["faults"][name] = {
+            "touch_p50_us": statistics.median(r["touch"]["p50_ns"] for r in ok) / 1e3,
+            "touch_p99_us": statistics.median(r["touch"]["p99_ns"] for r in ok) / 1e3,
+            "touch_max_us": statistics.median(r["touch"]["max_ns"] for r in ok) / 1e3,
+            "cdf_quantiles": [i / 200 for i in range(1, 200)] + [0.999, 0.9999, 1.0],
+            "cdf_ns": median_cdf, "runs": len(ok)}
+        if "fault_p99_us" in ok[0]:
+            out["faults"][name]["fault_service_p50_us"] = statistics.median(r["fault_p50_us"] for r in ok)
+            out["faults"][name]["fault_service_p99_us"] = statistics.median(r["fault_p99_us"] for r in ok)
+    # Goal 4: the fault p99 with several threads faulting against one.
+    for name, f in list(out["faults"].items()):
+        if ", " in name and name.split(", ")[0] in out["faults"]:
+            one = out["faults"][name.split(", ")[0]]
+            f["touch_p99_over_one_thread"] = f["touch_p99_us"] / one["touch_p99_us"] if one["touch_p99_us"] else None
+            if "fault_service_p99_us" in f and one.get("fault_service_p99_us"):
+                f["fault_service_p99_over_one_thread"] = f["fault_service_p99_us"] / one["fault_service_p99_us"]
+    return out
+
+
+def print_table(summary, stream):
+    d = summary["downtime_ms"]
+    sizes = sorted({m for by in d.values() for m in by}, key=int)
+    print("\n== downtime, ms (p50 / p99)", file=stream)
+    print(f"   {'method':56}" + "".join(f"{s + ' MiB':>18}" for s in sizes), file=stream)
+    for method, by in d.items():
+        cells = "".join(f"{by[s]['p50']:9.1f} /{by[s]['p99']:7.1f}" if s in by else f"{'-':>18}" for s in sizes)
+        print(f"   {BASELINE_NAMES.get(method, method):56}{cells}", file=stream)
+    for method, by in summary["ratios_to_ferry_p50"].items():
+        cells = "".join(f"{by[s]:17.2f}x" if s in by else f"{'-':>18}" for s in sizes)
+        print(f"   {method + ' / Ferry (p50)':56}{cells}", file=stream)
+    bare = summary["ratios_to_ferry_p50"].get("bare_process")
+    if bare:
+        print("   Ferry's container downtime / its bare-process downtime (p50): "
+              + ", ".join(f"{s} MiB {1 / r:.2f}" for s, r in sorted(bare.items(), key=lambda kv: int(kv[0]))),
+              file=stream)
+    if "ferry_flatness" in summary:
+        f = summary["ferry_flatness"]
+        print(f"   Ferry's downtime at {f['to_mib']} MiB / at {f['from_mib']} MiB (p50): {f['p50_ratio']:.2f}",
+              file=stream)
+    b = summary["breakdown_p50_ms"].get("ferry", {})
+    for s in sorted(b, key=int):
+        print(f"   Ferry at {s} MiB by part (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in b[s].items()),
+              file=stream)
+    if "redis" in summary:
+        rs = summary["redis"]
+        print("\n== Redis under a client (p50 / p99)", file=stream)
+        for method, row in rs["methods"].items():
+            cells = ", ".join(f"{k} {v['p50']:.1f} / {v['p99']:.1f}" for k, v in row.items())
+            print(f"   {BASELINE_NAMES.get(method, method)}: {cells}", file=stream)
+        if "loaded_over_idle_throughput_p50" in rs:
+            print(f"   Ferry's background throughput under load / idle (p50): "
+                  f"{rs['loaded_over_idle_throughput_p50']:.2f}", file=stream)
+        if "reply_p99_during_over_before_p50" in rs:
+            print(f"   Ferry: reply p99 during the post-copy / before the move (p50): "
+                  f"{rs['reply_p99_during_over_before_p50']:.2f}", file=stream)
+    if summary["faults"]:
+        print("\n== per-access latency after resume (every page once, random order), us", file=stream)
+        for name, f in summary["faults"].items():
+            extra = ""
+            if "fault_service_p99_us" in f:
+                extra = f"   (fault service p50 {f['fault_service_p50_us']:.0f}, p99 {f['fault_service_p99_us']:.0f})"
+            if f.get("fault_service_p99_over_one_thread"):
+                extra += f"; fault service p99 / 1 thread: {f['fault_service_p99_over_one_thread']:.2f}"
+            print(f"   {name:34} p50 {f['touch_p50_us']:8.1f}  p99 {f['touch_p99_us']:8.1f}  "
+                  f"max {f['touch_max_us']:9.1f}{extra}", file=stream)

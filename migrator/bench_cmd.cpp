@@ -1,0 +1,58 @@
+#include "bench_cmd.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+namespace ferry::migrator {
+
+namespace {
+
+constexpr const char* debian_python = "/usr/bin/python3";
+
+// $FERRY_BENCH_DIR, else the source tree this binary was built from.
+std::filesystem::path driver() {
+    if (const char* d = std::getenv("FERRY_BENCH_DIR"); d && *d)
+        return std::filesystem::path(d) / "bench.py";
+    return std::filesystem::path(FERRY_SOURCE_ROOT) / "migrator" / "bench" / "bench.py";
+}
+
+} // namespace
+
+int run_bench(const bench_args& a) {
+    const auto script = driver();
+    if (!std::filesystem::exists(script)) {
+        std::fprintf(stderr, "migrator bench: %s is missing (set FERRY_BENCH_DIR)\n",
+                     script.c_str());
+        return 2;
+    }
+    std::vector<std::string> argv = {
+        "python3",         script.string(), "--workload",      a.workload,
+        "--engine",        a.engine,        "--runs",          std::to_string(a.runs),
+        "--fault-fabrics", a.fault_fabrics, "--fault-threads", a.fault_threads};
+    if (!a.sizes.empty())
+        argv.insert(argv.end(), {"--sizes", a.sizes});
+    if (!a.methods.empty())
+        argv.insert(argv.end(), {"--methods", a.methods});
+    if (!a.fault_size.empty())
+        argv.insert(argv.end(), {"--fault-size", a.fault_size});
+    if (!a.out.empty())
+        argv.insert(argv.end(), {"--out", a.out});
+    std::vector<char*> cargv;
+    for (auto& s : argv)
+        cargv.push_back(s.data());
+    cargv.push_back(nullptr);
+    // Debian's interpreter, which sees Debian's matplotlib, before any other
+    // python3 on PATH.
+    if (::access(debian_python, X_OK) == 0)
+        ::execv(debian_python, cargv.data());
+    ::execvp("python3", cargv.data());
+    std::fprintf(stderr, "migrator bench: cannot run python3: %s\n", std::strerror(errno));
+    return 2;
+}
+
+} // namespace ferry::migrator

@@ -1,0 +1,28 @@
+// `migrator bench`: Ferry's downtime against the baselines on this machine's
+// testbed, with results.json and plots. The measuring and plotting live in
+// migrator/bench/ (Python, for Debian's matplotlib); this checks the options
+// so a mistake fails at once, then hands over to it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ferry::migrator {
+
+struct bench_args {
+    std::string workload = "memload";
+    std::string engine = "podman"; // for workload container
+    std::string sizes;             // empty: 256M,1G,4G (redis: 1G)
+    int runs = 3;
+    std::string methods; // empty: every method that applies
+    std::string fault_fabrics = "tcp,shm";
+    std::string fault_threads = "1,4";
+    std::string fault_size;
+    std::string out;
+};
+
+// Does not return when the bench starts (exec); returns 2 on a bad option or
+// a missing driver, saying why.
+int run_bench(const bench_args& a);
+
+} // namespace ferry::migrator
