@@ -26,6 +26,7 @@
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/page.hpp"
+#include "holes.hpp"
 #include "replies.hpp"
 
 #include <fmt/format.h>
@@ -147,6 +148,11 @@ void fault_loop::add_process(uint32_t image_pid, unique_fd uffd,
     _s.stats.pages_total += pages_in(p->lazy.bytes());
     _s.stats.processes++;
     _s.add(std::move(p));
+}
+
+void fault_loop::post_holes(std::vector<page_hole> holes) {
+    std::lock_guard lock(_mu);
+    _s.holes.insert(_s.holes.end(), holes.begin(), holes.end());
 }
 
 uint64_t fault_loop::bytes_received() const noexcept {
@@ -301,6 +307,13 @@ void fault_loop::background_main() {
 // One turn of the background thread, under the lock; true if background
 // requests are outstanding.
 bool fault_loop::background_turn() {
+    // Holes before fetching: a slice per turn keeps the lock's hold short.
+    constexpr size_t holes_per_turn = 1024;
+    if (_s.restore_finished && _s.holes_applied < _s.holes.size()) {
+        const size_t n = std::min(holes_per_turn, _s.holes.size() - _s.holes_applied);
+        (void)apply_holes(_s, std::span(_s.holes).subspan(_s.holes_applied, n));
+        _s.holes_applied += n;
+    }
     pump_background(_s);
     drain_channel(_s, *_bg_ch, request_kind::background, _s.pacer.budget_bytes(),
                   _handlers_waiting);

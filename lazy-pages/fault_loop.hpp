@@ -42,6 +42,9 @@ class fault_loop {
 
     void add_process(uint32_t image_pid, unique_fd uffd,
                      const std::vector<criu::lazy_range>& ranges);
+    // The source's holes (transport/page_holes.hpp): applied once restore
+    // has finished, a slice per background turn. Thread-safe.
+    void post_holes(std::vector<page_hole> holes);
     void on_progress(progress_fn fn) { _progress = std::move(fn); }
     // Called with every uffd created by a FORK event.
     void on_new_uffd(uffd_fn fn) { _new_uffd = std::move(fn); }

@@ -9,6 +9,7 @@
 #include "loop_config.hpp"
 #include "request_ring.hpp"
 #include "transport/page_channel.hpp"
+#include "transport/page_holes.hpp"
 
 #include <functional>
 #include <memory>
@@ -34,6 +35,10 @@ struct fault_state {
     latency_recorder fetch_latency{1u << 18};
     latency_recorder install_latency{1u << 18};
     background_pacer pacer;
+    // The source's holes, as they arrived, and how many have been applied
+    // (holes.hpp): the background applies them in slices once restore is over.
+    std::vector<page_hole> holes;
+    size_t holes_applied = 0;
     // The loop's epoll sets: a uffd joins every handler's (as process
     // `index`), or leaves them.
     std::function<void(int uffd, uint32_t index)> watch_uffd;

@@ -27,6 +27,7 @@ struct loop_stats {
     uint64_t pages_prefetched = 0;
     uint64_t pages_background = 0;
     uint64_t pages_zero = 0;
+    uint64_t pages_absent = 0;  // holes on the source: left to the zero page, never fetched
     uint64_t pages_dropped = 0; // unmapped, removed, or owned by an exited process
     uint64_t pages_forked = 0;  // installed into children forked after restore
     uint64_t pages_refetched = 0;
@@ -35,7 +36,7 @@ struct loop_stats {
     uint64_t events = 0;
     uint32_t processes = 0;
     [[nodiscard]] uint64_t pages_done() const noexcept {
-        return pages_faulted + pages_prefetched + pages_background + pages_dropped;
+        return pages_faulted + pages_prefetched + pages_background + pages_dropped + pages_absent;
     }
 };
 

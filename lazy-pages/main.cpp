@@ -15,9 +15,11 @@
 #include "sys/net.hpp"
 #include "tls/credentials.hpp"
 #include "transport/page_channel.hpp"
+#include "transport/page_holes.hpp"
 #include "wire/control.hpp"
 
 #include <atomic>
+#include <mutex>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -211,6 +213,8 @@ class reporter {
             t.pages_prefetched = s.pages_prefetched;
             t.pages_background = s.pages_background;
             t.pages_zero = s.pages_zero;
+            t.has_pages_absent = true;
+            t.pages_absent = s.pages_absent;
             t.pages_dropped = s.pages_dropped;
             t.pages_forked = s.pages_forked;
             t.pages_refetched = s.pages_refetched;
@@ -291,10 +295,65 @@ std::unique_ptr<page_channel> open_source_channel(const options& opt, const fabr
     }
 }
 
+// The source's holes (transport/page_holes.hpp), asked for on a thread of
+// their own from the start: the source answers once it has scanned the
+// frozen tasks, which is after the freeze. They go to the loop once both
+// are there. Pool mode asks for none: the pool's pagemap is exact.
+class holes_fetch {
+  public:
+    holes_fetch(const options& opt, spdlog::logger& log) : _log(log) {
+        if (opt.source.empty() || !opt.pool.empty())
+            return;
+        _thread = std::thread([this, &opt] {
+            try {
+                auto a = fetch_page_holes(net::parse_endpoint(opt.source), opt.credentials,
+                                          opt.migration_id, std::chrono::seconds(10),
+                                          early_acceptance_wait);
+                if (!a.unknown.empty())
+                    _log.info("the source cannot tell which lazy pages are holes ({}): every "
+                              "page is fetched",
+                              a.unknown);
+                deliver(std::move(a.holes));
+            } catch (const std::exception& e) {
+                _log.warn("no holes from the source ({}): every lazy page is fetched", e.what());
+            }
+        });
+    }
+    // Joins: the source answers soon after the freeze, or its connection fails.
+    ~holes_fetch() {
+        if (_thread.joinable())
+            _thread.join();
+    }
+    // From now on holes go to `loop` (at once if they are here already).
+    void deliver_to(lazy::fault_loop* loop) {
+        std::lock_guard lock(_mutex);
+        _loop = loop;
+        if (_loop && !_holes.empty())
+            _loop->post_holes(std::move(_holes));
+    }
+
+  private:
+    void deliver(std::vector<page_hole> holes) {
+        std::lock_guard lock(_mutex);
+        if (_loop)
+            _loop->post_holes(std::move(holes));
+        else
+            _holes = std::move(holes);
+    }
+
+    spdlog::logger& _log;
+    std::mutex _mutex;
+    lazy::fault_loop* _loop = nullptr;
+    std::vector<page_hole> _holes;
+    std::thread _thread; // last
+};
+
 int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> log) {
     std::unique_ptr<pool_source> pool;
     std::unique_ptr<lazy::fault_loop> loop;
     uint64_t start_ns = monotonic_ns();
+    // After the loop: destroyed (joined) first.
+    holes_fetch holes(opt, *log);
     try {
         // Started ahead of the images (--wait-start): the channels' TLS
         // handshakes happen before the freeze, and the source's acceptance
@@ -332,6 +391,7 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
             loop->add_process(uint32_t(pid), std::move(uffd), proc->lazy);
         });
         loop->watch_restore(std::move(restore));
+        holes.deliver_to(loop.get());
         loop->on_progress([&](const lazy::loop_stats& s) { report.progress(s); });
         loop->on_new_uffd([&](int uffd) { report.keep_uffd(uffd); });
         log->info("serving {} processes, {} lazy pages from {}", loop->stats().processes,
@@ -341,15 +401,17 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
         if (pool)
             pool->finish(*log);
         const auto& s = loop->stats();
-        log->info("done: {} faulted, {} prefetched, {} background, {} zero, {} dropped, {} forked, "
-                  "{} refetched",
+        log->info("done: {} faulted, {} prefetched, {} background, {} zero, {} holes, {} dropped, "
+                  "{} forked, {} refetched",
                   s.pages_faulted, s.pages_prefetched, s.pages_background, s.pages_zero,
-                  s.pages_dropped, s.pages_forked, s.pages_refetched);
+                  s.pages_absent, s.pages_dropped, s.pages_forked, s.pages_refetched);
         report.final_stats(loop.get(), monotonic_ns() - start_ns, "", pool.get());
+        holes.deliver_to(nullptr);
         return 0;
     } catch (const std::exception& e) {
         log->error("{}", e.what());
         report.final_stats(loop.get(), monotonic_ns() - start_ns, e.what(), pool.get());
+        holes.deliver_to(nullptr);
         return 1;
     }
 }

@@ -156,12 +156,21 @@ void migration::check_source() {
         _criu_env.push_back(method.criu_env);
     _log->debug("CRIU stops tasks by {}", method.reason);
     // Ferry reads lazy pages from the frozen tasks, so CRIU need not park
-    // them: then the freeze does not grow with memory.
-    _r.criu_pagemap_only = criu::supports_lazy_pagemap_only(_opt.tools.criu);
-    if (!_r.criu_pagemap_only)
-        _log->info("{} lacks --lazy-pagemap-only (examples/criu-patches/0004): it parks every "
-                   "lazy page during the freeze, so the downtime grows with memory",
+    // them, nor scan which exist, nor walk page tables for VMA flags while
+    // the tasks are frozen: then the freeze does not grow with memory.
+    auto& f = _r.criu_features;
+    f = criu::lazy_dump_features::probe(_opt.tools.criu);
+    if (!f.pagemap_only || !f.whole_vmas || !f.smaps_before_freeze)
+        _log->info("{} lacks some of Ferry's CRIU patches (examples/criu-patches 0004-0006): "
+                   "the freeze grows with memory",
                    _opt.tools.criu);
+    if (_opt.pool || _opt.mode != migrate_mode::migrate) {
+        // The pool stores every lazy page and parks images for later: it
+        // needs the exact pagemap, and parking has no commit to check at.
+        f.whole_vmas = false;
+        if (_opt.mode != migrate_mode::migrate)
+            f.smaps_before_freeze = false;
+    }
 }
 
 // `source_addr` is empty when there is no source (a parked workload).
@@ -215,6 +224,10 @@ void migration::connect_local_daemon() {
     prep_src.migration_id = const_cast<char*>(_r.id.c_str());
     prep_src.root_pid = _opt.pid;
     prep_src.fabric = const_cast<char*>(fabric.c_str());
+    // The VMA flags CRIU read before the freeze are checked against the
+    // frozen tasks before the commit; the daemon starts reading at the freeze.
+    prep_src.has_check_vma_flags = true;
+    prep_src.check_vma_flags = _r.criu_features.smaps_before_freeze;
     control::send_message(*_src, prep_src, net::after(control_timeout));
     auto prepared = control::receive(*_src, net::after(std::chrono::minutes(2)));
     control::expect(prepared.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARED,

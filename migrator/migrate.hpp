@@ -12,6 +12,8 @@
 // source tasks.
 #pragma once
 
+#include "criu/criu_features.hpp"
+
 #include "pool/pool_layout.hpp"
 #include "sys/host_tools.hpp"
 #include "sys/net.hpp"
@@ -94,11 +96,11 @@ struct migration_result {
     bool source_running = false; // after a failure: did the source survive?
     pid_t source_pid = 0;
     pid_t destination_pid = -1;
-    std::string engine, container;  // container migrations
-    bool source_removed = false;    // the source container is gone (after the resume)
-    uint64_t workload_bytes = 0;    // resident memory of the tree before the freeze
-    std::string criu_stop_method;   // hardware breakpoints, or syscall stepping and why
-    bool criu_pagemap_only = false; // lazy pages only recorded, never parked (CRIU patch 0004)
+    std::string engine, container;          // container migrations
+    bool source_removed = false;            // the source container is gone (after the resume)
+    uint64_t workload_bytes = 0;            // resident memory of the tree before the freeze
+    std::string criu_stop_method;           // hardware breakpoints, or syscall stepping and why
+    criu::lazy_dump_features criu_features; // what the lazy dump asked CRIU for (criu-patches)
     // When CRIU had to be killed: what was done and the workload's state.
     std::string recovery;
     bool criu_stuck = false;

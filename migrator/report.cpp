@@ -72,7 +72,12 @@ nlohmann::json to_json(const migration_result& r) {
     if (!r.recovery.empty())
         j["recovery"] = r.recovery;
     j["criu_stop_method"] = r.criu_stop_method;
-    j["criu_lazy_dump"] = r.criu_pagemap_only ? "pagemap only" : "pages parked in pipes";
+    const auto& f = r.criu_features;
+    j["criu_lazy_dump"] = !f.pagemap_only ? "pages parked in pipes"
+                          : f.whole_vmas  ? "pagemap only, whole VMAs"
+                                          : "pagemap only";
+    j["criu_vma_flags"] = f.smaps_before_freeze ? "read before the freeze, checked at the commit"
+                                                : "read in the freeze";
     j["workload_bytes"] = r.workload_bytes;
     j["source_pid"] = r.source_pid;
     j["destination_pid"] = r.destination_pid;
@@ -90,6 +95,7 @@ nlohmann::json to_json(const migration_result& r) {
     j["pages_prefetched"] = t.pages_prefetched;
     j["pages_background"] = t.pages_background;
     j["pages_zero"] = t.pages_zero;
+    j["pages_absent"] = t.pages_absent;
     j["pages_dropped"] = t.pages_dropped;
     j["pages_forked"] = t.pages_forked;
     j["pages_refetched"] = t.pages_refetched;

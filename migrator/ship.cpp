@@ -79,8 +79,7 @@ void migration::start_dump() {
     criu::dump_settings settings;
     settings.limits = _deadlines;
     settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
-    if (_r.criu_pagemap_only)
-        settings.criu_options += criu::lazy_pagemap_only_option;
+    settings.criu_options += _r.criu_features.config_lines();
     settings.criu_options += _opt.criu_config_extra;
     settings.criu_env = _criu_env;
     settings.criu = _opt.tools.criu;

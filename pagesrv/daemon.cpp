@@ -228,7 +228,7 @@ void daemon::serve_authenticated(net::stream& conn) {
                 break;
             }
             case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
-                serve_outgoing(conn, {std::move(first), nullptr, nullptr});
+                serve_outgoing(conn, {std::move(first), nullptr, nullptr, nullptr});
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
                 if (_pool)
@@ -302,6 +302,10 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
             net::after(first_frame_timeout));
         return;
     }
+    if (open.kind == FERRY_CONTROL__CHANNEL_KIND__HOLES) {
+        serve_page_holes(conn, *m);
+        return;
+    }
     const std::string fabric = open.fabric && *open.fabric ? open.fabric : "tcp";
     if (fabric != m->fabric().name()) {
         control::send_error(conn,
@@ -332,6 +336,40 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
     transport::serve_requests(plain ? *plain : conn, *m);
 }
 
+// A HOLES channel: the scan's result in frames of at most `holes_per_frame`
+// runs, then the end. Whatever the fabric: these are control frames.
+void daemon::serve_page_holes(net::stream& conn, outgoing_migration& m) {
+    constexpr size_t holes_per_frame = 16384;
+    constexpr auto scan_wait = std::chrono::minutes(2);
+    const auto r = m.wait_holes(scan_wait);
+    std::vector<uint32_t> pids;
+    std::vector<uint64_t> starts, ends;
+    size_t at = 0;
+    do {
+        const size_t n = std::min(holes_per_frame, r.holes.size() - at);
+        pids.resize(n);
+        starts.resize(n);
+        ends.resize(n);
+        for (size_t i = 0; i < n; i++) {
+            const auto& h = r.holes[at + i];
+            pids[i] = h.pid;
+            starts[i] = h.start;
+            ends[i] = h.end;
+        }
+        at += n;
+        FerryControl__PageHoles f = FERRY_CONTROL__PAGE_HOLES__INIT;
+        f.n_pid = f.n_start = f.n_end = n;
+        f.pid = pids.data();
+        f.start = starts.data();
+        f.end = ends.data();
+        f.last = at == r.holes.size();
+        const std::string unknown =
+            !r.done ? "the source's scan did not finish in time" : r.unknown;
+        f.error = unknown.empty() ? nullptr : const_cast<char*>(unknown.c_str());
+        control::send_message(conn, f, net::after(first_frame_timeout));
+    } while (at < r.holes.size());
+}
+
 // Before the freeze: the fabric does what it can while the tree still runs
 // (shm allocates its region), then the registration proper is awaited.
 // Returns that frame and what the fabric prepared.
@@ -347,13 +385,18 @@ daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
                             net::after(first_frame_timeout));
         throw;
     }
+    // Before the answer, so the reader is waiting when the freeze comes.
+    std::unique_ptr<frozen_vma_reader> vma_reader;
+    if (prep.has_check_vma_flags && prep.check_vma_flags)
+        vma_reader =
+            std::make_unique<frozen_vma_reader>(_criu_events, prep.migration_id, prep.root_pid);
     FerryControl__OutgoingPrepared ok = FERRY_CONTROL__OUTGOING_PREPARED__INIT;
     ok.region_bytes = 0;
     control::send_message(conn, ok, net::after(first_frame_timeout));
     // The dump runs meanwhile; registration follows once its images exist.
     auto next = control::receive(conn, net::no_deadline);
     control::expect(next.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER, "migrator");
-    return {std::move(next), std::move(state), nullptr};
+    return {std::move(next), std::move(state), nullptr, std::move(vma_reader)};
 }
 
 void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
@@ -369,6 +412,8 @@ void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
         if (!reg.destination_identity || !*reg.destination_identity)
             throw error("the migrator named no destination identity");
         m->grant({reg.destination_identity, reg.has_plaintext_pages && reg.plaintext_pages});
+        if (first.vma_reader)
+            m->check_vma_flags_with(std::move(first.vma_reader));
     } catch (const std::exception& e) {
         // Until registration succeeds the migrator owns the abort.
         control::send_error(

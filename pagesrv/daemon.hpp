@@ -7,6 +7,7 @@
 
 #include "core/unique_fd.hpp"
 #include "criu_events.hpp"
+#include "frozen_vmas.hpp"
 #include "metrics.hpp"
 #include "object_access.hpp"
 #include "outgoing.hpp"
@@ -82,6 +83,7 @@ class daemon {
     void serve_connection(connection& c);
     void serve_authenticated(net::stream& conn);
     void serve_page_channel(net::stream& conn, const FerryControl__PageChannelOpen& open);
+    void serve_page_holes(net::stream& conn, outgoing_migration& m);
     // Marks a migration as prepared but not yet registered, for its lifetime.
     class preparing_mark {
       public:
@@ -98,7 +100,8 @@ class daemon {
     struct prepared_outgoing {
         control::envelope_ptr frame;
         std::unique_ptr<transport::source_state> fabric_state;
-        std::unique_ptr<preparing_mark> preparing; // until registered
+        std::unique_ptr<preparing_mark> preparing;     // until registered
+        std::unique_ptr<frozen_vma_reader> vma_reader; // CRIU read VMA flags early
     };
     prepared_outgoing prepare_outgoing(net::stream& conn,
                                        const FerryControl__OutgoingPrepare& prep);

@@ -5,8 +5,10 @@
 
 #include "criu/criu_deadlines.hpp"
 #include "criu/criu_image.hpp"
+#include "frozen_vmas.hpp"
 #include "pool_push.hpp"
 #include "transport/backend.hpp"
+#include "transport/page_holes.hpp"
 #include "transport/page_source.hpp"
 #include "wire/page_wire.hpp"
 
@@ -21,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ferry::pagesrv {
@@ -60,6 +63,13 @@ class outgoing_migration final : public transport::page_source {
     // The destination reported every page installed.
     void destination_done() override;
 
+    // CRIU read the VMA flags before the freeze: `reader` reads them from
+    // the frozen tree, and the commit compares. Set once, before commit.
+    void check_vma_flags_with(std::unique_ptr<frozen_vma_reader> reader);
+    // Empty if the commit may go ahead: no check was asked for, or the
+    // images' VMA flags match the frozen tree's. Else why not. Bounded.
+    [[nodiscard]] std::string vma_flags_problem();
+
     // State changes; each returns false when the current state forbids it.
     bool commit();
     // Ends CRIU's dump with CLOSE (the frozen tasks die). Requires committed.
@@ -78,6 +88,18 @@ class outgoing_migration final : public transport::page_source {
     [[nodiscard]] state current_state() const;
     [[nodiscard]] bool wait_destination_done(std::chrono::milliseconds timeout);
     [[nodiscard]] uint64_t pages_served() const noexcept { return _pages_served; }
+
+    // The runs of lazy pages that do not exist in the frozen tasks (they
+    // read as zeros), scanned once after registration while the destination
+    // restores (CRIU records lazy VMAs whole, criu-patches/0006).
+    struct holes_result {
+        bool done = false;
+        std::string unknown; // why the scan could not tell: then no holes
+        std::vector<page_hole> holes;
+        uint64_t pages = 0, scan_ns = 0;
+    };
+    // The scan's result, waiting up to `timeout` (done false if not over).
+    [[nodiscard]] holes_result wait_holes(std::chrono::milliseconds timeout);
 
     // Pool mode: starts pushing every lazy page into the pool (once).
     void start_pool_push(const pool::pool_spec& spec);
@@ -107,6 +129,7 @@ class outgoing_migration final : public transport::page_source {
         std::vector<criu::lazy_range> lazy; // sorted, immutable after construction
     };
     [[nodiscard]] bool is_lazy(const process& p, uint64_t start, uint64_t end) const noexcept;
+    void scan_holes();
     void resume_source();
 
     const std::string _id;
@@ -114,7 +137,10 @@ class outgoing_migration final : public transport::page_source {
     const pid_t _root_pid;
     const uint16_t _criu_port;
     std::map<uint32_t, process> _procs; // by image pid; immutable after construction
-    criu::lazy_page_index _index;       // the same lazy pages, numbered
+    // Every dumped process's VMAs, by host pid, for the VMA flags check.
+    std::map<pid_t, std::vector<criu::vma>> _dumped_vmas;
+    std::unique_ptr<frozen_vma_reader> _vma_reader;
+    criu::lazy_page_index _index; // the same lazy pages, numbered
     uint64_t _pages_total = 0;
     criu::deadlines _deadlines;
     std::atomic<uint64_t> _pages_served{0};
@@ -125,7 +151,12 @@ class outgoing_migration final : public transport::page_source {
     std::condition_variable _changed;
     state _state = state::registered;
     const transport::backend& _fabric;
+    std::mutex _holes_mutex;
+    std::condition_variable _holes_scanned;
+    holes_result _holes;
+
     // Declared last: their threads read from this object.
+    std::thread _holes_thread;
     std::unique_ptr<transport::source_state> _fabric_state;
     std::unique_ptr<pool_pusher> _pusher;
     bool _destination_done = false;

@@ -53,6 +53,18 @@ void outgoing_session::run() {
 }
 
 outgoing_session::next outgoing_session::on_commit() {
+    // CRIU read the VMA flags before the freeze: a madvise() or mlock() in
+    // between would be lost on the destination. The source is still frozen
+    // and whole: refuse, and the migrator resumes it.
+    if (const auto problem = _m.vma_flags_problem(); !problem.empty()) {
+        log().error("refusing the commit: the VMA flags changed as the tree was frozen: {}",
+                    problem);
+        control::send_error(_conn,
+                            "the workload changed its memory mappings' flags as it was frozen (" +
+                                problem + "); the source resumes, try again",
+                            net::after(reply_timeout));
+        return next::more;
+    }
     if (_m.commit()) {
         FerryControl__OutgoingCommitted c = FERRY_CONTROL__OUTGOING_COMMITTED__INIT;
         control::send_message(_conn, c, net::after(reply_timeout));

@@ -16,6 +16,12 @@
 //            "touch pages=N p50_ns=.. p99_ns=.. p999_ns=.. max_ns=..".
 //            then "touch_cdf ns=q0.005,...,q0.995,q0.999,q0.9999,max".
 //            --touch-threads N: N threads share the touching.
+//   --sparse-mib N
+//            the parent maps N MiB more but writes only every 8th page (the
+//            rest never exist), and marks the region MADV_DONTDUMP and
+//            MADV_RANDOM; SIGUSR1 then also checks the written pages, that
+//            the others read as zeros, and that the flags survived:
+//            "verify ok sparse pages=N written=W flags=dd,rr".
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -85,6 +91,78 @@ struct region {
 };
 
 region shared_region;
+
+void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Every 8th page written, the rest never touched; madvise flags that a
+// migration must carry over.
+struct sparse_region {
+    static constexpr size_t stride = 8;
+    region r;
+
+    void setup(size_t mib, uint64_t seed) {
+        r.pages = mib * (1 << 20) / page;
+        r.seed = seed;
+        void* m = mmap(nullptr, r.pages * page, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED || madvise(m, r.pages * page, MADV_DONTDUMP) ||
+            madvise(m, r.pages * page, MADV_RANDOM)) {
+            perror("sparse region");
+            exit(1);
+        }
+        r.base = static_cast<uint64_t*>(m);
+        for (size_t p = 0; p < r.pages; p += stride)
+            for (size_t w = 0; w < words_per_page; w++)
+                r.base[p * words_per_page + w] = pattern(seed, p, w);
+    }
+    // The region's VmFlags in /proc/self/smaps hold every token of `want`.
+    bool flags_kept(const char* const* want, size_t n) const {
+        FILE* f = fopen("/proc/self/smaps", "r");
+        if (!f)
+            return false;
+        char line[512];
+        bool inside = false, ok = false;
+        const auto base = reinterpret_cast<uintptr_t>(r.base);
+        while (fgets(line, sizeof line, f)) {
+            uintptr_t start = 0, end = 0;
+            if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &start, &end) == 2 &&
+                strchr(line, '-') < strchr(line, ' ')) {
+                inside = start <= base && base < end;
+                continue;
+            }
+            if (!inside || strncmp(line, "VmFlags:", 8) != 0)
+                continue;
+            ok = true;
+            for (size_t i = 0; i < n; i++) {
+                char token[8];
+                snprintf(token, sizeof token, " %s ", want[i]);
+                ok &= strstr(line + 7, token) != nullptr;
+            }
+            break;
+        }
+        fclose(f);
+        return ok;
+    }
+    void verify() const {
+        for (size_t p = 0; p < r.pages; p++)
+            for (size_t w = 0; w < words_per_page; w++) {
+                const uint64_t want = p % stride ? 0 : pattern(r.seed, p, w);
+                if (r.base[p * words_per_page + w] != want) {
+                    say("verify FAIL sparse page=%zu\n", p);
+                    return;
+                }
+            }
+        static const char* const flags[] = {"dd", "rr"};
+        if (!flags_kept(flags, 2)) {
+            say("verify FAIL sparse flags: MADV_DONTDUMP or MADV_RANDOM lost\n");
+            return;
+        }
+        say("verify ok sparse pages=%zu written=%zu flags=dd,rr\n", r.pages,
+            (r.pages + stride - 1) / stride);
+    }
+};
+
+sparse_region sparse;
 
 region allocate(size_t mib, uint64_t seed, int sharing = MAP_PRIVATE) {
     region r;
@@ -300,6 +378,8 @@ void run(const char* role, const region& r, unsigned threads, after_freeze what,
                 say("verify ok %s pages=%zu\n", role, r.pages);
             else
                 say("verify FAIL %s page=%ld\n", role, bad);
+            if (sparse.r.pages)
+                sparse.verify();
             if (shared_region.pages) {
                 const long sbad = shared_region.verify_all();
                 if (sbad < 0)
@@ -323,7 +403,7 @@ int main(int argc, char** argv) {
     unsigned threads = 2;
     uint64_t seed = 42;
     after_freeze what;
-    size_t shared_mib = 0;
+    size_t shared_mib = 0, sparse_mib = 0;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto next = [&] {
@@ -342,6 +422,8 @@ int main(int argc, char** argv) {
             what.touch = true;
         else if (a == "--shared-mib")
             shared_mib = std::strtoull(next(), nullptr, 10);
+        else if (a == "--sparse-mib")
+            sparse_mib = std::strtoull(next(), nullptr, 10);
         else if (a == "--touch-order") {
             const std::string o = next();
             if (o != "random" && o != "sequential") {
@@ -360,10 +442,11 @@ int main(int argc, char** argv) {
         else if (a == "--churn-after-freeze")
             what.churn = true;
         else {
-            fprintf(stderr, "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
-                            "[--shared-mib N] [--touch-after-freeze [--touch-order "
-                            "random|sequential] [--touch-threads N]] [--fork-after-freeze] "
-                            "[--churn-after-freeze]\n");
+            fprintf(stderr,
+                    "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
+                    "[--shared-mib N] [--sparse-mib N] [--touch-after-freeze [--touch-order "
+                    "random|sequential] [--touch-threads N]] [--fork-after-freeze] "
+                    "[--churn-after-freeze]\n");
             return 2;
         }
     }
@@ -386,6 +469,8 @@ int main(int argc, char** argv) {
     region r = allocate(mib, seed);
     if (shared_mib)
         shared_region = allocate(shared_mib, seed + 3, MAP_SHARED);
+    if (sparse_mib)
+        sparse.setup(sparse_mib, seed + 4);
     // Forward SIGUSR1 to the child as well.
     if (child > 0) {
         static pid_t child_pid;

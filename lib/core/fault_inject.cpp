@@ -32,6 +32,8 @@ unsigned parse_faults() {
             mask |= unsigned(fault::dest_fail_after_commit);
         else if (name == "slow-pool-push")
             mask |= unsigned(fault::slow_pool_push);
+        else if (name == "vma-flags-changed")
+            mask |= unsigned(fault::vma_flags_changed);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;

@@ -7,14 +7,29 @@
 
 namespace ferry::criu {
 
-// Whether `criu` knows --lazy-pagemap-only (examples/criu-patches/0004): a
-// lazy dump that records which pages are lazy and never parks them in pipes,
-// so the freeze does not grow with memory. Ferry reads lazy pages from the
-// frozen tasks itself, so it never needs them parked. Probed once per
+// Whether `criu` knows the option `name` (without its dashes). CRIU parses
+// options in order, so a known one is taken and --version then exits 0; an
+// unknown one is a usage error. Probed once per option and binary in a
 // process, bounded by 2 s; a CRIU that fails the probe counts as lacking it.
-[[nodiscard]] bool supports_lazy_pagemap_only(const std::string& criu);
+[[nodiscard]] bool supports_option(const std::string& criu, const std::string& name);
 
-// The config line that asks for it.
-inline constexpr const char* lazy_pagemap_only_option = "lazy-pagemap-only\n";
+// The lazy dump options of Ferry's patches, as config lines, and which the
+// installed CRIU takes.
+struct lazy_dump_features {
+    // --lazy-pagemap-only (criu-patches/0004): lazy pages are recorded in
+    // the pagemap and never parked in pipes; Ferry reads them from the
+    // frozen tasks itself.
+    bool pagemap_only = false;
+    // --lazy-whole-vmas (0006): lazy VMAs are recorded whole, unscanned;
+    // the source finds their holes after the freeze.
+    bool whole_vmas = false;
+    // --smaps-before-freeze (0005): VmFlags read before the freeze, so the
+    // source must check them against the frozen tasks before the commit.
+    bool smaps_before_freeze = false;
+
+    static lazy_dump_features probe(const std::string& criu);
+    // The config lines for the features that are on.
+    [[nodiscard]] std::string config_lines() const;
+};
 
 } // namespace ferry::criu

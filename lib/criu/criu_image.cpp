@@ -137,7 +137,7 @@ std::vector<vma> parse_mm(std::span<const uint8_t> file, const std::string& name
             throw image_error(fmt::format("{}: VMA {} [{:#x}, {:#x}) is malformed or out of order",
                                           name, i, v->start, v->end));
         prev_end = v->end;
-        vmas.push_back({v->start, v->end, v->prot, v->flags, v->status});
+        vmas.push_back({v->start, v->end, v->prot, v->flags, v->status, v->has_madv ? v->madv : 0});
     }
     return vmas;
 }

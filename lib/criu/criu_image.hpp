@@ -45,6 +45,7 @@ struct vma {
     uint32_t prot = 0;
     uint32_t flags = 0;
     uint32_t status = 0;
+    uint64_t madv = 0; // 1 << MADV_x for each madvise flag CRIU restores
 
     // CRIU registers these with userfaultfd and leaves their pages lazy.
     [[nodiscard]] bool lazy_capable() const noexcept;

@@ -75,7 +75,8 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__PoolOpen, POOL_OPEN, pool_open)                                                \
     X(FerryControl__PoolAccepted, POOL_ACCEPTED, pool_accepted)                                    \
     X(FerryControl__OutgoingHandoff, OUTGOING_HANDOFF, outgoing_handoff)                           \
-    X(FerryControl__OutgoingHandedOff, OUTGOING_HANDED_OFF, outgoing_handed_off)
+    X(FerryControl__OutgoingHandedOff, OUTGOING_HANDED_OFF, outgoing_handed_off)                   \
+    X(FerryControl__PageHoles, PAGE_HOLES, page_holes)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

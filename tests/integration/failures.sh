@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Failures before the destination resumes: each gets a clear error and the
-# source workload keeps running unharmed. Then a page corrupted in flight is
+# source workload keeps running unharmed (among them VMA flags that changed
+# as the tree was frozen, which the source refuses to commit). Then a page corrupted in flight is
 # caught by its checksum, refetched, and the migration completes.
 source "$(dirname "$0")/lib.sh"
 
@@ -78,6 +79,14 @@ expect_failure dest-fails-after-commit "restore failed on the destination" --to 
 no_copy_on_b
 "$testbed" stop b
 "$testbed" start b
+
+# The workload changes a VMA's madvise flags between CRIU's early read of
+# them and the freeze (injected: the source daemon sees a flag the images
+# lack): the commit is refused, the copy never runs, the source resumes.
+"$testbed" stop a
+FERRY_FAULT=vma-flags-changed "$testbed" start a
+expect_failure vma-flags-changed "changed its memory mappings' flags as it was frozen" --to "$(addr b)"
+no_copy_on_b
 
 # A page corrupted after the source checksummed it: refetched, never installed.
 "$testbed" stop a

@@ -179,6 +179,52 @@ TEST_CASE("a corrupt page is refetched once and never installed", "[fault_loop][
     REQUIRE(loop.stats().pages_background == 512);
 }
 
+TEST_CASE("the source's holes are never fetched: faults there get the zero page",
+          "[fault_loop][uffd][holes]") {
+    lazy_region region(2048);
+    // The source reads zeros where its pages do not exist.
+    std::fill(region.source.begin() + 500 * 512, region.source.begin() + 900 * 512, 0);
+    std::fill(region.source.begin() + 1500 * 512, region.source.begin() + 1501 * 512, 0);
+    test::fake_source src = region.serve();
+    loop_config cfg;
+    cfg.background_depth = 0; // only faults fetch: the test decides what is touched
+    cfg.progress_interval = std::chrono::milliseconds(0);
+    auto loop = make_loop(src, cfg);
+    loop.set_restore_finished();
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    // A hole of another process is ignored.
+    loop.post_holes({{1, region.addr(500), region.addr(900)},
+                     {1, region.addr(1500), region.addr(1501)},
+                     {2, region.addr(0), region.addr(100)}});
+    std::atomic<uint64_t> absent{0};
+    loop.on_progress([&](const lazy::loop_stats& s) { absent = s.pages_absent; });
+
+    std::thread runner([&] { loop.run(); });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (absent < 401 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(absent == 401);
+    const uint64_t requests_before = src.requests;
+    bool holes_zero = true;
+    for (size_t p = 500; p < 900; p++)
+        holes_zero &= region.page_zero(p);
+    holes_zero &= region.page_zero(1500);
+    // Every hole was zero-filled without a request to the source.
+    CHECK(src.requests == requests_before);
+    size_t bad = 0;
+    for (size_t p = 0; p < region.pages; p++)
+        if ((p < 500 || p >= 900) && p != 1500)
+            bad += !region.page_ok(p);
+    runner.join();
+    CHECK(holes_zero);
+    CHECK(bad == 0);
+    const auto& s = loop.stats();
+    CHECK(s.pages_absent == 401);
+    CHECK(s.pages_faulted + s.pages_prefetched == 2048 - 401);
+    CHECK(s.pages_zero == 401);
+    CHECK(s.pages_done() == s.pages_total);
+}
+
 TEST_CASE("a page corrupt twice stops the loop and is not installed",
           "[fault_loop][uffd][checksum]") {
     std::vector<bool> resident;

@@ -1,0 +1,57 @@
+// PAGEMAP_SCAN on this process's own memory (sys/page_presence.hpp): which
+// pages exist, and the holes between them.
+#include "sys/page_presence.hpp"
+
+#include <catch2/catch.hpp>
+#include <sys/mman.h>
+#include <unistd.h>
+
+using namespace ferry;
+
+TEST_CASE("holes_in subtracts runs from a range", "[page_presence]") {
+    using proc::holes_in;
+    using run = proc::page_run;
+    CHECK(holes_in(0x1000, 0x9000, {}) == std::vector<run>{{0x1000, 0x9000}});
+    CHECK(holes_in(0x1000, 0x9000, {{0x1000, 0x9000}}).empty());
+    CHECK(holes_in(0x1000, 0x9000, {{0x2000, 0x3000}, {0x5000, 0x6000}}) ==
+          std::vector<run>{{0x1000, 0x2000}, {0x3000, 0x5000}, {0x6000, 0x9000}});
+    // Runs beyond the range count only where they overlap it.
+    CHECK(holes_in(0x2000, 0x4000, {{0x1000, 0x2800}, {0x3800, 0x9000}}) ==
+          std::vector<run>{{0x2800, 0x3800}});
+}
+
+TEST_CASE("pages written exist; untouched and read-only-touched pages are holes",
+          "[page_presence]") {
+    const size_t pages = 4096; // 16 MiB: more runs than one ioctl returns
+    auto* mem = static_cast<char*>(
+        ::mmap(nullptr, pages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    REQUIRE(mem != MAP_FAILED);
+    REQUIRE(::madvise(mem, pages * 4096, MADV_NOHUGEPAGE) == 0);
+    // Every third page written: 1366 runs of one page.
+    for (size_t p = 0; p < pages; p += 3)
+        mem[p * 4096] = 1;
+    // A read maps the shared zero page: still a hole.
+    volatile char sink = mem[1 * 4096];
+    (void)sink;
+    const auto base = reinterpret_cast<uint64_t>(mem);
+
+    proc::page_presence presence(::getpid());
+    std::vector<proc::page_run> runs;
+    const auto ok = presence.existing(base, base + pages * 4096, runs);
+    if (!ok) {
+        WARN("this kernel has no PAGEMAP_SCAN");
+        ::munmap(mem, pages * 4096);
+        return;
+    }
+    REQUIRE(runs.size() == (pages + 2) / 3);
+    for (size_t i = 0; i < runs.size(); i++) {
+        CHECK(runs[i].start == base + i * 3 * 4096);
+        CHECK(runs[i].end == runs[i].start + 4096);
+    }
+    const auto holes = proc::holes_in(base, base + pages * 4096, runs);
+    size_t hole_pages = 0;
+    for (const auto& h : holes)
+        hole_pages += (h.end - h.start) / 4096;
+    CHECK(hole_pages == pages - runs.size());
+    ::munmap(mem, pages * 4096);
+}
