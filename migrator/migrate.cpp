@@ -224,10 +224,6 @@ void migration::connect_local_daemon() {
     prep_src.migration_id = const_cast<char*>(_r.id.c_str());
     prep_src.root_pid = _opt.pid;
     prep_src.fabric = const_cast<char*>(fabric.c_str());
-    // The VMA flags CRIU read before the freeze are checked against the
-    // frozen tasks before the commit; the daemon starts reading at the freeze.
-    prep_src.has_check_vma_flags = true;
-    prep_src.check_vma_flags = _r.criu_features.smaps_before_freeze;
     control::send_message(*_src, prep_src, net::after(control_timeout));
     auto prepared = control::receive(*_src, net::after(std::chrono::minutes(2)));
     control::expect(prepared.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARED,
@@ -259,6 +255,7 @@ migration_result migration::run() {
             _r.t_freeze = t.freeze;
             _r.t_dumped = t.dumped;
         }
+        settle_vma_flags();
         if (_opt.mode == migrate_mode::park) {
             park();
             _r.ok = true;

@@ -101,6 +101,10 @@ struct migration_result {
     uint64_t workload_bytes = 0;            // resident memory of the tree before the freeze
     std::string criu_stop_method;           // hardware breakpoints, or syscall stepping and why
     criu::lazy_dump_features criu_features; // what the lazy dump asked CRIU for (criu-patches)
+    // With --smaps-before-freeze: empty if no call could have changed the
+    // VMA flags between CRIU's read and the freeze (proc::vma_flag_watch),
+    // else why the source checks them at the commit.
+    std::string vma_flags_checked_because;
     // When CRIU had to be killed: what was done and the workload's state.
     std::string recovery;
     bool criu_stuck = false;

@@ -15,6 +15,7 @@
 #include "migrate.hpp"
 #include "migration_record.hpp"
 #include "park.hpp"
+#include "sys/vma_flag_watch.hpp"
 #include "wire/control.hpp"
 
 #include <spdlog/logger.h>
@@ -66,6 +67,8 @@ class migration {
     void connect_destination(const std::string& source_addr);
     void connect_local_daemon();
     void start_dump();
+    void watch_vma_flags();
+    void settle_vma_flags();
     void register_with_source();
     image_list collect_images();
     void send_images(const image_list& images);
@@ -97,6 +100,8 @@ class migration {
     std::unique_ptr<net::stream> _dest; // TLS to the destination daemon
     std::unique_ptr<net::stream> _src;  // TLS to this host's daemon
     std::unique_ptr<criu::dump_driver> _dump;
+    // Watches the tree from before CRIU reads its VMA flags to the freeze.
+    std::unique_ptr<proc::vma_flag_watch> _vma_watch;
     // Container migrations: the container as its engine describes it.
     std::unique_ptr<engines::source_container> _source;
     const engines::container_info* _container = nullptr; // _source's

@@ -76,8 +76,11 @@ nlohmann::json to_json(const migration_result& r) {
     j["criu_lazy_dump"] = !f.pagemap_only ? "pages parked in pipes"
                           : f.whole_vmas  ? "pagemap only, whole VMAs"
                                           : "pagemap only";
-    j["criu_vma_flags"] = f.smaps_before_freeze ? "read before the freeze, checked at the commit"
-                                                : "read in the freeze";
+    j["criu_vma_flags"] =
+        !f.smaps_before_freeze ? "read in the freeze"
+        : r.vma_flags_checked_because.empty()
+            ? "read before the freeze; no call could change them until it (perf watch)"
+            : "read before the freeze, checked at the commit: " + r.vma_flags_checked_because;
     j["workload_bytes"] = r.workload_bytes;
     j["source_pid"] = r.source_pid;
     j["destination_pid"] = r.destination_pid;

@@ -89,9 +89,42 @@ void migration::start_dump() {
         _dump = _source->make_dump(_dir, _r.id, settings);
     else
         _dump = criu::make_rpc_dump(_opt.pid, _dir, _r.id, settings);
+    watch_vma_flags();
     set_phase("freezing");
     _dump->start(_criu_port);
     _dump_started = true;
+}
+
+// CRIU reads the VMA flags before the freeze: watch the tree from now on
+// for calls that could change them. Without a watch the source reads them
+// again from the frozen tree, which costs time at the commit.
+void migration::watch_vma_flags() {
+    if (!_r.criu_features.smaps_before_freeze)
+        return;
+    std::string why_not;
+    const auto ids = proc::probe_watch_tracepoints(why_not);
+    try {
+        if (!ids)
+            throw error(why_not);
+        _vma_watch = std::make_unique<proc::vma_flag_watch>(_opt.pid, *ids);
+    } catch (const std::exception& e) {
+        _r.vma_flags_checked_because = fmt::format("no watch on the tree ({})", e.what());
+        _log->info("the source will read the VMA flags again at the commit: {}",
+                   _r.vma_flags_checked_because);
+    }
+}
+
+// The tree is frozen: did anything change its VMA flags since CRIU read them?
+void migration::settle_vma_flags() {
+    if (!_vma_watch)
+        return;
+    // The counters stay open until the migration ends: closing a perf event
+    // waits for an RCU grace period, about 20 ms each here.
+    auto v = _vma_watch->check();
+    if (fault_injected(fault::vma_flags_changed))
+        v = {false, "a madvise call was injected"};
+    if (!v.quiet)
+        _r.vma_flags_checked_because = v.why;
 }
 
 // Registration comes before the images leave, so the source can serve pages
@@ -114,6 +147,9 @@ void migration::register_with_source() {
     reg.destination_identity = const_cast<char*>(reader.c_str());
     reg.has_plaintext_pages = true;
     reg.plaintext_pages = _opt.insecure_plaintext_pages;
+    reg.has_check_vma_flags = true;
+    reg.check_vma_flags =
+        _r.criu_features.smaps_before_freeze && !_r.vma_flags_checked_because.empty();
     control::send_message(*_src, reg, net::after(control_timeout));
 }
 

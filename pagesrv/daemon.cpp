@@ -228,7 +228,7 @@ void daemon::serve_authenticated(net::stream& conn) {
                 break;
             }
             case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
-                serve_outgoing(conn, {std::move(first), nullptr, nullptr, nullptr});
+                serve_outgoing(conn, {std::move(first), nullptr, nullptr});
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
                 if (_pool)
@@ -385,18 +385,13 @@ daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
                             net::after(first_frame_timeout));
         throw;
     }
-    // Before the answer, so the reader is waiting when the freeze comes.
-    std::unique_ptr<frozen_vma_reader> vma_reader;
-    if (prep.has_check_vma_flags && prep.check_vma_flags)
-        vma_reader =
-            std::make_unique<frozen_vma_reader>(_criu_events, prep.migration_id, prep.root_pid);
     FerryControl__OutgoingPrepared ok = FERRY_CONTROL__OUTGOING_PREPARED__INIT;
     ok.region_bytes = 0;
     control::send_message(conn, ok, net::after(first_frame_timeout));
     // The dump runs meanwhile; registration follows once its images exist.
     auto next = control::receive(conn, net::no_deadline);
     control::expect(next.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER, "migrator");
-    return {std::move(next), std::move(state), nullptr, std::move(vma_reader)};
+    return {std::move(next), std::move(state), nullptr};
 }
 
 void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
@@ -412,8 +407,8 @@ void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
         if (!reg.destination_identity || !*reg.destination_identity)
             throw error("the migrator named no destination identity");
         m->grant({reg.destination_identity, reg.has_plaintext_pages && reg.plaintext_pages});
-        if (first.vma_reader)
-            m->check_vma_flags_with(std::move(first.vma_reader));
+        if (reg.has_check_vma_flags && reg.check_vma_flags)
+            m->check_vma_flags_with(std::make_unique<frozen_vma_reader>(pid_t(reg.root_pid)));
     } catch (const std::exception& e) {
         // Until registration succeeds the migrator owns the abort.
         control::send_error(

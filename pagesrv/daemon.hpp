@@ -100,8 +100,7 @@ class daemon {
     struct prepared_outgoing {
         control::envelope_ptr frame;
         std::unique_ptr<transport::source_state> fabric_state;
-        std::unique_ptr<preparing_mark> preparing;     // until registered
-        std::unique_ptr<frozen_vma_reader> vma_reader; // CRIU read VMA flags early
+        std::unique_ptr<preparing_mark> preparing; // until registered
     };
     prepared_outgoing prepare_outgoing(net::stream& conn,
                                        const FerryControl__OutgoingPrepare& prep);

@@ -11,6 +11,7 @@
 #include "sys/proc.hpp"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -45,20 +46,24 @@ outgoing_migration::outgoing_migration(std::string id, const std::filesystem::pa
             _index.add(pid, r.start, r.end);
     _deadlines = criu::deadlines::for_memory(_pages_total * page_size, deadline_scale);
     _fabric_state = _fabric.start(*this, std::move(prepared));
-    _holes_thread = std::thread([this] { scan_holes(); }); // last: nothing may throw after it
 }
 
 // The fabric's, the pool's and the scan's threads stop before the rest goes.
 outgoing_migration::~outgoing_migration() {
     _pusher.reset();
     _fabric_state.reset();
-    _holes_thread.join(); // bounded: one walk of the tasks' page tables
+    if (_holes_thread.joinable())
+        _holes_thread.join(); // bounded: one walk of the tasks' page tables
 }
 
 // PAGEMAP_SCAN of every lazy range of the frozen tasks: a walk of their page
-// tables (about 3 ms per GiB here), off the downtime since the tasks stay
-// frozen until the dump ends.
+// tables (about 3 ms per GiB here). It starts at the commit, so that it
+// takes no CPU from the destination's restore (on one machine), and the
+// tasks stay frozen until the dump ends.
 void outgoing_migration::scan_holes() {
+    // Idle time only: the destination resumes and faults meanwhile.
+    sched_param none{};
+    (void)::sched_setscheduler(0, SCHED_IDLE, &none);
     holes_result r;
     const uint64_t t0 = monotonic_ns();
     try {
@@ -138,13 +143,12 @@ wire::status outgoing_migration::read_pages(const wire::page_request& r, std::by
 
 void outgoing_migration::check_vma_flags_with(std::unique_ptr<frozen_vma_reader> reader) {
     _vma_reader = std::move(reader);
-    _vma_reader->tree_frozen(); // the images exist: it is frozen
 }
 
 std::string outgoing_migration::vma_flags_problem() {
     if (!_vma_reader)
         return {};
-    // The read started at the freeze and walks page tables at about 8 ms
+    // The read started at registration and walks page tables at about 8 ms
     // per GiB here; the bound is the restore's, which it runs alongside.
     const auto& r = _vma_reader->wait(_deadlines.restore);
     if (!r.done)
@@ -213,6 +217,7 @@ bool outgoing_migration::commit() {
     if (_state != state::registered)
         return _state == state::committed;
     _state = state::committed;
+    _holes_thread = std::thread([this] { scan_holes(); });
     return true;
 }
 
@@ -256,6 +261,15 @@ bool outgoing_migration::abort(const std::string& reason, bool destination_never
         _state = state::aborted;
     }
     _log->warn("aborting ({}); the source resumes", reason);
+    {
+        // No scan will come: a HOLES channel waiting for one gets an answer.
+        std::lock_guard lock(_holes_mutex);
+        if (!_holes.done) {
+            _holes.done = true;
+            _holes.unknown = "the migration was aborted";
+        }
+    }
+    _holes_scanned.notify_all();
     if (_pusher)
         _pusher->stop(); // the tasks are about to run again: their pages would be stale
     if (!criu_gone)

@@ -90,8 +90,8 @@ class outgoing_migration final : public transport::page_source {
     [[nodiscard]] uint64_t pages_served() const noexcept { return _pages_served; }
 
     // The runs of lazy pages that do not exist in the frozen tasks (they
-    // read as zeros), scanned once after registration while the destination
-    // restores (CRIU records lazy VMAs whole, criu-patches/0006).
+    // read as zeros), scanned once from the commit on (CRIU records lazy
+    // VMAs whole, criu-patches/0006).
     struct holes_result {
         bool done = false;
         std::string unknown; // why the scan could not tell: then no holes

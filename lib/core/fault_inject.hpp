@@ -16,7 +16,7 @@ enum class fault : unsigned {
     interrupt_before_commit = 1u << 5, // migrator gets SIGINT as the destination asks to resume
     dest_fail_after_commit = 1u << 6,  // destination refuses the resume it was granted
     slow_pool_push = 1u << 7,          // source pauses 100 ms between pool push batches
-    vma_flags_changed = 1u << 8,       // source sees a madvise flag change on the frozen tree
+    vma_flags_changed = 1u << 8,       // migrator's watch sees a madvise, source a changed flag
 };
 
 [[nodiscard]] bool fault_injected(fault f) noexcept;

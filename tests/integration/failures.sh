@@ -81,11 +81,15 @@ no_copy_on_b
 "$testbed" start b
 
 # The workload changes a VMA's madvise flags between CRIU's early read of
-# them and the freeze (injected: the source daemon sees a flag the images
+# them and the freeze (injected: the migrator's watch sees a madvise call,
+# and the source daemon, reading the frozen tree again, a flag the images
 # lack): the commit is refused, the copy never runs, the source resumes.
 "$testbed" stop a
 FERRY_FAULT=vma-flags-changed "$testbed" start a
-expect_failure vma-flags-changed "changed its memory mappings' flags as it was frozen" --to "$(addr b)"
+FERRY_FAULT=vma-flags-changed expect_failure vma-flags-changed \
+  "changed its memory mappings' flags as it was frozen" --to "$(addr b)"
+grep -q "checked at the commit: a madvise call was injected" "$work/vma-flags-changed.json" ||
+  fail "the report does not say why the flags were checked"
 no_copy_on_b
 
 # A page corrupted after the source checksummed it: refetched, never installed.

@@ -42,8 +42,13 @@ log "fabric $(json "$work/result.json" fabric)"
 # from before the freeze; the restore still finds every lazy page.
 [ "$(json "$work/result.json" criu_lazy_dump)" = "pagemap only, whole VMAs" ] ||
   fail "CRIU's lazy dump: $(json "$work/result.json" criu_lazy_dump)"
-[ "$(json "$work/result.json" criu_vma_flags)" = "read before the freeze, checked at the commit" ] ||
-  fail "CRIU's VMA flags: $(json "$work/result.json" criu_vma_flags)"
+# Either the perf watch saw no call that could change them before the
+# freeze, or the source read them again; the sparse region's flags are
+# checked on the destination below.
+case "$(json "$work/result.json" criu_vma_flags)" in
+  "read before the freeze"*) ;;
+  *) fail "CRIU's VMA flags: $(json "$work/result.json" criu_vma_flags)" ;;
+esac
 if [ "${FERRY_TEST_CORRUPT:-0}" = 1 ]; then
   [ "$(json "$work/result.json" pages_refetched)" -ge 1 ] || fail "the corrupted page was not refetched"
 fi
