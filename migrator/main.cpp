@@ -323,7 +323,7 @@ int main(int argc, char** argv) {
     bench_cmd->add_option("--methods", bench.methods,
                           "the downtime contenders, comma-separated (default: all that apply); "
                           "memload: ferry, stop_and_copy, criu_lazy_dump; container: ferry, "
-                          "bare_process, podman_checkpoint (podman only)");
+                          "bare_process, podman_checkpoint (podman), docker_checkpoint (docker)");
     bench_cmd
         ->add_option("--fault-fabrics", bench.fault_fabrics,
                      "fabrics for the fault-latency CDF, comma-separated (empty: none)")

@@ -65,7 +65,7 @@ METHODS = ("ferry", "stop_and_copy", "criu_lazy_dump")
 # For containers "ferry" is Ferry moving the container; "bare_process" is
 # Ferry moving the same memory as a bare process tree.
 CONTAINER_METHODS = {"podman": ("ferry", "bare_process", "podman_checkpoint"),
-                     "docker": ("ferry", "bare_process")}
+                     "docker": ("ferry", "bare_process", "docker_checkpoint")}
 # For Redis every method moves the container back and forth; "ferry_idle" is
 # Ferry with no client, "ferry" and "podman_checkpoint" run under a client.
 REDIS_METHODS = {"podman": ("ferry_idle", "ferry", "podman_checkpoint"), "docker": ("ferry_idle", "ferry")}
@@ -94,7 +94,8 @@ def measure(kind, name, mib, ctr=None):
     if isinstance(ctr, redis.RedisBench):
         return {"ferry_idle": ctr.ferry_idle, "ferry": ctr.ferry, "podman_checkpoint": ctr.podman_checkpoint}[name](mib)
     if ctr and kind == "downtime":
-        return {"ferry": ctr.ferry, "bare_process": ctr.bare, "podman_checkpoint": ctr.podman_checkpoint}[name](mib)
+        return {"ferry": ctr.ferry, "bare_process": ctr.bare, "podman_checkpoint": ctr.podman_checkpoint,
+                "docker_checkpoint": ctr.docker_checkpoint}[name](mib)
     if kind == "downtime":
         return {"ferry": methods.ferry, "stop_and_copy": methods.stop_and_copy,
                 "criu_lazy_dump": methods.criu_lazy_dump}[name](mib)

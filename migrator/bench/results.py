@@ -10,6 +10,7 @@ BASELINE_NAMES = {
     "criu_lazy_dump": "CRIU lazy dump (freeze until its page server listens)",
     "bare_process": "Ferry, the same memory as a bare process tree",
     "podman_checkpoint": "podman checkpoint --export, copy, restore --import",
+    "docker_checkpoint": "docker checkpoint create, copy, start --checkpoint",
     "ferry_idle": "Ferry, no client",
 }
 

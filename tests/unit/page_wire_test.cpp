@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+// A named namespace keeps the directive out of the other tests in a unity build.
+namespace page_wire_test {
 using namespace ferry::wire;
 
 TEST_CASE("page request round-trips with its documented layout", "[wire]") {
@@ -80,3 +82,5 @@ TEST_CASE("page checksums detect a single flipped bit", "[checksum]") {
     std::vector<unsigned char> z1(ferry::page_size), z2(ferry::page_size);
     REQUIRE(ferry::page_checksum(z1.data()) == ferry::page_checksum(z2.data()));
 }
+
+} // namespace page_wire_test
