@@ -10,9 +10,6 @@ namespace ferry::lazy {
 
 namespace {
 
-constexpr size_t budget_bytes_idle = 256 * 1024;
-constexpr size_t budget_bytes_faulting = 64 * 1024;
-
 // The next run of lazy pages after the process's cursor that no fault has
 // asked for, up to one background chunk.
 bool next_run(lazy_process& p, uint32_t chunk, uint64_t& addr, uint64_t& img, uint32_t& n) {
@@ -69,10 +66,6 @@ uint32_t background_pacer::depth() const noexcept {
 uint32_t background_pacer::chunk_pages() const noexcept {
     return faulting() ? std::min(_cfg.background_chunk_pages, _cfg.faulting_chunk_pages)
                       : _cfg.background_chunk_pages;
-}
-
-size_t background_pacer::budget_bytes() const noexcept {
-    return faulting() ? budget_bytes_faulting : budget_bytes_idle;
 }
 
 void pump_background(fault_state& s) {

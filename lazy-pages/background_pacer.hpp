@@ -31,9 +31,6 @@ class background_pacer {
     [[nodiscard]] uint32_t depth() const noexcept;
     // Pages per background request now.
     [[nodiscard]] uint32_t chunk_pages() const noexcept;
-    // Background bytes handled per turn of the background thread, which
-    // holds the state lock meanwhile.
-    [[nodiscard]] size_t budget_bytes() const noexcept;
 
   private:
     const loop_config& _cfg;

@@ -9,14 +9,16 @@
 //     uffd readable        -> drain_uffd (uffd_events.cpp): PAGEFAULT asks
 //                             for a window or zero-fills a hole; FORK, REMAP,
 //                             REMOVE, UNMAP adjust the process's ranges
-//     fault channel        -> drain_channel (replies.cpp): verify, UFFDIO_COPY
+//     fault channel        -> drain_fault_replies (replies.cpp): verify, UFFDIO_COPY
 //     criu socket          -> "restore finished" starts the background pull
 //     while fault requests are outstanding: poll the channel (one-sided
 //     fabrics always; others for a short spin, then epoll wakes a handler)
 //   background thread:
-//     pump_background (background_pacer.cpp) keeps requests in flight,
-//     drain_channel installs their data in bounded slices; fetch deadlines,
-//     progress reports, the end
+//     outside the lock: receives and decrypts background replies and
+//     verifies their checksums (the channel and its ring are its own);
+//     under the lock: installs them in slices, yielding to any waiting
+//     handler; pump_background (background_pacer.cpp) keeps requests in
+//     flight; fetch deadlines, progress reports, the end
 //
 // Nothing here allocates in steady state: requests live in fixed rings, reply
 // data lands in staging buffers reserved at start (or stays in the fabric's
@@ -46,6 +48,8 @@ namespace ferry::lazy {
 namespace {
 
 constexpr uint32_t restore_finished_magic = 0x52535446; // CRIU's "ReSTore Finished"
+// Background data received per look at the channel, outside the lock.
+constexpr size_t background_receive_bytes = 256 * 1024;
 
 uint64_t epoll_tag(uint8_t src, uint32_t index) {
     return (uint64_t(index) << 8) | src;
@@ -221,7 +225,7 @@ void fault_loop::handler_main(size_t index) {
                     drain_uffd(_s, *_s.procs[idx], _new_uffd);
                 break;
             case source::fault_channel:
-                drain_channel(_s, *_fault_ch, request_kind::fault, SIZE_MAX, _handlers_waiting);
+                drain_fault_replies(_s, *_fault_ch);
                 break;
             case source::criu_socket:
                 handle_criu_socket();
@@ -252,7 +256,7 @@ void fault_loop::poll_fault_replies(std::unique_lock<std::mutex>& lock) {
         // stager, or the background) may be queued on this very CPU.
         ::sched_yield();
         lock_as_handler(lock);
-        drain_channel(_s, *_fault_ch, request_kind::fault, SIZE_MAX, _handlers_waiting);
+        drain_fault_replies(_s, *_fault_ch);
         _s.check_deadlines();
     }
     _polling = false;
@@ -269,39 +273,71 @@ void fault_loop::lock_as_handler(std::unique_lock<std::mutex>& lock) {
 // Background pull, deadlines, progress, and the end of the transfer.
 void fault_loop::background_main() {
     for (;;) {
-        bool polled;
-        {
-            std::lock_guard lock(_mu);
-            if (_stop)
-                return;
-            if (_s.finished()) {
-                _stop = true;
-                wake_all();
-                return;
-            }
-            polled = background_turn();
-            // A one-sided fabric may already hold the next reply in full.
-            if (polled && _bg_ch->capabilities().one_sided) {
-                if (const auto* r = _bg_ch->pump(0); r && r->complete())
-                    continue;
-            }
+        receive_background();
+        std::unique_lock lock(_mu, std::defer_lock);
+        lock_as_background(lock);
+        if (_stop)
+            return;
+        if (_bg_reply && install_background_reply(_s, *_bg_ch, *_bg_reply, _handlers_waiting))
+            _bg_reply = nullptr;
+        if (_s.finished()) {
+            _stop = true;
+            wake_all();
+            return;
         }
-        // Wait for more background data: on its fd, or briefly for a
-        // one-sided fabric, whose source stages pages on its own.
-        if (polled && !_bg_ch->capabilities().one_sided) {
-            if (_bg_ch->buffered())
-                continue; // decrypted already: no fd would say so
-            pollfd p{_bg_ch->wait_fd(), POLLIN, 0};
-            (void)::poll(&p, 1, 10);
-        } else if (polled) {
-            // A sleep would last the timer slack at least (50 us); a yield
-            // hands the CPU to whoever needs it, the source's stager included.
-            ::sched_yield();
-        } else {
+        const bool outstanding = background_turn();
+        lock.unlock();
+        if (!outstanding) {
             struct timespec ts = {0, 1'000'000};
             ::nanosleep(&ts, nullptr);
         }
     }
+}
+
+// Outside the lock: receives (and for TLS decrypts) background data and
+// verifies it, until a slice is ready to install, the reply is complete, or
+// 10 ms pass without data (the caller then checks deadlines). Only this
+// thread pushes and pops the background ring and uses its channel; handlers
+// read the ring's front under the lock, for deadlines, and never the fields
+// written here.
+void fault_loop::receive_background() {
+    if (_s.bg_reqs.empty())
+        return;
+    outstanding_request& req = _s.bg_reqs.front();
+    auto ready = [&] {
+        return _bg_reply &&
+               (_bg_reply->complete() || req.verified - req.consumed >= _cfg.install_batch_pages);
+    };
+    const uint64_t give_up = monotonic_ns() + 10'000'000;
+    while (!ready()) {
+        const uint64_t before = _bg_ch->bytes_received();
+        if (incoming_reply* reply = _bg_ch->pump(background_receive_bytes)) {
+            if (!_bg_reply) {
+                check_reply(req, *reply);
+                _bg_reply = reply;
+            }
+            verify_pages(req, *reply, reply->pages_ready);
+        }
+        if (ready() || _bg_ch->bytes_received() != before || _bg_ch->buffered())
+            continue;
+        if (monotonic_ns() > give_up)
+            return;
+        if (_bg_ch->capabilities().one_sided) {
+            // The source stages pages on its own: hand it the CPU meanwhile.
+            ::sched_yield();
+        } else {
+            pollfd p{_bg_ch->wait_fd(), POLLIN, 0};
+            (void)::poll(&p, 1, 10);
+        }
+    }
+}
+
+// A mutex keeps no queue: the background, having just let go of the lock,
+// could take it straight back from a handler that waits for it.
+void fault_loop::lock_as_background(std::unique_lock<std::mutex>& lock) {
+    for (int i = 0; i < 64 && _handlers_waiting.load(std::memory_order_relaxed) > 0; i++)
+        ::sched_yield();
+    lock.lock();
 }
 
 // One turn of the background thread, under the lock; true if background
@@ -315,8 +351,6 @@ bool fault_loop::background_turn() {
         _s.holes_applied += n;
     }
     pump_background(_s);
-    drain_channel(_s, *_bg_ch, request_kind::background, _s.pacer.budget_bytes(),
-                  _handlers_waiting);
     _s.check_deadlines();
     const uint64_t now = monotonic_ns();
     if (_progress &&

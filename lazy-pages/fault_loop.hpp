@@ -75,6 +75,8 @@ class fault_loop {
     void poll_fault_replies(std::unique_lock<std::mutex>& lock);
     void lock_as_handler(std::unique_lock<std::mutex>& lock);
     void background_main();
+    void receive_background();
+    void lock_as_background(std::unique_lock<std::mutex>& lock);
     bool background_turn();
     void handle_criu_socket();
     void stop_with(std::exception_ptr error) noexcept;
@@ -86,9 +88,10 @@ class fault_loop {
     loop_config _cfg;
     std::unique_ptr<page_channel> _fault_ch;
     std::unique_ptr<page_channel> _bg_ch;
-    std::vector<int> _cpus;         // one handler thread per CPU
-    std::vector<unique_fd> _epolls; // one per handler; each holds every uffd
-    unique_fd _wake;                // eventfd that ends every handler's wait
+    incoming_reply* _bg_reply = nullptr; // the background reply being received
+    std::vector<int> _cpus;              // one handler thread per CPU
+    std::vector<unique_fd> _epolls;      // one per handler; each holds every uffd
+    unique_fd _wake;                     // eventfd that ends every handler's wait
     unique_fd _criu_sock;
     progress_fn _progress;
     uffd_fn _new_uffd;

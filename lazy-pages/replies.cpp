@@ -88,23 +88,11 @@ void install_run(fault_state& s, outstanding_request& req, const std::byte* data
     }
 }
 
-// Verifies and installs pages [req.consumed, upto) of a reply. A page whose
-// checksum fails is never installed: it and the rest of the request are
-// fetched again once, by finish_request.
-void consume_pages(fault_state& s, outstanding_request& req, const incoming_reply& reply,
-                   uint32_t upto) {
-    if (req.bad_from != ~0u)
-        return;
-    uint32_t first = req.consumed;
-    uint32_t good = first;
-    while (good < upto &&
-           page_checksum(reply.pages + size_t(good) * page_size) == reply.checksums[good])
-        good++;
-    if (good < upto)
-        req.bad_from = good;
-    if (req.fault_addr != ~0ull && first == 0 && req.attempt == 0) // not a prefetch
-        s.fetch_latency.record(monotonic_ns() - req.fault_ns);
-    if (good > first && !req.proc->exited) {
+// Installs verified pages [req.consumed, upto) of a reply.
+void install_verified(fault_state& s, outstanding_request& req, const incoming_reply& reply,
+                      uint32_t upto) {
+    const uint32_t first = req.consumed;
+    if (upto > first && !req.proc->exited) {
         auto install = [&](uint32_t from, uint32_t to) {
             if (to > from)
                 install_run(s, req, reply.pages + size_t(from) * page_size, from, to - from);
@@ -113,16 +101,16 @@ void consume_pages(fault_state& s, outstanding_request& req, const incoming_repl
         // window's other pages (a few microseconds each into fresh memory)
         // need not delay it.
         const uint64_t fault_index = (req.fault_addr - req.addr) / page_size;
-        if (req.fault_addr >= req.addr && fault_index >= first && fault_index < good) {
+        if (req.fault_addr >= req.addr && fault_index >= first && fault_index < upto) {
             const auto k = uint32_t(fault_index);
             install(k, k + 1);
             install(first, k);
-            install(k + 1, good);
+            install(k + 1, upto);
         } else {
-            install(first, good);
+            install(first, upto);
         }
     }
-    req.consumed = good;
+    req.consumed = upto;
 }
 
 void finish_request(fault_state& s, const outstanding_request& req) {
@@ -147,52 +135,71 @@ void finish_request(fault_state& s, const outstanding_request& req) {
 
 } // namespace
 
-void drain_channel(fault_state& s, page_channel& ch, request_kind kind, size_t budget,
-                   const std::atomic<uint32_t>& handlers_waiting) {
-    auto ring_empty = [&] {
-        return kind == request_kind::fault ? s.fault_reqs.empty() : s.bg_reqs.empty();
-    };
-    while (budget > 0) {
-        // Background data gives the lock up to any handler waiting for it.
-        if (kind == request_kind::background &&
-            handlers_waiting.load(std::memory_order_relaxed) > 0)
-            return;
-        const uint64_t before = ch.bytes_received();
-        incoming_reply* reply = ch.pump(budget);
-        const uint64_t got = ch.bytes_received() - before;
-        budget = budget > got ? budget - size_t(got) : 0;
+void check_reply(const outstanding_request& req, const incoming_reply& reply) {
+    const auto& h = reply.header;
+    if (h.request_id != req.id || h.pid != req.proc->image_pid || h.vaddr != req.img_addr)
+        throw error(fmt::format("page reply {} does not match request {}", h.request_id, req.id));
+    if (h.result != wire::status::ok)
+        throw error(fmt::format("the source could not serve pid {} pages [{:#x}, +{}): {}", h.pid,
+                                h.vaddr, req.nr_pages, wire::to_string(h.result)));
+    if (h.nr_pages != req.nr_pages)
+        throw error(
+            fmt::format("the source sent {} pages for a request of {}", h.nr_pages, req.nr_pages));
+}
+
+void verify_pages(outstanding_request& req, const incoming_reply& reply, uint32_t upto) noexcept {
+    if (req.bad_from != ~0u)
+        return;
+    uint32_t good = req.verified;
+    while (good < upto &&
+           page_checksum(reply.pages + size_t(good) * page_size) == reply.checksums[good])
+        good++;
+    if (good < upto)
+        req.bad_from = good;
+    req.verified = good;
+}
+
+void drain_fault_replies(fault_state& s, page_channel& ch) {
+    for (;;) {
+        incoming_reply* reply = ch.pump(SIZE_MAX);
         if (!reply)
             return;
-        if (ring_empty())
+        if (s.fault_reqs.empty())
             throw error("the source sent a page reply nobody asked for");
-        outstanding_request& req =
-            kind == request_kind::fault ? s.fault_reqs.front() : s.bg_reqs.front();
-        const auto& h = reply->header;
-        if (h.request_id != req.id || h.pid != req.proc->image_pid || h.vaddr != req.img_addr)
-            throw error(
-                fmt::format("page reply {} does not match request {}", h.request_id, req.id));
-        if (h.result != wire::status::ok)
-            throw error(fmt::format("the source could not serve pid {} pages [{:#x}, +{}): {}",
-                                    h.pid, h.vaddr, req.nr_pages, wire::to_string(h.result)));
-        if (h.nr_pages != req.nr_pages)
-            throw error(fmt::format("the source sent {} pages for a request of {}", h.nr_pages,
-                                    req.nr_pages));
-
-        // Fault replies are installed whole; background data as it arrives.
-        const bool whole = kind == request_kind::fault || reply->complete();
-        if (whole || reply->pages_ready - req.consumed >= s.cfg.install_batch_pages)
-            consume_pages(s, req, *reply, reply->pages_ready);
+        outstanding_request& req = s.fault_reqs.front();
+        check_reply(req, *reply);
         if (!reply->complete())
-            return; // the rest has not arrived yet
+            return; // fault replies are installed whole
+        const bool first_look = req.verified == 0;
+        verify_pages(req, *reply, reply->pages_ready);
+        if (first_look && req.fault_addr != ~0ull && req.attempt == 0) // not a prefetch
+            s.fetch_latency.record(monotonic_ns() - req.fault_ns);
+        install_verified(s, req, *reply, req.verified);
         // Pop before finishing: a refetch pushes onto the same ring.
         const outstanding_request done = req;
-        if (kind == request_kind::fault)
-            s.fault_reqs.pop();
-        else
-            s.bg_reqs.pop();
+        s.fault_reqs.pop();
         ch.finish_reply();
         finish_request(s, done);
     }
+}
+
+bool install_background_reply(fault_state& s, page_channel& ch, const incoming_reply& reply,
+                              const std::atomic<uint32_t>& handlers_waiting) {
+    outstanding_request& req = s.bg_reqs.front();
+    while (req.consumed < req.verified) {
+        if (handlers_waiting.load(std::memory_order_relaxed) > 0)
+            return false; // a fault goes first; the rest waits for the next turn
+        install_verified(s, req, reply,
+                         std::min(req.verified, req.consumed + s.cfg.install_batch_pages));
+    }
+    if (!reply.complete())
+        return false; // the rest has not arrived yet
+    // Pop before finishing: a refetch pushes onto the same ring.
+    const outstanding_request done = req;
+    s.bg_reqs.pop();
+    ch.finish_reply();
+    finish_request(s, done);
+    return true;
 }
 
 } // namespace ferry::lazy

@@ -20,6 +20,7 @@ struct outstanding_request {
     uint64_t img_addr = 0; // image address the source reads
     uint32_t nr_pages = 0;
     uint32_t consumed = 0;       // pages already installed or skipped
+    uint32_t verified = 0;       // pages whose checksum matched (consumed <= verified)
     uint32_t bad_from = ~0u;     // first page whose checksum failed
     uint64_t fault_addr = ~0ull; // the faulting page, for fault requests
     uint64_t issued_ns = 0;
