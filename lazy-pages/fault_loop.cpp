@@ -67,6 +67,15 @@ std::vector<int> allowed_cpus() {
     return cpus;
 }
 
+// The background thread works at SCHED_IDLE: the workload, the handlers and
+// everything else on the host preempt it at once. It holds the state lock
+// at the normal policy, so that a handler waiting for the lock never waits
+// for an idle-class thread to be scheduled again.
+void set_idle_policy(bool idle) noexcept {
+    sched_param none{};
+    (void)::sched_setscheduler(0, idle ? SCHED_IDLE : SCHED_OTHER, &none); // best effort
+}
+
 void pin_to(int cpu) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -272,7 +281,11 @@ void fault_loop::lock_as_handler(std::unique_lock<std::mutex>& lock) {
 
 // Background pull, deadlines, progress, and the end of the transfer.
 void fault_loop::background_main() {
+    struct normal_policy_on_return {
+        ~normal_policy_on_return() { set_idle_policy(false); }
+    } restore_policy;
     for (;;) {
+        set_idle_policy(true);
         receive_background();
         std::unique_lock lock(_mu, std::defer_lock);
         lock_as_background(lock);
@@ -335,6 +348,7 @@ void fault_loop::receive_background() {
 // A mutex keeps no queue: the background, having just let go of the lock,
 // could take it straight back from a handler that waits for it.
 void fault_loop::lock_as_background(std::unique_lock<std::mutex>& lock) {
+    set_idle_policy(false);
     for (int i = 0; i < 64 && _handlers_waiting.load(std::memory_order_relaxed) > 0; i++)
         ::sched_yield();
     lock.lock();

@@ -97,6 +97,9 @@ class RedisBench:
                "post_copy_ms": m.get("post_copy_ms", 0.0), "total_ms": m.get("total_ms", m["downtime_ms"])}
         if "pages_total" in m and out["post_copy_ms"] > 0:
             out["background_mib_per_s"] = m["pages_total"] * 4096 / 2**20 / (out["post_copy_ms"] / 1e3)
+        for k in ("fault_p99_us", "pages_faulted"):
+            if k in m:
+                out[k] = m[k]
         if c:
             out.update({"client_gap_ms": c["longest_gap_ms"], "reply_p99_before_us": c.get("before_p99_us", 0.0),
                         "reply_p99_after_us": c.get("after_p99_us", 0.0), "replies": c["replies"],
