@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/fault_inject.hpp"
 #include "criu/criu_config.hpp"
+#include "criu/criu_features.hpp"
 #include "criu/criu_image.hpp"
 #include "engine_request.hpp"
 #include "pool/pool_layout.hpp"
@@ -72,6 +73,9 @@ void incoming_session::prepare() {
     }
     FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
     ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
+    ok.has_restores_nftables_lock = true;
+    ok.restores_nftables_lock =
+        criu::supports_feature(_d.config().tools.criu, "network_lock_nftables");
     control::send_message(_conn, ok, net::after(control_timeout));
 }
 

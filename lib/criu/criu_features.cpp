@@ -6,25 +6,38 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 namespace ferry::criu {
 
-bool supports_option(const std::string& criu, const std::string& name) {
+namespace {
+
+// Runs `command` once per process (bounded by 2 s): true if it exited 0.
+bool probe_once(const std::vector<std::string>& command) {
     static std::mutex lock;
-    static std::map<std::pair<std::string, std::string>, bool> known;
+    static std::map<std::vector<std::string>, bool> known;
     const std::scoped_lock hold(lock);
-    const auto key = std::make_pair(criu, name);
-    if (auto it = known.find(key); it != known.end())
+    if (auto it = known.find(command); it != known.end())
         return it->second;
-    bool supported = false;
+    bool passed = false;
     try {
-        (void)run_capture({criu, "--" + name, "--version"}, std::chrono::seconds(2));
-        supported = true;
+        (void)run_capture(command, std::chrono::seconds(2));
+        passed = true;
     } catch (const std::exception&) {
         // a usage error, a missing binary, a hang: all mean "not here"
     }
-    known.emplace(key, supported);
-    return supported;
+    known.emplace(command, passed);
+    return passed;
+}
+
+} // namespace
+
+bool supports_option(const std::string& criu, const std::string& name) {
+    return probe_once({criu, "--" + name, "--version"});
+}
+
+bool supports_feature(const std::string& criu, const std::string& name) {
+    return probe_once({criu, "check", "--feature", name});
 }
 
 lazy_dump_features lazy_dump_features::probe(const std::string& criu) {
@@ -43,6 +56,8 @@ std::string lazy_dump_features::config_lines() const {
         lines += "lazy-whole-vmas\n";
     if (smaps_before_freeze)
         lines += "smaps-before-freeze\n";
+    if (network_lock_nftables)
+        lines += "network-lock nftables\n";
     return lines;
 }
 

@@ -12,6 +12,8 @@ namespace ferry::criu {
 // unknown one is a usage error. Probed once per option and binary in a
 // process, bounded by 2 s; a CRIU that fails the probe counts as lacking it.
 [[nodiscard]] bool supports_option(const std::string& criu, const std::string& name);
+// Whether `criu check --feature name` passes (bounded and cached likewise).
+[[nodiscard]] bool supports_feature(const std::string& criu, const std::string& name);
 
 // The lazy dump options of Ferry's patches, as config lines, and which the
 // installed CRIU takes.
@@ -26,6 +28,13 @@ struct lazy_dump_features {
     // --smaps-before-freeze (0005): VmFlags read before the freeze, so the
     // source must check them against the frozen tasks before the commit.
     bool smaps_before_freeze = false;
+    // network-lock nftables (stock CRIU, when built with libnftables): a
+    // dumped network namespace is locked and unlocked by CRIU itself, not by
+    // running iptables-restore inside it at the freeze, and again on the
+    // destination just before the resume (tens of milliseconds each here).
+    // The images record the method; the destination's CRIU must know it, so
+    // the migrator sets it only when the destination said so.
+    bool network_lock_nftables = false;
 
     static lazy_dump_features probe(const std::string& criu);
     // The config lines for the features that are on.

@@ -4,7 +4,8 @@
 # FERRY_TEST_ENGINE picks the engine: podman (default) or docker.
 #   1. a memload container (64 MiB + a forked child, env, label, writable-layer
 #      changes) arrives on b with its name, config, files and memory; the
-#      source container is gone; logs/stop/rm work on the copy;
+#      source container is gone; logs/stop/rm work on the copy; CRIU locked
+#      its network with nftables (where CRIU can), and the lock is gone on b;
 #   2. the destination daemon dies as the images arrive: the source
 #      container keeps running, its memory intact; nothing is left on b once
 #      its daemon is back;
@@ -61,6 +62,16 @@ migrate m1 >"$work/m1.json" 2>"$work/m1.err" || fail "migration failed: $(cat "$
 [ "$(state a m1)" = absent ] || fail "m1 still exists on a: $(state a m1)"
 [ "$(state b m1)" = running ] || fail "m1 is not running on b: $(state b m1)"
 [ "$(ctr b exec m1 printenv FERRY_TEST)" = yes ] || fail "environment lost"
+# CRIU locks the container's network with nftables when both hosts' CRIU can
+# (no iptables-restore run inside it in the downtime), and the lock is gone
+# once it runs on b.
+if criu check --feature network_lock_nftables >/dev/null 2>&1; then
+  [ "$(json "$work/m1.json" criu_network_lock)" = nftables ] ||
+    fail "network lock: $(json "$work/m1.json" criu_network_lock)"
+  m1_pid=$(ctr b inspect m1 --format '{{.State.Pid}}')
+  tables=$(nsenter -t "$m1_pid" -n python3 "$repo/tests/integration/nft_tables.py") || fail "cannot list m1's nftables tables"
+  case "$tables" in *CRIU*) fail "CRIU's network lock is still in m1's namespace on b: $tables" ;; esac
+fi
 [ "$(ctr b inspect m1 --format '{{index .Config.Labels "ferry.test"}}')" = "$engine" ] || fail "label lost"
 [ "$(ctr b exec m1 cat /etc/ferry-marker)" = migrated ] || fail "added file lost"
 ctr b exec m1 test ! -e /etc/issue.net || fail "a deleted file came back"
