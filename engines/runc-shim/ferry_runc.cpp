@@ -6,7 +6,6 @@
 // gate: the tasks resume only if the destination daemon says so.
 #include "core/unique_fd.hpp"
 #include "engine_request.hpp"
-#include "tar_extract.hpp"
 #include "wire/criu_event_wire.hpp"
 
 #include <nlohmann/json.hpp>
@@ -218,6 +217,26 @@ void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
     export_for_criu(req->migration_id, req->criu_config, req->criu_env);
 }
 
+// Unpacks `tar` into `dir` with ferry-untar, beside this binary.
+void untar(const std::string& tar, const fs::path& dir) {
+    const fs::path helper = fs::read_symlink("/proc/self/exe").parent_path() / "ferry-untar";
+    const pid_t child = ::fork();
+    if (child < 0)
+        throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (child == 0) {
+        ::execl(helper.c_str(), helper.c_str(), tar.c_str(), dir.c_str(), nullptr);
+        std::fprintf(stderr, "ferry-runc: exec %s: %s\n", helper.c_str(), std::strerror(errno));
+        ::_exit(127);
+    }
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0)
+        if (errno != EINTR)
+            throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw std::runtime_error("ferry-untar could not refill the container's /dev/shm from " +
+                                 tar);
+}
+
 // The container's /dev/shm is a tmpfs the engine mounted on the host for it
 // (the bundle's config.json names its source); its files go back there.
 void restore_devshm(const std::vector<std::string>& args, const std::string& tar) {
@@ -229,7 +248,7 @@ void restore_devshm(const std::vector<std::string>& args, const std::string& tar
             continue;
         const fs::path source = m.value("source", "");
         if (fs::is_directory(source)) {
-            extract_tar(tar, source);
+            untar(tar, source);
             return;
         }
     }

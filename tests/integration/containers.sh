@@ -4,7 +4,8 @@
 # FERRY_TEST_ENGINE picks the engine: podman (default) or docker.
 #   1. a memload container (64 MiB + a forked child, env, label, writable-layer
 #      changes) arrives on b with its name, config, files and memory; the
-#      source container is gone; logs/stop/rm work on the copy; CRIU locked
+#      source container is gone, its /dev/shm files came along; logs/stop/rm
+#      work on the copy; CRIU locked
 #      its network with nftables (where CRIU can), and the lock is gone on b;
 #   2. the destination daemon dies as the images arrive: the source
 #      container keeps running, its memory intact; nothing is left on b once
@@ -56,6 +57,7 @@ migrate() { on a migrator migrate --engine "$engine" --container "$1" --to "$(ad
 log "1. migrate a memload $engine container from a to b"
 run_memload a m1
 ctr a exec m1 sh -c 'echo migrated > /etc/ferry-marker && rm /etc/issue.net && rm -r /usr/share/doc/apt'
+ctr a exec m1 sh -c 'echo in-shm > /dev/shm/ferry-shm-marker'
 migrate m1 >"$work/m1.json" 2>"$work/m1.err" || fail "migration failed: $(cat "$work/m1.json" "$work/m1.err")"
 [ "$(json "$work/m1.json" ok)" = true ] || fail "not ok"
 [ "$(json "$work/m1.json" source_container_removed)" = true ] || fail "source container not removed"
@@ -74,6 +76,7 @@ if criu check --feature network_lock_nftables >/dev/null 2>&1; then
 fi
 [ "$(ctr b inspect m1 --format '{{index .Config.Labels "ferry.test"}}')" = "$engine" ] || fail "label lost"
 [ "$(ctr b exec m1 cat /etc/ferry-marker)" = migrated ] || fail "added file lost"
+[ "$(ctr b exec m1 cat /dev/shm/ferry-shm-marker)" = in-shm ] || fail "/dev/shm content lost"
 ctr b exec m1 test ! -e /etc/issue.net || fail "a deleted file came back"
 ctr b exec m1 test ! -e /usr/share/doc/apt || fail "a deleted directory came back"
 ctr b exec m1 test -e /usr/share/doc/dpkg || fail "a directory beside the deleted one is gone"
