@@ -27,6 +27,7 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/fault_inject.hpp"
 #include "core/page.hpp"
 #include "holes.hpp"
 #include "replies.hpp"
@@ -291,8 +292,11 @@ void fault_loop::background_main() {
         lock_as_background(lock);
         if (_stop)
             return;
-        if (_bg_reply && install_background_reply(_s, *_bg_ch, *_bg_reply, _handlers_waiting))
+        bool installed = false;
+        if (_bg_reply && install_background_reply(_s, *_bg_ch, *_bg_reply, _handlers_waiting)) {
             _bg_reply = nullptr;
+            installed = true;
+        }
         if (_s.finished()) {
             _stop = true;
             wake_all();
@@ -300,8 +304,9 @@ void fault_loop::background_main() {
         }
         const bool outstanding = background_turn();
         lock.unlock();
-        if (!outstanding) {
-            struct timespec ts = {0, 1'000'000};
+        const bool slowed = installed && fault_injected(fault::slow_background);
+        if (!outstanding || slowed) {
+            struct timespec ts = {0, slowed ? 10'000'000 : 1'000'000};
             ::nanosleep(&ts, nullptr);
         }
     }

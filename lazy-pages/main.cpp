@@ -88,19 +88,41 @@ class pool_source {
             _rebuilder.join();
     }
 
-    // After every page is in place: check the redundancy if a node was lost
-    // (it must have been restored), then free the pool's copy.
+    // After every page is in place: restore the redundancy if a node was
+    // lost, then check it. The scrub reads every member, so it can find a
+    // loss nobody read into before; that node is rebuilt onto the next
+    // spare and the scrub runs again (once per spare at most).
     void finish(spdlog::logger& log) {
         stop();
-        if (_health->dead_mask()) {
-            _scrub_error = "redundancy not restored (no spare left): lost " + _health->lost_nodes();
-        } else if (!_health->lost_nodes().empty()) {
+        if (_health->lost_nodes().empty())
+            return drop(log);
+        for (size_t round = 0;; round++) {
+            _handled = 0;
+            rebuild_dead_slots(log, [] { return false; });
+            if (_health->dead_mask()) {
+                _scrub_error =
+                    "redundancy not restored (no spare left): lost " + _health->lost_nodes();
+                break;
+            }
+            const uint32_t version = _health->version();
             const auto r = pool::scrub(_spec, _object, _index.total_pages(), _health);
+            if (r.incomplete) {
+                // Every page came in before the source's push was over: the
+                // migrator cancels the push, and the pool copy goes.
+                log.info("no pool scrub: {} (the source's push is not over)", r.error);
+                break;
+            }
             _scrubbed = r.stripes;
             _scrub_error = r.ok ? "" : r.error;
             log.info("pool scrub after the loss: {} stripes, {}", r.stripes,
                      r.ok ? "every member present and the parity right" : r.error);
+            if (r.ok || _health->version() == version || round >= _spec.spares.size())
+                break;
         }
+        drop(log);
+    }
+
+    void drop(spdlog::logger& log) {
         if (_keep)
             return;
         try {
@@ -142,31 +164,37 @@ class pool_source {
     // being served degraded.
     void rebuild_loop() {
         auto log = make_logger("lazy-pages");
-        uint32_t handled = 0;
         while (!_stopping) {
-            const uint32_t dead = _health->wait_for_loss(std::chrono::seconds(1), handled);
-            for (uint32_t slot = 0; slot < _health->slots() && !_stopping; slot++) {
-                if (!((dead & ~handled) >> slot & 1))
-                    continue;
-                handled |= 1u << slot;
-                const auto spare = _health->take_spare();
-                if (!spare) {
-                    log->warn("pool node {} lost and no spare left: reads stay degraded",
-                              _health->endpoint(slot).to_string());
-                    continue;
-                }
-                log->info("rebuilding pool slot {} onto spare {}", slot, spare->to_string());
-                const auto r =
-                    pool::rebuild_slot(_spec, _object, _index.total_pages(), _health, slot, *spare);
-                _rebuilt_chunks += r.chunks;
-                _rebuild_ns += r.ns;
-                if (r.ok) {
-                    handled &= ~(1u << slot); // the spare may be lost in turn
-                    log->info("rebuilt {} chunks onto {} in {:.1f} ms ({} stripes not pushed yet)",
-                              r.chunks, spare->to_string(), ns_to_ms(r.ns), r.stripes_skipped);
-                } else {
-                    log->error("rebuild onto {} failed: {}", spare->to_string(), r.error);
-                }
+            _health->wait_for_loss(std::chrono::seconds(1), _handled);
+            rebuild_dead_slots(*log, [this] { return _stopping.load(); });
+        }
+    }
+
+    // Rebuilds every dead slot not yet handled onto the next spare.
+    template <typename Stop>
+    void rebuild_dead_slots(spdlog::logger& log, Stop stopping) {
+        const uint32_t dead = _health->dead_mask();
+        for (uint32_t slot = 0; slot < _health->slots() && !stopping(); slot++) {
+            if (!((dead & ~_handled) >> slot & 1))
+                continue;
+            _handled |= 1u << slot;
+            const auto spare = _health->take_spare();
+            if (!spare) {
+                log.warn("pool node {} lost and no spare left: reads stay degraded",
+                         _health->endpoint(slot).to_string());
+                continue;
+            }
+            log.info("rebuilding pool slot {} onto spare {}", slot, spare->to_string());
+            const auto r =
+                pool::rebuild_slot(_spec, _object, _index.total_pages(), _health, slot, *spare);
+            _rebuilt_chunks += r.chunks;
+            _rebuild_ns += r.ns;
+            if (r.ok) {
+                _handled &= ~(1u << slot); // the spare may be lost in turn
+                log.info("rebuilt {} chunks onto {} in {:.1f} ms ({} stripes not pushed yet)",
+                         r.chunks, spare->to_string(), ns_to_ms(r.ns), r.stripes_skipped);
+            } else {
+                log.error("rebuild onto {} failed: {}", spare->to_string(), r.error);
             }
         }
     }
@@ -179,6 +207,7 @@ class pool_source {
     std::vector<pool_channel*> _channels;
     std::atomic<bool> _stopping{false};
     std::atomic<uint64_t> _rebuilt_chunks{0}, _rebuild_ns{0};
+    uint32_t _handled = 0; // dead slots already given a spare (or none left)
     uint64_t _scrubbed = 0;
     std::string _scrub_error, _lost, _members;
     std::thread _rebuilder; // last: it uses everything above

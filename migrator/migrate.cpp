@@ -293,9 +293,11 @@ migration_result migration::run() {
         set_phase("post-copy");
         wait_transfer();
         if (_handoff_pending) {
-            // The post-copy ended before the push: the daemon answers the
-            // hand-off request first (once the push is over), then FINISH.
+            // The post-copy ended before the push: the pool copy is of no
+            // use any more. The daemon stops the push, drops it and answers
+            // the hand-off request (or has answered it: the push was over).
             _handoff_pending = false;
+            cancel_handoff();
             handle_handoff();
         }
         if (!_r.handed_off)

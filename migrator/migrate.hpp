@@ -134,6 +134,7 @@ struct migration_result {
     std::string pool;
     bool handed_off = false; // the source ended once the pool held every page
     std::string handoff_error;
+    bool handoff_cancelled = false; // the destination had every page before the push ended
     uint64_t t_handed_off = 0;
     uint64_t pool_push_ns = 0;
     uint64_t pool_bytes_stored = 0;

@@ -85,6 +85,7 @@ class migration {
     void handle_resume_request();
     void wait_transfer();
     void request_handoff();
+    void cancel_handoff();
     void handle_handoff();
     void finish_source();
     void abort_source(const std::string& reason);

@@ -120,9 +120,11 @@ nlohmann::json to_json(const migration_result& r) {
         nlohmann::json p;
         p["spec"] = r.pool;
         p["handed_off"] = r.handed_off;
+        p["handoff_cancelled"] = r.handoff_cancelled;
         if (!r.handoff_error.empty())
             p["handoff_error"] = r.handoff_error;
-        p["handoff_after_resume_ms"] = span_ms(r.t_resumed, r.t_handed_off);
+        if (r.handed_off)
+            p["handoff_after_resume_ms"] = span_ms(r.t_resumed, r.t_handed_off);
         p["push_ms"] = ns_to_ms(r.pool_push_ns);
         p["pages_pushed"] = r.pool_pages_pushed;
         p["bytes_stored"] = r.pool_bytes_stored;

@@ -137,13 +137,23 @@ void migration::request_handoff() {
     control::send_message(*_src, h, net::after(control_timeout));
 }
 
+void migration::cancel_handoff() {
+    FerryControl__OutgoingHandoffCancel c = FERRY_CONTROL__OUTGOING_HANDOFF_CANCEL__INIT;
+    control::send_message(*_src, c, net::after(control_timeout));
+}
+
 // The push is over. If it succeeded, the source's job is done: end CRIU's
 // dump now, so the source tasks and their memory go, while the destination
 // reads the rest from the pool.
 void migration::handle_handoff() {
     if (!receive_handoff()) {
-        _log->warn("no hand-off to the pool ({}); the source serves until the destination is done",
-                   _r.handoff_error);
+        if (_r.handoff_cancelled)
+            _log->info("the destination had every page before the pool push was over: the "
+                       "push was cancelled and its pages dropped");
+        else
+            _log->warn("no hand-off to the pool ({}); the source serves until the destination "
+                       "is done",
+                       _r.handoff_error);
         return;
     }
     finish_source();
@@ -161,6 +171,7 @@ bool migration::receive_handoff() {
     _r.pool_pages_pushed = h.pages;
     if (!h.ok)
         _r.handoff_error = h.error ? h.error : "unknown";
+    _r.handoff_cancelled = h.has_cancelled && h.cancelled;
     return h.ok;
 }
 

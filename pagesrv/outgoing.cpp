@@ -180,7 +180,7 @@ void outgoing_migration::start_pool_push(const pool::pool_spec& spec) {
         _pusher = std::make_unique<pool_pusher>(*this, spec, spec.object_of(_id));
 }
 
-push_result outgoing_migration::wait_pool_push() {
+std::optional<push_result> outgoing_migration::wait_pool_push(std::chrono::milliseconds timeout) {
     pool_pusher* p = nullptr;
     {
         std::lock_guard lock(_mutex);
@@ -188,7 +188,17 @@ push_result outgoing_migration::wait_pool_push() {
     }
     if (!p)
         return push_result{.error = "this migration has no pool"};
-    return p->wait();
+    return p->wait_for(timeout);
+}
+
+void outgoing_migration::cancel_pool_push() noexcept {
+    pool_pusher* p = nullptr;
+    {
+        std::lock_guard lock(_mutex);
+        p = _pusher.get();
+    }
+    if (p)
+        p->discard();
 }
 
 void outgoing_migration::count_sent(uint64_t pages, uint64_t bytes) noexcept {

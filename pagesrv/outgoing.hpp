@@ -103,8 +103,12 @@ class outgoing_migration final : public transport::page_source {
 
     // Pool mode: starts pushing every lazy page into the pool (once).
     void start_pool_push(const pool::pool_spec& spec);
-    // Waits for the push; an error result if none was started.
-    push_result wait_pool_push();
+    // Waits up to `timeout` for the push (nullopt if it is not over); an
+    // error result if none was started.
+    std::optional<push_result> wait_pool_push(std::chrono::milliseconds timeout);
+    // The destination has every page: stops the push and drops what it
+    // stored. Bounded by the push's current batch.
+    void cancel_pool_push() noexcept;
 
     // The fabric's backend and what it keeps for this migration.
     [[nodiscard]] const transport::backend& fabric() const noexcept { return _fabric; }

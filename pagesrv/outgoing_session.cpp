@@ -3,6 +3,7 @@
 #include "wire/control.hpp"
 
 #include <fmt/format.h>
+#include <poll.h>
 
 namespace ferry::pagesrv {
 
@@ -14,6 +15,15 @@ constexpr auto reply_timeout = std::chrono::seconds(10);
 constexpr auto orphaned_commit_wait = std::chrono::hours(1);
 // How long FINISH's reply waits for CRIU's dump-end report after CLOSE.
 constexpr auto dump_end_wait = std::chrono::seconds(2);
+// How often a pending hand-off looks for the migrator's cancel.
+constexpr auto handoff_poll = std::chrono::milliseconds(20);
+
+bool readable(net::stream& conn) {
+    if (conn.buffered())
+        return true;
+    pollfd p{conn.fd(), POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+}
 
 } // namespace
 
@@ -42,6 +52,10 @@ void outgoing_session::run() {
             break;
         case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORT:
             n = on_abort(*e->outgoing_abort);
+            break;
+        case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDOFF_CANCEL:
+            // Crossed the hand-off's answer, which the migrator takes as the
+            // reply: the push was complete. Nothing more to say.
             break;
         default:
             control::send_error(_conn, fmt::format("unexpected {}", control::body_name(*e)),
@@ -98,15 +112,45 @@ outgoing_session::next outgoing_session::on_finish() {
     return next::done;
 }
 
-// Pool mode: answered once the push is over, either way.
+// Pool mode: answered once the push is over, either way, or once the
+// migrator cancels it (the destination had every page first).
 outgoing_session::next outgoing_session::on_handoff() {
-    const auto r = _m.wait_pool_push();
+    std::optional<push_result> r;
+    bool cancelled = false;
+    while (!(r = _m.wait_pool_push(handoff_poll))) {
+        if (!readable(_conn))
+            continue;
+        control::envelope_ptr e;
+        try {
+            e = control::receive(_conn, net::after(reply_timeout));
+        } catch (const std::exception& ex) {
+            log().warn("migrator connection: {}", ex.what());
+        }
+        if (!e) {
+            on_migrator_gone();
+            return next::done;
+        }
+        if (e->body_case != FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDOFF_CANCEL) {
+            control::send_error(
+                _conn, fmt::format("unexpected {} during the hand-off", control::body_name(*e)),
+                net::after(reply_timeout));
+            continue;
+        }
+        log().info("the destination has every page before the pool push is over: cancelling "
+                   "the push and dropping its pages");
+        _m.cancel_pool_push();
+        r = push_result{.error = "cancelled: the destination had every page first"};
+        cancelled = true;
+        break;
+    }
     FerryControl__OutgoingHandedOff h = FERRY_CONTROL__OUTGOING_HANDED_OFF__INIT;
-    h.ok = r.ok;
-    h.error = r.ok ? nullptr : const_cast<char*>(r.error.c_str());
-    h.pages = r.pages;
-    h.bytes_stored = r.bytes_stored;
-    h.push_ns = r.push_ns;
+    h.ok = r->ok;
+    h.error = r->ok ? nullptr : const_cast<char*>(r->error.c_str());
+    h.pages = r->pages;
+    h.bytes_stored = r->bytes_stored;
+    h.push_ns = r->push_ns;
+    h.has_cancelled = true;
+    h.cancelled = cancelled;
     control::send_message(_conn, h, net::after(reply_timeout));
     return next::more;
 }

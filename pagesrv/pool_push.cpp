@@ -36,6 +36,13 @@ push_result pool_pusher::wait() {
     return _result;
 }
 
+std::optional<push_result> pool_pusher::wait_for(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(_mutex);
+    if (!_done_cv.wait_for(lock, timeout, [&] { return _done; }))
+        return std::nullopt;
+    return _result;
+}
+
 // Nodes lost during the push: their members go onto spares (rebuilt from the
 // pool, checked against the source's checksums) before the hand-off, so the
 // source only goes once the pool has the requested redundancy again.

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -40,6 +41,8 @@ class pool_pusher {
 
     // Blocks until the push is over.
     push_result wait();
+    // The result if the push ends within `timeout`.
+    std::optional<push_result> wait_for(std::chrono::milliseconds timeout);
     void stop() noexcept { _stop = true; }
     // Stops, waits for the thread's last batch, then removes what was
     // pushed from the pool: after an abort the source runs again and those

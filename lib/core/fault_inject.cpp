@@ -34,6 +34,8 @@ unsigned parse_faults() {
             mask |= unsigned(fault::slow_pool_push);
         else if (name == "vma-flags-changed")
             mask |= unsigned(fault::vma_flags_changed);
+        else if (name == "slow-background")
+            mask |= unsigned(fault::slow_background);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;

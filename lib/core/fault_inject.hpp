@@ -17,6 +17,7 @@ enum class fault : unsigned {
     dest_fail_after_commit = 1u << 6,  // destination refuses the resume it was granted
     slow_pool_push = 1u << 7,          // source pauses 100 ms between pool push batches
     vma_flags_changed = 1u << 8,       // migrator's watch sees a madvise, source a changed flag
+    slow_background = 1u << 9,         // destination pauses 10 ms after each background reply
 };
 
 [[nodiscard]] bool fault_injected(fault f) noexcept;

@@ -102,8 +102,9 @@ scrub_report scrub(const pool_spec& spec, uint64_t object, uint64_t total_pages,
             int rs = -1;
             const auto st = c.read_now(s * pps, count * pps, read_mode::all_members, rs);
             if (st != read_status::ok) {
-                rep.error = st == read_status::missing ? fmt::format("stripe {} is missing", s)
-                                                       : c.read_error(rs);
+                rep.incomplete = st == read_status::missing;
+                rep.error =
+                    rep.incomplete ? fmt::format("stripe {} is missing", s) : c.read_error(rs);
                 c.end_read(rs);
                 return rep;
             }

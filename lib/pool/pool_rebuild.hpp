@@ -25,6 +25,7 @@ rebuild_report rebuild_slot(const pool_spec& spec, uint64_t object, uint64_t tot
 
 struct scrub_report {
     bool ok = false;
+    bool incomplete = false; // a stripe is not in the pool (yet): nothing checked past it
     std::string error;
     uint64_t stripes = 0; // every member read and the parity checked
 };

@@ -76,7 +76,8 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__PoolAccepted, POOL_ACCEPTED, pool_accepted)                                    \
     X(FerryControl__OutgoingHandoff, OUTGOING_HANDOFF, outgoing_handoff)                           \
     X(FerryControl__OutgoingHandedOff, OUTGOING_HANDED_OFF, outgoing_handed_off)                   \
-    X(FerryControl__PageHoles, PAGE_HOLES, page_holes)
+    X(FerryControl__PageHoles, PAGE_HOLES, page_holes)                                             \
+    X(FerryControl__OutgoingHandoffCancel, OUTGOING_HANDOFF_CANCEL, outgoing_handoff_cancel)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

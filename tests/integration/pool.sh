@@ -11,6 +11,8 @@
 #   3. RAID-5: kill the source's daemon after the hand-off; the same.
 #      3b. RAID-5: kill p3 while the source still pushes (slowed down): the
 #      source rebuilds p3's members onto a spare before it hands off.
+#      3c. The destination gets every page before the (slowed) push ends:
+#      the push is cancelled and the pool keeps nothing of it.
 #   4. Eviction: every node's arena is far smaller than its share, so pages
 #      went to the disk tier (the nodes' counters say so), and all of them
 #      came back correct (the workload's own verify).
@@ -25,8 +27,14 @@ pages=$((mib * 256))
 "$testbed" up --pool 7 >&2
 # The background moves one page at a time, so the restored workload is still
 # faulting when the failures land.
+one_page_background="--background-chunk 1 --background-depth 1"
 "$testbed" stop b
-FERRY_LAZY_PAGES_ARGS="--background-chunk 1 --background-depth 1" "$testbed" start b
+FERRY_LAZY_PAGES_ARGS="$one_page_background" "$testbed" start b
+# restart_b [FAULT]: b's daemon again, with the test-only FAULT if given.
+restart_b() {
+  "$testbed" stop b
+  FERRY_FAULT=${1:-} FERRY_LAZY_PAGES_ARGS="$one_page_background" "$testbed" start b
+}
 
 p() { "$testbed" addr "p$1"; }
 nodes() {
@@ -37,6 +45,7 @@ nodes() {
 # pjson FILE KEY: a value of the result's "pool" object.
 pjson() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["pool"][sys.argv[2]]; print(str(v).lower() if isinstance(v,bool) else v)' "$1" "$2"; }
 
+expect_handoff=true
 # run_case NAME ACTION RAID NODES SPARES: migrates a fresh workload in pool
 # mode; once it runs on b (and faults), ACTION runs; then the workload
 # verifies every page. Leaves the result in $work/NAME.json.
@@ -67,8 +76,10 @@ run_case() {
   echo >&2
   [ $rc = 0 ] || fail "$name: migrator exited $rc: $(cat "$work/$name.err")"
   [ "$(json "$work/$name.json" ok)" = true ] || fail "$name: migration not ok"
-  [ "$(pjson "$work/$name.json" handed_off)" = true ] || fail "$name: no hand-off to the pool"
-  gone "$pid" || fail "$name: the source still exists after the hand-off"
+  if [ "$expect_handoff" = true ]; then
+    [ "$(pjson "$work/$name.json" handed_off)" = true ] || fail "$name: no hand-off to the pool"
+  fi
+  gone "$pid" || fail "$name: the source still exists after the migration"
   running "$dest" || fail "$name: the destination is not running"
   # It is the init of its PID namespace: its whole tree goes with it.
   kill -KILL "$dest" 2>/dev/null || true
@@ -132,17 +143,56 @@ f="$work/source.json"
 # 3b. A node lost while the source is still pushing: the push goes on
 # degraded, the source rebuilds the lost members onto the spare, and hands
 # off only then (the pool has the requested redundancy again).
+# The destination is slowed down too, and verifies only after the push: it
+# must still need the pool when the push ends (else the push is cancelled).
 "$testbed" stop a
 FERRY_FAULT=slow-pool-push "$testbed" start a
-kill_p3() { "$testbed" stop p3; }
-run_case push-loss kill_p3 5 "$(nodes 1 2 3 4)" "$(nodes 6)"
+restart_b slow-background
+source_log="/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.log"
+pushes() { grep -c "pages into the pool in" "$source_log" || true; }
+pushed_before=$(pushes)
+kill_p3_until_pushed() {
+  local i
+  "$testbed" stop p3
+  for i in $(seq 1 600); do
+    [ "$(pushes)" -gt "$pushed_before" ] && return 0
+    sleep 0.05
+  done
+  fail "push-loss: the push did not end within 30 s"
+}
+run_case push-loss kill_p3_until_pushed 5 "$(nodes 1 2 3 4)" "$(nodes 6)"
 f="$work/push-loss.json"
-grep -q "rebuilding pool slot 2 onto spare $(p 6) before the hand-off" \
-  "/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.log" || fail "push-loss: the source did not rebuild onto the spare"
+grep -q "rebuilding pool slot 2 onto spare $(p 6) before the hand-off" "$source_log" ||
+  fail "push-loss: the source did not rebuild onto the spare"
 case "$(pjson "$f" members)" in *"$(p 6)"*) ;; *) fail "push-loss: p6 did not take p3's place" ;; esac
+"$testbed" start p3
+
+# 3c. The destination has every page before the (slowed) push is over: the
+# push is cancelled, the source ends at once and the pool keeps nothing of it.
+restart_b
+pool_chunks() {
+  local i n total=0
+  for i in 1 2 3 4 5 6 7; do
+    n=$(on a migrator pool stats --node "$(p "$i")" |
+      python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["chunks_in_memory"]+s["chunks_on_disk"])') ||
+      fail "pool stats of p$i"
+    total=$((total + n))
+  done
+  echo "$total"
+}
+before=$(pool_chunks)
+expect_handoff=false
+run_case push-cancel nothing 5 "$(nodes 1 2 3 4)" ""
+expect_handoff=true
+f="$work/push-cancel.json"
+[ "$(pjson "$f" handoff_cancelled)" = true ] || fail "push-cancel: the push was not cancelled"
+[ "$(pjson "$f" handed_off)" = false ] || fail "push-cancel: handed off although cancelled"
+grep -q "cancelling the push and dropping its pages" "$source_log" ||
+  fail "push-cancel: the source did not say it cancelled"
+after=$(pool_chunks)
+[ "$after" = "$before" ] || fail "push-cancel: the pool holds $((after - before)) more chunks than before"
 "$testbed" stop a
 "$testbed" start a
-"$testbed" start p3
 
 # 4. Eviction happened on the nodes (arena 8 MiB, shares of 16+ MiB).
 # (p3 restarted empty after case 3b.)
@@ -156,7 +206,10 @@ EOF
 done
 
 # 5. Two nodes lost under RAID-5 with no spare: a clear error, no zero page.
+# The destination's background is slowed down, so pages are still owed when
+# the nodes go (otherwise it may have pulled everything already).
 log "case: beyond redundancy"
+restart_b slow-background
 pid=$(start_workload a lost --mib "$mib" --child-mib 4 --threads 2)
 out="$work/lost.out"
 mark=$(lines "$out")
@@ -179,4 +232,5 @@ grep -q "$(p 1)\|$(p 3)" "$work/lost.json" || fail "the error does not name the 
 if grep -q "verify ok parent" <(tail -n +"$((mark + 1))" "$out"); then
   fail "the workload verified its memory although pages were lost"
 fi
+restart_b
 log "PASS"
