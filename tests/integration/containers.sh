@@ -58,6 +58,8 @@ log "1. migrate a memload $engine container from a to b"
 run_memload a m1
 ctr a exec m1 sh -c 'echo migrated > /etc/ferry-marker && rm /etc/issue.net && rm -r /usr/share/doc/apt'
 ctr a exec m1 sh -c 'echo in-shm > /dev/shm/ferry-shm-marker'
+# runc masks /proc/acpi with an empty read-only tmpfs.
+acpi=$(ctr a exec m1 stat -c '%F %a %u %g' /proc/acpi) || fail "no /proc/acpi in m1"
 migrate m1 >"$work/m1.json" 2>"$work/m1.err" || fail "migration failed: $(cat "$work/m1.json" "$work/m1.err")"
 [ "$(json "$work/m1.json" ok)" = true ] || fail "not ok"
 [ "$(json "$work/m1.json" source_container_removed)" = true ] || fail "source container not removed"
@@ -74,6 +76,15 @@ if criu check --feature network_lock_nftables >/dev/null 2>&1; then
   tables=$(nsenter -t "$m1_pid" -n python3 "$repo/tests/integration/nft_tables.py") || fail "cannot list m1's nftables tables"
   case "$tables" in *CRIU*) fail "CRIU's network lock is still in m1's namespace on b: $tables" ;; esac
 fi
+# CRIU archived and restored the empty tmpfs mounts without running tar
+# (criu-patches/0008), and the copy is the same: empty, same mode and owner.
+m1_id=$(json "$work/m1.json" migration_id)
+grep -q "Restored the empty tmpfs at .* without tar" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
+  fail "CRIU ran tar for the empty tmpfs mounts"
+[ "$(ctr b exec m1 stat -c '%F %a %u %g' /proc/acpi)" = "$acpi" ] ||
+  fail "/proc/acpi changed: $(ctr b exec m1 stat -c '%F %a %u %g' /proc/acpi), was $acpi"
+[ "$(ctr b exec m1 stat -f -c %T /proc/acpi)" = tmpfs ] || fail "/proc/acpi is no longer a tmpfs"
+[ -z "$(ctr b exec m1 ls -A /proc/acpi)" ] || fail "/proc/acpi is not empty on b"
 [ "$(ctr b inspect m1 --format '{{index .Config.Labels "ferry.test"}}')" = "$engine" ] || fail "label lost"
 [ "$(ctr b exec m1 cat /etc/ferry-marker)" = migrated ] || fail "added file lost"
 [ "$(ctr b exec m1 cat /dev/shm/ferry-shm-marker)" = in-shm ] || fail "/dev/shm content lost"
