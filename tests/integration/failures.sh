@@ -56,7 +56,21 @@ expect_failure restore-fails "restore failed on the destination" --to "$(addr b)
 # The images are corrupt: the destination's image reader refuses them.
 "$testbed" stop b
 "$testbed" start b
-FERRY_FAULT=corrupt-images expect_failure corrupt-images "images are corrupt" --to "$(addr b)"
+# Its own work dir, seeded with the logs of 40 older failed migrations: a
+# failure keeps its CRIU logs, and only the newest 32 such dirs stay.
+wr="$work/work-root"
+for i in $(seq 1 40); do
+  d="$wr/$(printf '%032x' "$i")"
+  mkdir -p "$d" && echo "old $i" >"$d/dump.log" && touch -d "-$((100 - i)) min" "$d"
+done
+FERRY_FAULT=corrupt-images expect_failure corrupt-images "images are corrupt" --to "$(addr b)" --work-dir "$wr"
+id=$(json "$work/corrupt-images.json" migration_id)
+[ -s "$wr/$id/dump.log" ] || fail "corrupt-images: CRIU's dump log was not kept in $wr/$id"
+[ -z "$(find "$wr/$id" -type f ! -name '*.log')" ] || fail "corrupt-images: more than logs kept: $(ls "$wr/$id")"
+kept=$(find "$wr" -mindepth 1 -maxdepth 1 -type d | wc -l)
+[ "$kept" = 32 ] || fail "corrupt-images: $kept failed migrations' logs kept, not the newest 32"
+[ -d "$wr/$(printf '%032x' 40)" ] && [ ! -d "$wr/$(printf '%032x' 9)" ] ||
+  fail "corrupt-images: the wrong logs were pruned: $(ls "$wr")"
 
 # The migrator is interrupted (SIGINT) while the destination waits at the
 # commit gate: the source resumes and the restored copy never runs.
