@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 namespace ferry::criu {
@@ -58,8 +59,17 @@ resp_ptr service::receive(net::deadline until) {
     ssize_t len = ::recv(_sock.get(), nullptr, 0, MSG_PEEK | MSG_TRUNC);
     if (len < 0)
         throw sys_error("recv from criu swrk");
-    if (len == 0)
-        throw error(fmt::format("criu (pid {}) exited without an answer; see its log", pid()));
+    if (len == 0) {
+        // Say how it ended: a crash may have come before its log had a line.
+        const pid_t gone = pid();
+        std::optional<int> status;
+        try {
+            status = _proc.wait_for(std::chrono::seconds(1));
+        } catch (const std::exception&) {
+        }
+        throw error(fmt::format("criu (pid {}) exited without an answer ({}); see its log", gone,
+                                status ? describe_wait_status(*status) : "still ending"));
+    }
     std::vector<uint8_t> buf(static_cast<size_t>(len));
     if (::recv(_sock.get(), buf.data(), buf.size(), 0) != len)
         throw sys_error("recv from criu swrk");

@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -150,7 +151,8 @@ std::string describe_wait_status(int status) {
     if (WIFEXITED(status))
         return fmt::format("exit status {}", WEXITSTATUS(status));
     if (WIFSIGNALED(status))
-        return fmt::format("killed by signal {}", WTERMSIG(status));
+        return fmt::format("killed by signal {} ({}){}", WTERMSIG(status),
+                           ::strsignal(WTERMSIG(status)), WCOREDUMP(status) ? ", core dumped" : "");
     return fmt::format("wait status {:#x}", status);
 }
 
