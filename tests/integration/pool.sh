@@ -119,14 +119,33 @@ expect_rebuilt() {
     fail "$f: the scrub found a problem: $(pjson "$f" scrub_error)"
 }
 
+# CRIU 4.1.1 with Ferry's patches has, three times in some 30 runs, put every
+# page of a lazy dump into the images ("Pagemap generated: 12288 pages (0
+# lazy)" with --lazy-pages set; not understood yet, see the issue notes).
+# The migration is then correct but nothing is in the pool to lose, so the
+# case says nothing about the pool: its dump log is kept and it runs once
+# more. A second such dump fails the test.
+# run_pool_case NAME ACTION RAID NODES SPARES HOSTS_TO_RESTART...
+run_pool_case() {
+  local name=$1 action=$2 raid=$3 members=$4 spares=$5 h id
+  shift 5
+  run_case "$name" "$action" "$raid" "$members" "$spares"
+  [ "$(json "$work/$name.json" pages_total)" = 0 ] || return 0
+  id=$(json "$work/$name.json" migration_id)
+  cp "/dev/shm/ferry/$id/dump.log" "$work/$name.nothing-lazy.dump.log" 2>/dev/null || true
+  log "WARNING: $name: CRIU's lazy dump left no page lazy (log: $work/$name.nothing-lazy.dump.log); running the case once more"
+  for h in "$@"; do "$testbed" start "$h"; done
+  run_case "$name" "$action" "$raid" "$members" "$spares"
+}
+
 # 1. RAID-5, one node killed while faulting.
-run_case raid5 kill_p2 5 "$(nodes 1 2 3 4)" "$(nodes 5)"
+run_pool_case raid5 kill_p2 5 "$(nodes 1 2 3 4)" "$(nodes 5)" p2
 expect_rebuilt "$work/raid5.json" "$(p 2)"
 case "$(pjson "$work/raid5.json" members)" in *"$(p 5)"*) ;; *) fail "raid5: p5 did not take p2's place" ;; esac
 "$testbed" start p2
 
 # 2. RAID-6, two nodes killed: both rebuilt, onto p6 and p7.
-run_case raid6 kill_p2_p4 6 "$(nodes 1 2 3 4 5)" "$(nodes 6 7)"
+run_pool_case raid6 kill_p2_p4 6 "$(nodes 1 2 3 4 5)" "$(nodes 6 7)" p2 p4
 f="$work/raid6.json"
 expect_rebuilt "$f" "$(p 2)"
 expect_rebuilt "$f" "$(p 4)"
@@ -135,7 +154,7 @@ case "$(pjson "$f" members)" in *"$(p 6)"*"$(p 7)"* | *"$(p 7)"*"$(p 6)"*) ;; *)
 "$testbed" start p4
 
 # 3. The source's daemon killed after the hand-off.
-run_case source kill_source_after_handoff 5 "$(nodes 1 2 3 4)" ""
+run_pool_case source kill_source_after_handoff 5 "$(nodes 1 2 3 4)" "" a
 f="$work/source.json"
 [ "$(pjson "$f" pages_from_pool)" -gt 0 ] || fail "source: no page came from the pool"
 "$testbed" start a
