@@ -57,9 +57,10 @@ void engine_dump::start(uint16_t port) {
     req.migrator_pid = ::getpid();
     req.page_server_port = port;
     req.status_fifo = fifo.string();
-    req.criu_config =
-        criu::write_config(_dir / "criu-dump.conf", _settings.criu_options, _settings.plugin_dir)
-            .string();
+    const std::string lock = _settings.network_lock_nftables ? "network-lock nftables\n" : "";
+    req.criu_config = criu::write_config(_dir / "criu-dump.conf", _settings.criu_options + lock,
+                                         _settings.plugin_dir)
+                          .string();
     req.criu_env = _settings.criu_env;
     req.images_dir = redirected_images().string();
     engines::write_request(engines::checkpoint_request_path(_id), req);

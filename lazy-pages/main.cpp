@@ -98,7 +98,7 @@ class pool_source {
             return drop(log);
         for (size_t round = 0;; round++) {
             _handled = 0;
-            rebuild_dead_slots(log, [] { return false; });
+            rebuild_dead_slots(log, false);
             if (_health->dead_mask()) {
                 _scrub_error =
                     "redundancy not restored (no spare left): lost " + _health->lost_nodes();
@@ -166,15 +166,16 @@ class pool_source {
         auto log = make_logger("lazy-pages");
         while (!_stopping) {
             _health->wait_for_loss(std::chrono::seconds(1), _handled);
-            rebuild_dead_slots(*log, [this] { return _stopping.load(); });
+            rebuild_dead_slots(*log, true);
         }
     }
 
-    // Rebuilds every dead slot not yet handled onto the next spare.
-    template <typename Stop>
-    void rebuild_dead_slots(spdlog::logger& log, Stop stopping) {
+    // Rebuilds every dead slot not yet handled onto the next spare; the
+    // rebuild thread's pass ends early once stop() is called.
+    void rebuild_dead_slots(spdlog::logger& log, bool stops_with_loop) {
         const uint32_t dead = _health->dead_mask();
-        for (uint32_t slot = 0; slot < _health->slots() && !stopping(); slot++) {
+        for (uint32_t slot = 0; slot < _health->slots() && !(stops_with_loop && _stopping);
+             slot++) {
             if (!((dead & ~_handled) >> slot & 1))
                 continue;
             _handled |= 1u << slot;

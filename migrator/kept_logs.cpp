@@ -54,7 +54,8 @@ size_t prune_kept_logs(const fs::path& work_root, size_t keep) {
         // Checked again: a migration may have started writing there since.
         if (!holds_only_logs(dirs[i].dir))
             continue;
-        if (fs::remove_all(dirs[i].dir, ec) != static_cast<std::uintmax_t>(-1) && !ec)
+        fs::remove_all(dirs[i].dir, ec);
+        if (!ec)
             removed++;
     }
     return removed;

@@ -298,7 +298,7 @@ migration_result migration::run() {
             // the hand-off request (or has answered it: the push was over).
             _handoff_pending = false;
             cancel_handoff();
-            handle_handoff();
+            handle_handoff(net::after(handoff_cancel_limit));
         }
         if (!_r.handed_off)
             finish_source();

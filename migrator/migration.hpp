@@ -31,6 +31,9 @@ namespace ferry::migrator {
 
 inline constexpr auto connect_timeout = std::chrono::seconds(5);
 inline constexpr auto control_timeout = std::chrono::seconds(30);
+// The source daemon's answer to a cancelled pool push: it waits for the
+// push's current batch (or a rebuild under way) and drops what was stored.
+inline constexpr auto handoff_cancel_limit = std::chrono::seconds(120);
 // Beyond the destination's own restore deadline: the images' trip and
 // lazy-pages' start, before the destination reports either way.
 inline constexpr auto restore_margin = std::chrono::seconds(60);
@@ -80,13 +83,13 @@ class migration {
     void run_unpark();
     void reserve_park_name();
     void commit_source();
-    bool receive_handoff();
+    bool receive_handoff(net::deadline until);
     void wait_resumed();
     void handle_resume_request();
     void wait_transfer();
     void request_handoff();
     void cancel_handoff();
-    void handle_handoff();
+    void handle_handoff(net::deadline until);
     void finish_source();
     void abort_source(const std::string& reason);
     bool abort_gracefully(const std::string& reason);

@@ -69,7 +69,9 @@ void migration::park() {
     _r.t_images_sent = monotonic_ns();
 
     request_handoff();
-    if (!receive_handoff())
+    // The push of the whole memory: as long as it takes (the pool client
+    // bounds every node's answer).
+    if (!receive_handoff(net::no_deadline))
         throw error("the pool did not take every page: " + _r.handoff_error);
     check_interrupt(); // the last moment at which the source can still resume
     commit_source();

@@ -145,8 +145,8 @@ void migration::cancel_handoff() {
 // The push is over. If it succeeded, the source's job is done: end CRIU's
 // dump now, so the source tasks and their memory go, while the destination
 // reads the rest from the pool.
-void migration::handle_handoff() {
-    if (!receive_handoff()) {
+void migration::handle_handoff(net::deadline until) {
+    if (!receive_handoff(until)) {
         if (_r.handoff_cancelled)
             _log->info("the destination had every page before the pool push was over: the "
                        "push was cancelled and its pages dropped");
@@ -162,8 +162,14 @@ void migration::handle_handoff() {
 }
 
 // The source daemon's answer to request_handoff: did the pool take every page?
-bool migration::receive_handoff() {
-    auto e = control::receive(*_src, net::no_deadline);
+bool migration::receive_handoff(net::deadline until) {
+    control::envelope_ptr e;
+    try {
+        e = control::receive(*_src, until);
+    } catch (const std::exception& ex) {
+        throw error(
+            fmt::format("the local daemon did not answer the pool hand-off: {}", ex.what()));
+    }
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDED_OFF, "local daemon");
     const auto& h = *e->outgoing_handed_off;
     _r.pool_push_ns = h.push_ns;
@@ -198,7 +204,7 @@ void migration::wait_transfer() {
                                         transfer_silence_limit.count()));
             if (fds[1].revents || _src->buffered()) {
                 _handoff_pending = false;
-                handle_handoff();
+                handle_handoff(net::after(control_timeout)); // the answer is arriving
                 continue;
             }
             if (!fds[0].revents && !_dest->buffered())

@@ -80,6 +80,7 @@ void migration::start_dump() {
     settings.limits = _deadlines;
     settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
     settings.criu_options += _r.criu_features.config_lines();
+    settings.network_lock_nftables = _r.criu_features.network_lock_nftables;
     settings.criu_options += _opt.criu_config_extra;
     settings.criu_env = _criu_env;
     settings.criu = _opt.tools.criu;

@@ -180,24 +180,20 @@ void outgoing_migration::start_pool_push(const pool::pool_spec& spec) {
         _pusher = std::make_unique<pool_pusher>(*this, spec, spec.object_of(_id));
 }
 
+pool_pusher* outgoing_migration::pusher() {
+    std::lock_guard lock(_mutex);
+    return _pusher.get();
+}
+
 std::optional<push_result> outgoing_migration::wait_pool_push(std::chrono::milliseconds timeout) {
-    pool_pusher* p = nullptr;
-    {
-        std::lock_guard lock(_mutex);
-        p = _pusher.get();
-    }
+    pool_pusher* p = pusher();
     if (!p)
         return push_result{.error = "this migration has no pool"};
     return p->wait_for(timeout);
 }
 
 void outgoing_migration::cancel_pool_push() noexcept {
-    pool_pusher* p = nullptr;
-    {
-        std::lock_guard lock(_mutex);
-        p = _pusher.get();
-    }
-    if (p)
+    if (pool_pusher* p = pusher())
         p->discard();
 }
 

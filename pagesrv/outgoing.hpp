@@ -127,6 +127,7 @@ class outgoing_migration final : public transport::page_source {
     [[nodiscard]] const access_grant& access() const noexcept { return _access; }
 
   private:
+    pool_pusher* pusher(); // null until start_pool_push
     access_grant _access;
     struct process {
         pid_t host_pid = 0;

@@ -1,9 +1,9 @@
 #include "outgoing_session.hpp"
 
+#include "sys/net.hpp"
 #include "wire/control.hpp"
 
 #include <fmt/format.h>
-#include <poll.h>
 
 namespace ferry::pagesrv {
 
@@ -17,13 +17,6 @@ constexpr auto orphaned_commit_wait = std::chrono::hours(1);
 constexpr auto dump_end_wait = std::chrono::seconds(2);
 // How often a pending hand-off looks for the migrator's cancel.
 constexpr auto handoff_poll = std::chrono::milliseconds(20);
-
-bool readable(net::stream& conn) {
-    if (conn.buffered())
-        return true;
-    pollfd p{conn.fd(), POLLIN, 0};
-    return ::poll(&p, 1, 0) > 0;
-}
 
 } // namespace
 
@@ -118,7 +111,8 @@ outgoing_session::next outgoing_session::on_handoff() {
     std::optional<push_result> r;
     bool cancelled = false;
     while (!(r = _m.wait_pool_push(handoff_poll))) {
-        if (!readable(_conn))
+        if (!_conn.buffered() &&
+            !net::wait_readable(_conn.fd(), net::after(std::chrono::seconds(0))))
             continue;
         control::envelope_ptr e;
         try {

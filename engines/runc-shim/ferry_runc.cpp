@@ -6,6 +6,7 @@
 // gate: the tasks resume only if the destination daemon says so.
 #include "core/unique_fd.hpp"
 #include "engine_request.hpp"
+#include "sys/subprocess.hpp"
 #include "wire/criu_event_wire.hpp"
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,7 @@ namespace fs = std::filesystem;
 using namespace ferry;
 
 constexpr int gate_timeout_ms = 120'000; // the migrator commits the source meanwhile
+constexpr auto untar_timeout = std::chrono::seconds(60);
 
 void say(const std::string& what) {
     std::fprintf(stderr, "ferry-runc: %s\n", what.c_str());
@@ -217,24 +219,16 @@ void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
     export_for_criu(req->migration_id, req->criu_config, req->criu_env);
 }
 
-// Unpacks `tar` into `dir` with ferry-untar, beside this binary.
+// Unpacks `tar` into `dir` with ferry-untar, beside this binary (bounded:
+// the restore it is part of must not hang on it).
 void untar(const std::string& tar, const fs::path& dir) {
     const fs::path helper = fs::read_symlink("/proc/self/exe").parent_path() / "ferry-untar";
-    const pid_t child = ::fork();
-    if (child < 0)
-        throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-    if (child == 0) {
-        ::execl(helper.c_str(), helper.c_str(), tar.c_str(), dir.c_str(), nullptr);
-        std::fprintf(stderr, "ferry-runc: exec %s: %s\n", helper.c_str(), std::strerror(errno));
-        ::_exit(127);
-    }
-    int status = 0;
-    while (::waitpid(child, &status, 0) < 0)
-        if (errno != EINTR)
-            throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    try {
+        (void)run_capture({helper.string(), tar, dir.string()}, untar_timeout);
+    } catch (const std::exception& e) {
         throw std::runtime_error("ferry-untar could not refill the container's /dev/shm from " +
-                                 tar);
+                                 tar + ": " + e.what());
+    }
 }
 
 // The container's /dev/shm is a tmpfs the engine mounted on the host for it

@@ -56,8 +56,6 @@ std::string lazy_dump_features::config_lines() const {
         lines += "lazy-whole-vmas\n";
     if (smaps_before_freeze)
         lines += "smaps-before-freeze\n";
-    if (network_lock_nftables)
-        lines += "network-lock nftables\n";
     return lines;
 }
 

@@ -33,11 +33,12 @@ struct lazy_dump_features {
     // running iptables-restore inside it at the freeze, and again on the
     // destination just before the resume (tens of milliseconds each here).
     // The images record the method; the destination's CRIU must know it, so
-    // the migrator sets it only when the destination said so.
+    // the migrator sets it only when the destination said so. Not a config
+    // line: dump_settings::network_lock_nftables carries it.
     bool network_lock_nftables = false;
 
     static lazy_dump_features probe(const std::string& criu);
-    // The config lines for the features that are on.
+    // The config lines for the features that are on (not the network lock).
     [[nodiscard]] std::string config_lines() const;
 };
 

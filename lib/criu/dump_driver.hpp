@@ -39,6 +39,11 @@ struct dump_settings {
     deadlines limits;
     // Extra lines for CRIU's config file (e.g. "tcp-close\n").
     std::string criu_options;
+    // CRIU locks the dumped network namespace with nftables (the destination
+    // can restore that). Ferry's own RPC dump puts it in the request, an
+    // engine's runc gets it as a config line: CRIU 4.1.1 crashes on
+    // network-lock in an RPC config file (config.c reads argv[optind]).
+    bool network_lock_nftables = false;
     // Environment entries for CRIU (e.g. "CRIU_FAULT=130"); an engine's runc
     // gets them through the shim.
     std::vector<std::string> criu_env;

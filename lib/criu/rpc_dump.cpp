@@ -50,18 +50,13 @@ class rpc_dump final : public dump_driver {
         opts.ps = &ps;
         opts.has_notify_scripts = true;
         opts.notify_scripts = true;
-        // CRIU 4.1.1 crashes on network-lock in the config file of an RPC
-        // request (config.c looks at the command in argv[optind], and a
-        // config file has none): the request carries the method instead.
-        std::string options = _settings.criu_options;
-        const std::string nftables_lock = "network-lock nftables\n";
-        if (const auto at = options.find(nftables_lock); at != std::string::npos) {
-            options.erase(at, nftables_lock.size());
+        if (_settings.network_lock_nftables) {
             opts.has_network_lock = true;
             opts.network_lock = CRIU_NETWORK_LOCK_METHOD__NFTABLES;
         }
         const auto config =
-            write_config(_dir / "criu-dump.conf", options, _settings.plugin_dir).string();
+            write_config(_dir / "criu-dump.conf", _settings.criu_options, _settings.plugin_dir)
+                .string();
         opts.config_file = const_cast<char*>(config.c_str());
         CriuReq req = CRIU_REQ__INIT;
         req.type = CRIU_REQ_TYPE__DUMP;
