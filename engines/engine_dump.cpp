@@ -6,11 +6,14 @@
 #include "criu/criu_config.hpp"
 #include "criu/criu_image.hpp"
 #include "engine_request.hpp"
+#include "line_socket.hpp"
 #include "tar_writer.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,9 +66,75 @@ void engine_dump::start(uint16_t port) {
                           .string();
     req.criu_env = _settings.criu_env;
     req.images_dir = redirected_images().string();
+    if (_settings.warm_destination && holds_before_freeze()) {
+        _hold_listen = listen_unix(_dir / "hold.socket");
+        req.hold_socket = (_dir / "hold.socket").string();
+    }
     engines::write_request(engines::checkpoint_request_path(_id), req);
     _t_start = monotonic_ns();
     _cmd = child_process::spawn(checkpoint_command(), _dir / (_engine + "-checkpoint.log"));
+}
+
+std::vector<criu::engine_file> engine_dump::wait_held(std::chrono::milliseconds bound) {
+    if (!_hold_listen)
+        return {};
+    const auto until = std::chrono::steady_clock::now() + bound;
+    while (!_hold_conn) {
+        if (interrupted())
+            throw error("interrupted");
+        pollfd fds[2] = {{_hold_listen.get(), POLLIN, 0}, {_cmd.exit_fd(), POLLIN, 0}};
+        if (::poll(fds, 2, 100) < 0 && errno != EINTR)
+            throw sys_error("poll");
+        if (fds[1].revents)
+            on_event(); // throws: it ended before its runc started
+        if (fds[0].revents) {
+            unique_fd conn(::accept4(_hold_listen.get(), nullptr, nullptr, SOCK_CLOEXEC));
+            const std::string want = std::string(hold_request) + " ";
+            const auto line = conn ? read_line(conn.get(), std::chrono::seconds(5)) : "";
+            if (line.rfind(want, 0) == 0) {
+                _hold_conn = std::move(conn);
+                _held_descriptors = line.substr(want.size());
+            }
+        }
+        if (!_hold_conn && std::chrono::steady_clock::now() > until)
+            throw error(fmt::format("{}'s checkpoint of {} did not reach its runc within {} ms",
+                                    _engine, _name, bound.count()));
+    }
+    auto files = configuration_before_freeze();
+    files.push_back({"descriptors.json", {_held_descriptors.begin(), _held_descriptors.end()}});
+    return files;
+}
+
+void engine_dump::release_hold() {
+    if (!_hold_conn)
+        return;
+    write_line(_hold_conn.get(), go_answer);
+    _hold_conn.reset();
+    _hold_listen.reset();
+    _t_start = monotonic_ns(); // the freeze comes now, not when the command started
+}
+
+bool engine_dump::refuse_hold(std::chrono::milliseconds bound) noexcept {
+    if (!_hold_listen)
+        return false;
+    // The shim fails runc's checkpoint before it starts (a shim that has
+    // not connected yet finds no socket): nothing froze.
+    if (_hold_conn)
+        write_line(_hold_conn.get(), "refuse the migration did not go ahead");
+    _hold_conn.reset();
+    _hold_listen.reset();
+    _ended = true;
+    try {
+        if (_cmd.running() && !_cmd.wait_for(bound)) {
+            _log->warn("{}'s checkpoint of {} did not end after its hold was refused; killing it",
+                       _engine, _name);
+            _cmd.signal(SIGKILL);
+            (void)_cmd.wait_for(std::chrono::seconds(5));
+        }
+    } catch (const std::exception& e) {
+        _log->warn("waiting for {}'s refused checkpoint: {}", _engine, e.what());
+    }
+    return true;
 }
 
 criu::dump_times engine_dump::wait_dumped() {

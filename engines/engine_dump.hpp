@@ -58,6 +58,9 @@ class engine_dump : public criu::dump_driver {
     ~engine_dump() override;
 
     void start(uint16_t port) override;
+    std::vector<criu::engine_file> wait_held(std::chrono::milliseconds bound) override;
+    void release_hold() override;
+    bool refuse_hold(std::chrono::milliseconds bound) noexcept override;
     criu::dump_times wait_dumped() override;
     [[nodiscard]] int event_fd() const override;
     void on_event() override;
@@ -86,6 +89,13 @@ class engine_dump : public criu::dump_driver {
     // Where CRIU should write the images instead of where the engine says
     // (empty: where the engine says).
     [[nodiscard]] virtual std::filesystem::path redirected_images() const { return {}; }
+    // The container's configuration as the engine's checkpoint wrote it
+    // before its runc started, from which the destination starts a warm
+    // restore (runc's descriptors.json is added to it).
+    [[nodiscard]] virtual std::vector<criu::engine_file> configuration_before_freeze() const {
+        return {};
+    }
+    [[nodiscard]] virtual bool holds_before_freeze() const { return false; }
     // Where runc and CRIU log, for a person to look at.
     [[nodiscard]] virtual std::string log_hint() const = 0;
     // After CRIU was killed and the engine's checkpoint ended: brings the
@@ -103,6 +113,8 @@ class engine_dump : public criu::dump_driver {
     void wait_status(std::chrono::steady_clock::time_point until, const char* what);
 
     unique_fd _status;
+    unique_fd _hold_listen, _hold_conn; // while the shim holds before runc
+    std::string _held_descriptors;      // runc's descriptors.json, from the shim
     child_process _cmd;
     uint64_t _t_start = 0;
     bool _status_ready = false;

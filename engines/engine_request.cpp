@@ -94,7 +94,8 @@ void write_request(const std::filesystem::path& file, const checkpoint_request& 
                       {"status_fifo", r.status_fifo},
                       {"criu_config", r.criu_config},
                       {"images_dir", r.images_dir},
-                      {"criu_env", r.criu_env}});
+                      {"criu_env", r.criu_env},
+                      {"hold_socket", r.hold_socket}});
 }
 
 void write_request(const std::filesystem::path& file, const restore_request& r) {
@@ -103,7 +104,9 @@ void write_request(const std::filesystem::path& file, const restore_request& r) 
                       {"gate_socket", r.gate_socket},
                       {"criu_config", r.criu_config},
                       {"devshm_tar", r.devshm_tar},
-                      {"criu_env", r.criu_env}});
+                      {"criu_env", r.criu_env},
+                      {"wait_for_images", r.wait_for_images},
+                      {"images_dir", r.images_dir}});
 }
 
 bool is_container_id(const std::string& s) noexcept {
@@ -130,6 +133,7 @@ std::optional<checkpoint_request> read_checkpoint_request(const std::filesystem:
     r.criu_config = field<std::string>(*j, "criu_config", file);
     r.images_dir = j->value("images_dir", "");
     r.criu_env = criu_env_field(*j, file);
+    r.hold_socket = j->value("hold_socket", "");
     if (r.migrator_pid <= 0 || r.page_server_port == 0 || r.status_fifo.empty())
         throw error(fmt::format("{} holds an invalid request", file.string()));
     return r;
@@ -146,7 +150,10 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
     r.criu_config = field<std::string>(*j, "criu_config", file);
     r.devshm_tar = j->value("devshm_tar", "");
     r.criu_env = criu_env_field(*j, file);
-    if (r.lazy_socket.empty() || r.gate_socket.empty())
+    r.wait_for_images = j->value("wait_for_images", false);
+    r.images_dir = j->value("images_dir", "");
+    if (r.lazy_socket.empty() || r.gate_socket.empty() ||
+        (r.wait_for_images && r.images_dir.empty()))
         throw error(fmt::format("{} holds an invalid request", file.string()));
     return r;
 }

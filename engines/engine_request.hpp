@@ -46,6 +46,11 @@ struct checkpoint_request {
     std::string images_dir;
     // Environment entries for CRIU (only criu_env_allowed names pass).
     std::vector<std::string> criu_env;
+    // A unix socket of the migrator's (empty: none). The shim holds there
+    // before runc starts, so before the freeze, until the migrator says
+    // "go": by then podman has written the container's configuration, and
+    // the destination starts its restore from it (a warm restore).
+    std::string hold_socket;
 };
 
 struct restore_request {
@@ -58,6 +63,11 @@ struct restore_request {
     // the container starts.
     std::string devshm_tar;
     std::vector<std::string> criu_env; // as in checkpoint_request
+    // A warm restore: the engine started before the freeze, so the shim
+    // first asks the gate for the images ("images" -> "go"), then points
+    // runc's --image-path at images_dir, where they arrived.
+    bool wait_for_images = false;
+    std::string images_dir;
 };
 
 // The environment a request may set for CRIU: "CRIU_FAULT=130" (no hardware
@@ -70,10 +80,19 @@ void write_request(const std::filesystem::path& file, const restore_request& r);
 std::optional<checkpoint_request> read_checkpoint_request(const std::filesystem::path& file);
 std::optional<restore_request> read_restore_request(const std::filesystem::path& file);
 
-// The gate's one exchange, a line each way:
+// The gate's exchanges, a line each way:
 //   shim -> daemon: "post-restore <root pid>\n"
 //   daemon -> shim: "resume\n" or "refuse <reason>\n"
+// and, for a warm restore, before runc starts:
+//   shim -> daemon: "images <runc's bundle dir>\n"
+//   daemon -> shim: "go\n" once they are in, or "refuse <reason>\n"
+// The hold before a checkpoint (checkpoint_request::hold_socket):
+//   shim -> migrator: "hold <runc's descriptors.json, one line>\n"
+//   migrator -> shim: "go\n" or "refuse <reason>\n"
 inline constexpr const char* gate_resume = "resume";
+inline constexpr const char* gate_images = "images";
+inline constexpr const char* hold_request = "hold";
+inline constexpr const char* go_answer = "go";
 
 // `podman container rm --force --time 0 NAME_OR_ID`; throws ferry::error.
 void podman_remove(const std::string& podman, const std::string& name_or_id);

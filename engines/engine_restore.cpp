@@ -5,6 +5,7 @@
 #include "criu/criu_config.hpp"
 #include "engine.hpp"
 #include "engine_request.hpp"
+#include "line_socket.hpp"
 #include "sys/proc.hpp"
 
 #include <nlohmann/json.hpp>
@@ -23,16 +24,6 @@ namespace ferry::engines {
 namespace {
 
 namespace fs = std::filesystem;
-
-sockaddr_un gate_address(const fs::path& dir) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    const auto p = gate_path(dir).string();
-    if (p.size() >= sizeof addr.sun_path)
-        throw error(fmt::format("gate socket path {} is too long for a unix socket", p));
-    std::strcpy(addr.sun_path, p.c_str());
-    return addr;
-}
 
 } // namespace
 
@@ -74,7 +65,8 @@ namespace engine_restore_detail {
 
 fs::path write_restore_request(const fs::path& dir, const fs::path& images,
                                const std::string& migration_id, const std::string& devshm_tar,
-                               const std::vector<std::string>& criu_env, const host_tools& tools) {
+                               const std::vector<std::string>& criu_env, const host_tools& tools,
+                               bool warm) {
     if (tools.runc_shim.empty())
         throw error("cannot find Ferry's runc shim ferry-runc (set FERRY_RUNC_SHIM)");
     engines::restore_request req;
@@ -84,6 +76,9 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     req.gate_socket = gate_path(dir).string();
     req.criu_config = (dir / "criu-restore.conf").string();
     req.devshm_tar = devshm_tar;
+    req.wait_for_images = warm;
+    if (warm)
+        req.images_dir = dir.string();
     criu::write_config(dir / "criu-restore.conf",
                        fmt::format("action-script {}\n{}", tools.runc_shim, criu::restore_options),
                        tools.criu_plugin_dir);
@@ -113,42 +108,40 @@ fs::path gate_path(const fs::path& dir) {
 }
 
 unique_fd listen_gate(const fs::path& dir) {
-    unique_fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!s)
-        throw sys_error("socket AF_UNIX");
-    const auto addr = gate_address(dir);
-    ::unlink(addr.sun_path);
-    if (::bind(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) ||
-        ::listen(s.get(), 4))
-        throw sys_error("gate socket " + gate_path(dir).string());
-    return s;
+    return listen_unix(gate_path(dir));
 }
 
-pid_t read_gate_request(int conn) {
+gate_request read_gate_request(int conn) {
     std::string line;
-    char c;
-    while (line.size() < 128) {
-        pollfd p{conn, POLLIN, 0};
-        if (::poll(&p, 1, 5000) <= 0)
-            throw error("the runc shim sent no gate request");
-        if (::read(conn, &c, 1) != 1 || c == '\n')
-            break;
-        line += c;
+    try {
+        line = read_line(conn, std::chrono::seconds(5));
+    } catch (const std::exception&) {
+        throw error("the runc shim sent no gate request");
+    }
+    gate_request r;
+    const std::string images = std::string(gate_images) + " /";
+    if (line.rfind(images, 0) == 0) {
+        r.images = true;
+        r.bundle = line.substr(images.size() - 1);
+        return r;
     }
     const std::string want = "post-restore ";
     if (line.rfind(want, 0) != 0)
         throw error(fmt::format("malformed gate request '{}'", line));
     try {
-        return pid_t(std::stol(line.substr(want.size())));
+        r.pid = pid_t(std::stol(line.substr(want.size())));
+        return r;
     } catch (const std::exception&) {
         throw error(fmt::format("malformed gate request '{}'", line));
     }
 }
 
 void answer_gate(int conn, bool resume, const std::string& reason) {
-    const std::string a =
-        resume ? std::string(engines::gate_resume) + "\n" : fmt::format("refuse {}\n", reason);
-    (void)!::write(conn, a.data(), a.size());
+    write_line(conn, resume ? std::string(engines::gate_resume) : "refuse " + reason);
+}
+
+void answer_images(int conn, bool go, const std::string& reason) {
+    write_line(conn, go ? std::string(engines::go_answer) : "refuse " + reason);
 }
 
 } // namespace ferry::engines

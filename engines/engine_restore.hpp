@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/unique_fd.hpp"
+#include "criu/dump_driver.hpp"
 #include "sys/host_tools.hpp"
 
 #include <sys/types.h>
@@ -35,8 +36,24 @@ class engine_restore {
     // runs, so a daemon that dies meanwhile removes it when it starts again.
     virtual void reserve(const std::filesystem::path& dir, const std::string& image,
                          const std::vector<uint8_t>& config) = 0;
+    // Before the freeze, once the source's engine has written the
+    // container's configuration (`files`, named as the engine names them):
+    // what starts the engine's restore now, so that only runc and CRIU are
+    // left for the downtime (a warm restore). The caller runs it; its runc
+    // shim then waits at the gate for the images (gate_request::images).
+    // Empty: this engine restores only once the images are in.
+    virtual std::vector<std::string> warm_command(const std::filesystem::path& /*dir*/,
+                                                  const std::string& /*migration_id*/,
+                                                  const std::vector<std::string>& /*criu_env*/,
+                                                  const std::vector<criu::engine_file>& /*files*/) {
+        return {};
+    }
+    // The warm restore's shim waits for the images, with runc's `bundle`
+    // (the engine itself is busy: its restore holds the container's lock).
+    virtual void warm_waiting(const std::filesystem::path& /*bundle*/) {}
     // Once the images are in `dir`: builds what the engine restores from;
-    // returns the command that restores (it ends once the tasks run).
+    // returns the command that restores (it ends once the tasks run), or
+    // nothing for a warm restore, whose command runs already.
     // `criu_env`: environment entries for the CRIU under runc (the shim
     // exports them; engines::criu_env_allowed).
     virtual std::vector<std::string> prepare(const std::filesystem::path& dir,
@@ -71,10 +88,14 @@ namespace engine_restore_detail {
 // Writes Ferry's restore request (engine_request.hpp) into `images`: the
 // lazy-pages socket and gate of the session in `dir`, and a CRIU config with
 // the shim (tools.runc_shim) as action script. `devshm_tar` may be empty.
-std::filesystem::path
-write_restore_request(const std::filesystem::path& dir, const std::filesystem::path& images,
-                      const std::string& migration_id, const std::string& devshm_tar,
-                      const std::vector<std::string>& criu_env, const host_tools& tools);
+// A warm restore's request (`warm`) makes the shim wait for the images and
+// take them from `dir`.
+std::filesystem::path write_restore_request(const std::filesystem::path& dir,
+                                            const std::filesystem::path& images,
+                                            const std::string& migration_id,
+                                            const std::string& devshm_tar,
+                                            const std::vector<std::string>& criu_env,
+                                            const host_tools& tools, bool warm = false);
 // The session's engine file `name` ("engine.<name>"); throws if it is missing.
 std::filesystem::path engine_file(const std::filesystem::path& dir, const std::string& name);
 // The CRIU images among `dir`'s files (not engine files, logs, configs).
@@ -85,8 +106,16 @@ bool is_criu_image(const std::filesystem::path& file);
 // The gate: a unix socket in `dir` the shim connects to at post-restore.
 unique_fd listen_gate(const std::filesystem::path& dir);
 std::filesystem::path gate_path(const std::filesystem::path& dir);
-// Reads the shim's "post-restore <pid>" line; returns the pid.
-pid_t read_gate_request(int conn);
+// The shim's line: "images <bundle>" (a warm restore waits for them) or
+// "post-restore <pid>".
+struct gate_request {
+    bool images = false;
+    std::string bundle; // images: runc's bundle (its config.json names the root)
+    pid_t pid = 0;      // post-restore: the restored root task
+};
+gate_request read_gate_request(int conn);
 void answer_gate(int conn, bool resume, const std::string& reason);
+// To "images": "go" once they are in, or a refusal.
+void answer_images(int conn, bool go, const std::string& reason);
 
 } // namespace ferry::engines

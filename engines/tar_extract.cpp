@@ -1,10 +1,16 @@
 #include "tar_extract.hpp"
 
 #include "core/error.hpp"
+#include "core/unique_fd.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <memory>
 
@@ -27,6 +33,36 @@ void copy_data(archive* in, archive* out, const std::filesystem::path& tar) {
         if (archive_write_data_block(out, buf, size, offset) != ARCHIVE_OK)
             throw error(fmt::format("{}: {}", tar.string(), archive_error_string(out)));
     }
+}
+
+// Removes directory `name` in `dirfd` and everything in it, never following
+// a symlink.
+void remove_tree_at(int dirfd, const std::string& name, const std::string& shown) {
+    const int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        throw sys_error("open " + shown);
+    DIR* d = ::fdopendir(fd);
+    if (!d) {
+        ::close(fd);
+        throw sys_error("fdopendir " + shown);
+    }
+    struct dir_closer {
+        void operator()(DIR* dir) const noexcept { ::closedir(dir); }
+    };
+    std::unique_ptr<DIR, dir_closer> guard(d);
+    while (const dirent* e = ::readdir(d)) {
+        const std::string entry = e->d_name;
+        if (entry == "." || entry == "..")
+            continue;
+        if (::unlinkat(fd, entry.c_str(), 0) == 0)
+            continue;
+        if (errno != EISDIR)
+            throw sys_error("unlink " + shown + "/" + entry);
+        remove_tree_at(fd, entry, shown + "/" + entry);
+    }
+    guard.reset();
+    if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR))
+        throw sys_error("rmdir " + shown);
 }
 
 } // namespace
@@ -93,6 +129,39 @@ std::filesystem::path path_below(const std::filesystem::path& root, const std::s
     if (out == root)
         throw error(fmt::format("'{}' names the container's root", path));
     return out;
+}
+
+} // namespace ferry
+
+namespace ferry {
+
+void remove_below(const std::filesystem::path& root, const std::string& path) {
+    const auto full = path_below(root, path); // refuses ".." and the root itself
+    const auto rel = full.lexically_relative(root);
+    unique_fd root_fd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root_fd)
+        throw sys_error("open " + root.string());
+    unique_fd parent;
+    if (rel.parent_path().empty()) {
+        parent.reset(::dup(root_fd.get()));
+    } else {
+        open_how how{};
+        how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+        how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+        parent.reset(int(
+            ::syscall(SYS_openat2, root_fd.get(), rel.parent_path().c_str(), &how, sizeof how)));
+    }
+    if (!parent) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return; // its directory is gone already
+        throw sys_error("open " + full.parent_path().string());
+    }
+    const auto name = rel.filename().string();
+    if (::unlinkat(parent.get(), name.c_str(), 0) == 0 || errno == ENOENT)
+        return;
+    if (errno != EISDIR)
+        throw sys_error("unlink " + full.string());
+    remove_tree_at(parent.get(), name, full.string());
 }
 
 } // namespace ferry

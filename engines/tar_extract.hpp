@@ -17,4 +17,10 @@ void extract_tar(const std::filesystem::path& tar, const std::filesystem::path& 
 // ferry::error if it is not absolute, or climbs out with "..".
 std::filesystem::path path_below(const std::filesystem::path& root, const std::string& path);
 
+// Removes container path `path` (a file or a whole tree) from the container
+// root `root`, resolving symlinks on the way as the container would, inside
+// `root` (openat2 RESOLVE_IN_ROOT): a container's own symlinks never lead
+// outside it. A path that does not exist is not an error.
+void remove_below(const std::filesystem::path& root, const std::string& path);
+
 } // namespace ferry

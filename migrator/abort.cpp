@@ -37,6 +37,8 @@ namespace ferry::migrator {
 void migration::abort_source(const std::string& reason) {
     if (!_dump_started || (_dump->ended() && !_dump->stuck()))
         return; // CRIU never froze the tasks, or already resumed them after its own failure
+    if (_dump->refuse_hold(hold_refuse_limit))
+        return; // held before the freeze: the engine's checkpoint failed, nothing froze
     set_phase("aborting");
     _dump->ignore_interrupts(); // the abort itself must finish
     if (!_dump->stuck() && abort_gracefully(reason) && criu::inspect_workload(_opt.pid).running())

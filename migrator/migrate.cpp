@@ -258,6 +258,7 @@ migration_result migration::run() {
         connect_local_daemon();
         check_interrupt();
         start_dump();
+        warm_destination();
         {
             const auto t = _dump->wait_dumped();
             _r.t_freeze = t.freeze;

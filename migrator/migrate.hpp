@@ -96,7 +96,10 @@ struct migration_result {
     bool source_running = false; // after a failure: did the source survive?
     pid_t source_pid = 0;
     pid_t destination_pid = -1;
-    std::string engine, container;          // container migrations
+    std::string engine, container; // container migrations
+    // How the destination's engine restored: "warm" (its restore started
+    // before the freeze), or "cold" and why not warm.
+    std::string engine_restore;
     bool source_removed = false;            // the source container is gone (after the resume)
     uint64_t workload_bytes = 0;            // resident memory of the tree before the freeze
     std::string criu_stop_method;           // hardware breakpoints, or syscall stepping and why

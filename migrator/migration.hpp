@@ -40,6 +40,13 @@ inline constexpr auto restore_margin = std::chrono::seconds(60);
 // How long an abort waits for CRIU's page server, through which CRIU resumes
 // the tasks itself, before it kills CRIU instead.
 inline constexpr auto abort_page_server_grace = std::chrono::seconds(5);
+// A podman checkpoint reaches its runc (where it holds for the destination's
+// warm start) in a few hundred ms; the destination's podman creates the
+// container and starts its restore in about a second.
+inline constexpr auto hold_limit = std::chrono::seconds(60);
+inline constexpr auto warm_start_limit = std::chrono::seconds(90);
+// A refused hold: podman's checkpoint fails and ends at once.
+inline constexpr auto hold_refuse_limit = std::chrono::seconds(30);
 // The destination reports progress every 200 ms; this much silence means it is gone.
 inline constexpr auto transfer_silence_limit = std::chrono::seconds(60);
 
@@ -70,6 +77,7 @@ class migration {
     void connect_destination(const std::string& source_addr);
     void connect_local_daemon();
     void start_dump();
+    void warm_destination();
     void watch_vma_flags();
     void settle_vma_flags();
     void register_with_source();

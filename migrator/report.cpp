@@ -72,6 +72,8 @@ nlohmann::json to_json(const migration_result& r) {
     if (!r.recovery.empty())
         j["recovery"] = r.recovery;
     j["criu_stop_method"] = r.criu_stop_method;
+    if (!r.engine_restore.empty())
+        j["engine_restore"] = r.engine_restore;
     const auto& f = r.criu_features;
     j["criu_lazy_dump"] = !f.pagemap_only ? "pages parked in pipes"
                           : f.whole_vmas  ? "pagemap only, whole VMAs"

@@ -86,6 +86,7 @@ void migration::start_dump() {
     settings.criu = _opt.tools.criu;
     settings.plugin_dir = _opt.tools.criu_plugin_dir;
     settings.interrupted = [] { return interrupt_requested(); };
+    settings.warm_destination = _opt.mode == migrate_mode::migrate && _dest;
     if (_source)
         _dump = _source->make_dump(_dir, _r.id, settings);
     else
@@ -94,6 +95,44 @@ void migration::start_dump() {
     set_phase("freezing");
     _dump->start(_criu_port);
     _dump_started = true;
+}
+
+// An engine whose checkpoint holds before its runc starts (podman) has
+// written the container's configuration by then: the destination starts its
+// engine's restore from it before the freeze, and only then does the dump go
+// on. A destination that cannot start warm says why and restores cold, once
+// the images are in.
+void migration::warm_destination() {
+    auto files = _dump->wait_held(hold_limit);
+    if (files.empty())
+        return;
+    const uint64_t t0 = monotonic_ns();
+    image_list l;
+    for (auto& f : files) {
+        l.names.push_back(f.name);
+        l.contents.push_back(std::move(f.data));
+    }
+    std::vector<FerryControl__ImageFile> pieces;
+    for (size_t i = 0; i < l.names.size(); i++)
+        pieces.push_back(image_piece(l, i, 0, l.contents[i].size()));
+    std::vector<FerryControl__ImageFile*> ptrs;
+    for (auto& p : pieces)
+        ptrs.push_back(&p);
+    FerryControl__IncomingWarm warm = FERRY_CONTROL__INCOMING_WARM__INIT;
+    warm.n_files = ptrs.size();
+    warm.files = ptrs.data();
+    control::send_message(*_dest, warm, net::after(control_timeout));
+    auto e = control::receive(*_dest, net::after(warm_start_limit));
+    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_WARM_READY,
+                    "destination " + _opt.destination.to_string());
+    const auto& ready = *e->warm_ready;
+    _r.engine_restore =
+        ready.warm ? "warm" : fmt::format("cold ({})", ready.reason ? ready.reason : "?");
+    if (!ready.warm)
+        _log->warn("the destination restores the container once the images are in: {}",
+                   ready.reason ? ready.reason : "?");
+    _log->debug("the destination's warm start took {:.1f} ms", ns_to_ms(monotonic_ns() - t0));
+    _dump->release_hold();
 }
 
 // CRIU reads the VMA flags before the freeze: watch the tree from now on

@@ -105,6 +105,11 @@ bool incoming_session::receive_images() {
             _log->warn("the migrator left before sending every image");
             return false;
         }
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_INCOMING_WARM && _engine_restore && !t0 &&
+            !_warm_cmd) {
+            start_warm_restore(*e->incoming_warm);
+            continue;
+        }
         control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_INCOMING_IMAGES, "migrator");
         if (fault_injected(fault::dest_die_before_restore)) {
             _log->warn("fault injection: dying before restore");

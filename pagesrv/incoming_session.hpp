@@ -69,6 +69,7 @@ class incoming_session {
     // A container reserved here that never ran is removed; one that runs
     // is the engine's. The plugin's moments of this migration are done with.
     ~incoming_session() {
+        stop_warm_restore("the migration ended before the images came");
         if (_engine_restore && _resumed)
             _engine_restore->release();
         else if (_engine_restore)
@@ -90,6 +91,9 @@ class incoming_session {
     bool start_lazy_pages();
     bool restore();
     bool restore_with_engine();
+    void start_warm_restore(const FerryControl__IncomingWarm& warm);
+    std::filesystem::path wait_for_warm_shim(); // returns runc's bundle
+    void stop_warm_restore(const std::string& why) noexcept;
     bool engine_restore_failed(const std::string& why, bool tasks_ran);
     void report_resumed(uint64_t restore_ns, std::optional<uint64_t> engine_settle_ns);
     void spawn_lazy_pages();
@@ -111,6 +115,11 @@ class incoming_session {
     std::string _container_image;
     std::vector<uint8_t> _container_config;
     std::unique_ptr<engines::engine_restore> _engine_restore;
+    // A warm restore (restore_engine.cpp): the gate, the engine's command
+    // started before the freeze, and its shim's wait for the images.
+    unique_fd _gate;
+    std::optional<child_process> _warm_cmd;
+    unique_fd _warm_shim;
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;

@@ -7,6 +7,7 @@
 #include "criu/criu_config.hpp"
 #include "criu/criu_image.hpp"
 #include "engine_request.hpp"
+#include "image_names.hpp"
 #include "pool/pool_layout.hpp"
 #include "sys/proc.hpp"
 #include "transport/fabric.hpp"
@@ -25,16 +26,121 @@ namespace ferry::pagesrv {
 
 // The engine restores; CRIU inside it asks the gate (the shim, as CRIU's
 // post-restore action script) before the tasks run, as in restore() above.
+namespace {
+
+// The warm restore's engine command reaches its runc shim's wait for the
+// images within a second or two (podman creates the container, its network
+// namespace and mounts, and starts conmon and runc).
+constexpr auto warm_shim_limit = std::chrono::seconds(60);
+// A refused warm restore: the shim fails runc, and the engine's command ends.
+constexpr auto warm_stop_limit = std::chrono::seconds(30);
+
+} // namespace
+
+// Before the freeze: the source's engine wrote the container's configuration
+// (its checkpoint holds before its runc starts); the engine's restore starts
+// from it now, and its shim waits at the gate for the images. If that does
+// not work out, the restore stays cold: it starts once the images are in.
+void incoming_session::start_warm_restore(const FerryControl__IncomingWarm& warm) {
+    FerryControl__WarmReady ready = FERRY_CONTROL__WARM_READY__INIT;
+    std::string why_cold;
+    try {
+        std::vector<criu::engine_file> files;
+        for (size_t i = 0; i < warm.n_files; i++) {
+            const auto& f = *warm.files[i];
+            if (!acceptable_image_name(f.name) ||
+                buffer_checksum(f.data.data, f.data.len) != f.xxh64)
+                throw error(fmt::format("the source's {} is corrupt or misnamed", f.name));
+            files.push_back({f.name, std::vector<uint8_t>(f.data.data, f.data.data + f.data.len)});
+        }
+        const auto command = _engine_restore->warm_command(_dir, _id, _criu_env, files);
+        if (command.empty())
+            throw error(fmt::format("{} restores only once the images are in", _engine));
+        const uint64_t t0 = monotonic_ns();
+        _gate = engines::listen_gate(_dir);
+        _warm_cmd.emplace(child_process::spawn(command, _dir / (_engine + "-restore.log")));
+        _engine_restore->warm_waiting(wait_for_warm_shim());
+        _log->info("{}'s restore waits for the images ({:.1f} ms to start)", _engine,
+                   ns_to_ms(monotonic_ns() - t0));
+    } catch (const std::exception& ex) {
+        why_cold = ex.what();
+        _log->warn("no warm restore, the engine restores once the images are in: {}", why_cold);
+        stop_warm_restore(why_cold);
+        _engine_restore->remove(); // the name is free again for the cold restore
+    }
+    ready.warm = why_cold.empty();
+    ready.reason = why_cold.empty() ? nullptr : const_cast<char*>(why_cold.c_str());
+    control::send_message(_conn, ready, net::after(control_timeout));
+}
+
+std::filesystem::path incoming_session::wait_for_warm_shim() {
+    const auto until = net::after(warm_shim_limit);
+    for (;;) {
+        pollfd fds[2] = {{_gate.get(), POLLIN, 0}, {_warm_cmd->exit_fd(), POLLIN, 0}};
+        if (::poll(fds, 2, 1000) < 0 && errno != EINTR)
+            throw sys_error("poll warm restore");
+        if (fds[0].revents) {
+            unique_fd conn(::accept4(_gate.get(), nullptr, nullptr, SOCK_CLOEXEC));
+            if (!conn)
+                continue;
+            const auto req = engines::read_gate_request(conn.get());
+            if (req.images) {
+                _warm_shim = std::move(conn);
+                return req.bundle;
+            }
+        }
+        if (fds[1].revents && _warm_cmd->wait_for(std::chrono::milliseconds(0))) {
+            const auto tail = _warm_cmd->log_tail();
+            _warm_cmd.reset();
+            throw error(
+                fmt::format("{}'s restore ended before its runc started: {}", _engine, tail));
+        }
+        if (std::chrono::steady_clock::now() > until)
+            throw error(fmt::format("{}'s restore did not reach its runc within {} s", _engine,
+                                    warm_shim_limit.count()));
+    }
+}
+
+// The shim fails runc's restore when refused (or when the gate closes), so
+// the engine's command ends without restoring anything.
+void incoming_session::stop_warm_restore(const std::string& why) noexcept {
+    if (_warm_shim)
+        engines::answer_images(_warm_shim.get(), false, why);
+    _warm_shim.reset();
+    _gate.reset();
+    if (!_warm_cmd)
+        return;
+    try {
+        if (_warm_cmd->running() && !_warm_cmd->wait_for(warm_stop_limit)) {
+            _log->warn("{}'s warm restore did not end when refused; killing it", _engine);
+            _warm_cmd->signal(SIGKILL);
+            (void)_warm_cmd->wait_for(std::chrono::seconds(10));
+        }
+    } catch (const std::exception& e) {
+        _log->warn("waiting for {}'s warm restore: {}", _engine, e.what());
+    }
+    _warm_cmd.reset();
+}
+
 bool incoming_session::restore_with_engine() {
     const uint64_t t0 = monotonic_ns();
     std::vector<std::string> command;
     try {
         command = _engine_restore->prepare(_dir, _id, _criu_env);
     } catch (const std::exception& ex) {
+        stop_warm_restore(ex.what());
         return engine_restore_failed(ex.what(), false);
     }
-    unique_fd gate = engines::listen_gate(_dir);
-    auto engine_cmd = child_process::spawn(command, _dir / (_engine + "-restore.log"));
+    unique_fd gate = _gate ? std::move(_gate) : engines::listen_gate(_dir);
+    child_process engine_cmd;
+    if (_warm_cmd) {
+        engine_cmd = std::move(*_warm_cmd);
+        _warm_cmd.reset();
+        engines::answer_images(_warm_shim.get(), true, "");
+        _warm_shim.reset();
+    } else {
+        engine_cmd = child_process::spawn(command, _dir / (_engine + "-restore.log"));
+    }
     bool gated = false, resume = false;
     uint64_t t_resume = 0;
     const auto until = net::after(_deadlines.restore);
@@ -65,7 +171,10 @@ bool incoming_session::restore_with_engine() {
                 continue;
             gated = true;
             try {
-                _root_pid = engines::read_gate_request(conn.get());
+                const auto req = engines::read_gate_request(conn.get());
+                if (req.images)
+                    throw error("the runc shim asked for images it has been given");
+                _root_pid = req.pid;
                 resume = ask_to_resume();
             } catch (const std::exception& ex) {
                 _log->warn("{}", ex.what());

@@ -2,6 +2,15 @@
 // export (config.dump pointed at the local image of the same name, the
 // source host's paths cleared) and restored with `podman container restore
 // --import --name NAME`.
+//
+// Warm: the source's podman writes config.dump and spec.dump before its runc
+// starts, and holds there (engine_dump.hpp), so the import starts before the
+// freeze, from an export that holds only those and a stand-in for the
+// images. Podman then creates the container, its network namespace and its
+// mounts, and starts conmon and runc; the shim waits at the gate. Once the
+// images are in, the writable layer's changes go onto the mounted root (as
+// podman's own import would apply them) and the shim lets runc restore from
+// the session's directory.
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "criu/criu_image.hpp"
@@ -9,11 +18,13 @@
 #include "engine_restore.hpp"
 #include "podman/podman_source.hpp"
 #include "sys/subprocess.hpp"
+#include "tar_extract.hpp"
 #include "tar_writer.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <map>
 
 namespace ferry::engines::podman {
@@ -85,8 +96,69 @@ class podman_restore final : public engine_restore {
             _image_ids[image] = local_image_id(_tools.podman, image);
     }
 
+    std::vector<std::string> warm_command(const fs::path& dir, const std::string& migration_id,
+                                          const std::vector<std::string>& criu_env,
+                                          const std::vector<criu::engine_file>& files) override {
+        const criu::engine_file* config = nullptr;
+        const criu::engine_file* spec = nullptr;
+        for (const auto& f : files) {
+            if (f.name == "config.dump")
+                config = &f;
+            else if (f.name == "spec.dump")
+                spec = &f;
+        }
+        const criu::engine_file* descriptors = nullptr;
+        for (const auto& f : files)
+            if (f.name == "descriptors.json")
+                descriptors = &f;
+        if (!config || !spec || !descriptors)
+            throw error("the source sent no config.dump, spec.dump and descriptors.json to start "
+                        "from");
+        // runc reads it before its CRIU starts; the images bring the same.
+        std::ofstream(dir / "descriptors.json", std::ios::binary)
+            .write(reinterpret_cast<const char*>(descriptors->data.data()),
+                   std::streamsize(descriptors->data.size()));
+        const auto tar_out = dir / "podman-warm.tar";
+        tar_writer tar(tar_out);
+        tar.add_bytes("config.dump", patched_config(config->data, _image_ids, _tools.podman));
+        tar.add_bytes("spec.dump", spec->data);
+        // Podman only checks that a checkpoint is there; runc restores from
+        // `dir`, where the images arrive.
+        tar.add_bytes("checkpoint/inventory.img", std::span<const uint8_t>());
+        const auto req = write_restore_request(dir, dir, migration_id, devshm_tar(dir).string(),
+                                               criu_env, _tools, true);
+        tar.add_path(std::string("checkpoint/") + engines::restore_request_file, req);
+        tar.close();
+        _created = true;
+        _warm = true;
+        return {_tools.podman,    "container", "restore", "--import",
+                tar_out.string(), "--name",    _name};
+    }
+
+    // Podman mounted the root: runc's config.json names it (podman itself
+    // answers no query while its restore holds the container's lock).
+    void warm_waiting(const fs::path& bundle) override {
+        try {
+            std::ifstream in(bundle / "config.json");
+            const fs::path root = json::parse(in).at("root").at("path").get<std::string>();
+            _root = root.is_absolute() ? root : bundle / root;
+        } catch (const std::exception& e) {
+            throw error(fmt::format("cannot read the root from {}/config.json: {}", bundle.string(),
+                                    e.what()));
+        }
+        if (!fs::is_directory(_root))
+            throw error(fmt::format("podman mounted no root for {} at {}", _name, _root.string()));
+    }
+
     std::vector<std::string> prepare(const fs::path& dir, const std::string& migration_id,
                                      const std::vector<std::string>& criu_env) override {
+        if (_warm) {
+            apply_rootfs_diff(dir);
+            // The shim refills /dev/shm from it: the source may have had none.
+            if (!fs::exists(devshm_tar(dir)))
+                tar_writer(devshm_tar(dir)).close();
+            return {};
+        }
         (void)engine_file(dir, "config.dump");
         (void)engine_file(dir, "spec.dump");
         const auto tar_out = dir / "podman-import.tar";
@@ -117,6 +189,7 @@ class podman_restore final : public engine_restore {
     }
 
     void remove() noexcept override {
+        _warm = false;
         if (!_created)
             return;
         _created = false;
@@ -139,10 +212,33 @@ class podman_restore final : public engine_restore {
     }
 
   private:
+    static fs::path devshm_tar(const fs::path& dir) {
+        return dir / (std::string(engine_file_prefix) + "devshm-checkpoint.tar");
+    }
+
+    // What podman's import does with rootfs-diff.tar and deleted.files, onto
+    // the root it mounted for the warm restore.
+    void apply_rootfs_diff(const fs::path& dir) const {
+        std::vector<std::string> deleted;
+        try {
+            deleted = json::parse(criu::read_file(engine_file(dir, "deleted.files")))
+                          .get<std::vector<std::string>>();
+        } catch (const ferry::error&) {
+            throw;
+        } catch (const std::exception& e) {
+            throw error(fmt::format("deleted.files is malformed: {}", e.what()));
+        }
+        for (const auto& d : deleted)
+            remove_below(_root, d);
+        extract_tar(engine_file(dir, "rootfs-diff.tar"), _root);
+    }
+
     std::string _name;
     host_tools _tools;
     std::map<std::string, std::string> _image_ids;
     bool _created = false; // podman may have created it, even if its restore failed
+    bool _warm = false;    // its restore runs since before the freeze
+    fs::path _root;        // the warm container's mounted root
 };
 
 } // namespace

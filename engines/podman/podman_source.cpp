@@ -96,6 +96,20 @@ class podman_dump final : public engine_dump {
     }
 
   protected:
+    // Podman writes both into the bundle before it runs runc checkpoint.
+    [[nodiscard]] bool holds_before_freeze() const override { return true; }
+    [[nodiscard]] std::vector<criu::engine_file> configuration_before_freeze() const override {
+        std::vector<criu::engine_file> files;
+        for (const char* name : {"config.dump", "spec.dump"}) {
+            const auto p = _c.bundle / name;
+            if (!fs::exists(p))
+                throw error(fmt::format("podman's checkpoint wrote no {} before its runc started",
+                                        p.string()));
+            files.push_back({name, criu::read_file(p)});
+        }
+        return files;
+    }
+
     void remove_container() override {
         std::error_code ec;
         fs::remove(_dir / "podman-export.tar", ec);

@@ -35,6 +35,11 @@ namespace fs = std::filesystem;
 using namespace ferry;
 
 constexpr int gate_timeout_ms = 120'000; // the migrator commits the source meanwhile
+// A held checkpoint waits for the destination to start its restore (seconds);
+// a warm restore waits for the source's freeze and images. Either peer
+// closes its socket when it gives up, so these bounds are only the last resort.
+constexpr int hold_timeout_ms = 300'000;
+constexpr int images_timeout_ms = 600'000;
 constexpr auto untar_timeout = std::chrono::seconds(60);
 
 void say(const std::string& what) {
@@ -183,6 +188,51 @@ std::optional<int> watched_pause(const std::vector<std::string>& args, std::vect
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// One exchange on a unix socket: sends `line`, returns the answer's line
+// (empty if the peer closed first). Throws if it cannot connect or no
+// answer comes within `timeout_ms`.
+std::string ask_line(const std::string& path, const std::string& line, int timeout_ms) {
+    unique_fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.size() >= sizeof addr.sun_path)
+        throw std::runtime_error("socket path too long: " + path);
+    std::strcpy(addr.sun_path, path.c_str());
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr))
+        throw std::runtime_error("connect to " + path + ": " + std::strerror(errno));
+    const std::string ask = line + "\n";
+    if (::write(s.get(), ask.data(), ask.size()) != ssize_t(ask.size()))
+        throw std::runtime_error("write to " + path + " failed");
+    std::string answer;
+    char c;
+    while (answer.size() < 4096) {
+        pollfd p{s.get(), POLLIN, 0};
+        if (::poll(&p, 1, timeout_ms) <= 0)
+            throw std::runtime_error("no answer on " + path);
+        if (::read(s.get(), &c, 1) != 1 || c == '\n')
+            break;
+        answer += c;
+    }
+    return answer;
+}
+
+// Asks `path` and throws unless the answer is "go".
+void wait_for_go(const std::string& path, const std::string& line, int timeout_ms,
+                 const std::string& what) {
+    const auto answer = ask_line(path, line, timeout_ms);
+    if (answer != engines::go_answer)
+        throw std::runtime_error(what + ": " + (answer.empty() ? "no answer" : answer));
+}
+
+// What runc's checkpoint writes as descriptors.json (the container init's
+// stdio as runc started it), from runc's state.json: a warm restore's runc
+// reads it before its CRIU starts, so before the images arrive.
+std::string external_descriptors(const std::vector<std::string>& args) {
+    const fs::path root = option_value(args, "--root").value_or("/run/runc");
+    std::ifstream in(root / args.back() / "state.json");
+    return nlohmann::json::parse(in).at("external_descriptors").dump();
+}
+
 void set_option(std::vector<std::string>& args, size_t cmd, const std::string& name,
                 const std::string& value) {
     for (size_t i = cmd + 1; i < args.size(); i++) {
@@ -202,6 +252,12 @@ void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
     auto req = pending_checkpoint(args);
     if (!req)
         return;
+    // Nothing is frozen yet: a refusal fails the checkpoint, and the
+    // container runs on.
+    if (!req->hold_socket.empty())
+        wait_for_go(req->hold_socket,
+                    std::string(engines::hold_request) + " " + external_descriptors(args),
+                    hold_timeout_ms, "the migrator did not let the checkpoint go on");
     if (!req->images_dir.empty()) {
         // CRIU's logs go with the images, where Ferry keeps them.
         set_option(args, cmd, "--image-path", req->images_dir);
@@ -233,8 +289,7 @@ void untar(const std::string& tar, const fs::path& dir) {
 
 // The container's /dev/shm is a tmpfs the engine mounted on the host for it
 // (the bundle's config.json names its source); its files go back there.
-void restore_devshm(const std::vector<std::string>& args, const std::string& tar) {
-    const fs::path bundle = option_value(args, "--bundle").value_or(".");
+void restore_devshm(const fs::path& bundle, const std::string& tar) {
     std::ifstream in(bundle / "config.json");
     const auto spec = nlohmann::json::parse(in);
     for (const auto& m : spec.value("mounts", nlohmann::json::array())) {
@@ -256,15 +311,76 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     auto req = engines::read_restore_request(fs::path(*images) / engines::restore_request_file);
     if (!req)
         return;
+    const fs::path bundle = fs::absolute(option_value(args, "--bundle").value_or("."));
     // CRIU connects to lazy-pages.socket in its work dir: Ferry's session
     // dir, where lazy-pages listens and where CRIU's restore.log then stays
     // for the post-mortem (engines remove their own work dirs).
     set_option(args, cmd, "--work-path", fs::path(req->lazy_socket).parent_path().string());
     args.insert(args.begin() + long(cmd) + 1, "--lazy-pages");
-    if (!req->devshm_tar.empty())
-        restore_devshm(args, req->devshm_tar);
     ::setenv("FERRY_GATE", req->gate_socket.c_str(), 1);
     export_for_criu(req->migration_id, req->criu_config, req->criu_env);
+    if (!req->wait_for_images) {
+        if (!req->devshm_tar.empty())
+            restore_devshm(bundle, req->devshm_tar);
+        return;
+    }
+    // A warm restore: runc starts now, before the source's freeze, and
+    // runs this binary as its criu (criu_after_images), which lets the real
+    // CRIU start once the images are in images_dir.
+    set_option(args, cmd, "--image-path", req->images_dir);
+    std::string real_criu = "criu";
+    for (size_t i = 0; i + 1 < cmd; i++)
+        if (args[i] == "--criu") {
+            real_criu = args[i + 1];
+            args.erase(args.begin() + long(i), args.begin() + long(i) + 2);
+            break;
+        }
+    ::setenv("FERRY_WARM_GATE", req->gate_socket.c_str(), 1);
+    ::setenv("FERRY_WARM_BUNDLE", bundle.c_str(), 1);
+    ::setenv("FERRY_WARM_DEVSHM", req->devshm_tar.c_str(), 1);
+    ::setenv("FERRY_REAL_CRIU", real_criu.c_str(), 1);
+    const auto self = fs::read_symlink("/proc/self/exe").string();
+    args.insert(args.begin(), {"--criu", self}); // a global option: before the command
+}
+
+// As runc's criu in a warm restore: `criu swrk FD`, where runc's first
+// request on FD says what it wants. Its version query passes at once; its
+// restore waits at the gate until the images are in, refills /dev/shm, and
+// only then becomes the real CRIU, which reads them from its first step.
+int criu_after_images(int argc, char** argv) {
+    const char* real = std::getenv("FERRY_REAL_CRIU");
+    const std::string gate = std::getenv("FERRY_WARM_GATE");
+    const fs::path bundle =
+        std::getenv("FERRY_WARM_BUNDLE") ? std::getenv("FERRY_WARM_BUNDLE") : "";
+    const std::string devshm =
+        std::getenv("FERRY_WARM_DEVSHM") ? std::getenv("FERRY_WARM_DEVSHM") : "";
+    for (const char* name :
+         {"FERRY_WARM_GATE", "FERRY_WARM_BUNDLE", "FERRY_WARM_DEVSHM", "FERRY_REAL_CRIU"})
+        ::unsetenv(name);
+    try {
+        if (argc >= 3 && std::string(argv[1]) == "swrk") {
+            const int fd = std::atoi(argv[2]);
+            pollfd p{fd, POLLIN, 0};
+            uint8_t head[2] = {};
+            // CriuReq starts with its type (field 1): 0x08, then RESTORE = 2.
+            if (::poll(&p, 1, 60'000) == 1 && ::recv(fd, head, sizeof head, MSG_PEEK) == 2 &&
+                head[0] == 0x08 && head[1] == 2) {
+                wait_for_go(gate, std::string(engines::gate_images) + " " + bundle.string(),
+                            images_timeout_ms,
+                            "the destination daemon did not let the restore go on");
+                if (!devshm.empty())
+                    restore_devshm(bundle, devshm);
+            }
+        }
+    } catch (const std::exception& e) {
+        say(e.what());
+        return 1; // runc's restore fails: nothing was restored
+    }
+    const std::string criu = real && *real ? real : "criu";
+    argv[0] = const_cast<char*>(criu.c_str());
+    ::execvp(criu.c_str(), argv);
+    say("exec " + criu + ": " + std::strerror(errno));
+    return 127;
 }
 
 // As CRIU's action script. Only post-restore of a Ferry restore matters.
@@ -274,27 +390,8 @@ int action_script(const std::string& action) {
         return 0;
     const char* pid = std::getenv("CRTOOLS_INIT_PID");
     try {
-        unique_fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-        sockaddr_un addr{};
-        addr.sun_family = AF_UNIX;
-        if (std::strlen(gate) >= sizeof addr.sun_path)
-            throw std::runtime_error("gate socket path too long");
-        std::strcpy(addr.sun_path, gate);
-        if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr))
-            throw std::runtime_error(std::string("connect to the gate: ") + std::strerror(errno));
-        const std::string ask = std::string("post-restore ") + (pid ? pid : "0") + "\n";
-        if (::write(s.get(), ask.data(), ask.size()) != ssize_t(ask.size()))
-            throw std::runtime_error("write to the gate failed");
-        std::string answer;
-        char c;
-        while (answer.size() < 4096) {
-            pollfd p{s.get(), POLLIN, 0};
-            if (::poll(&p, 1, gate_timeout_ms) <= 0)
-                throw std::runtime_error("no answer from the gate");
-            if (::read(s.get(), &c, 1) != 1 || c == '\n')
-                break;
-            answer += c;
-        }
+        const auto answer =
+            ask_line(gate, std::string("post-restore ") + (pid ? pid : "0"), gate_timeout_ms);
         if (answer == engines::gate_resume)
             return 0;
         say("the restored tasks may not resume: " + (answer.empty() ? "no answer" : answer));
@@ -309,6 +406,8 @@ int action_script(const std::string& action) {
 int main(int argc, char** argv) {
     if (const char* action = std::getenv("CRTOOLS_SCRIPT_ACTION"))
         return action_script(action);
+    if (std::getenv("FERRY_WARM_GATE") && std::getenv("FERRY_REAL_CRIU"))
+        return criu_after_images(argc, argv);
     std::vector<std::string> args(argv + 1, argv + argc);
     // Ferry's options go after the command, so its index stays valid.
     const size_t cmd = command_index(args);

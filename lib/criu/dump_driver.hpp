@@ -47,6 +47,9 @@ struct dump_settings {
     // Environment entries for CRIU (e.g. "CRIU_FAULT=130"); an engine's runc
     // gets them through the shim.
     std::vector<std::string> criu_env;
+    // The destination can start its engine's restore before the freeze: an
+    // engine dump that can holds before the freeze for it (wait_held).
+    bool warm_destination = false;
     // Whether the operator asked to stop (SIGINT/SIGTERM): waits on CRIU
     // then end early, until ignore_interrupts().
     std::function<bool()> interrupted = [] { return false; };
@@ -69,6 +72,18 @@ class dump_driver {
     virtual ~dump_driver() = default;
     // Starts the freeze; CRIU's page server will listen on 127.0.0.1:port.
     virtual void start(uint16_t port) = 0;
+    // A dump that holds before the freeze so that the destination can start
+    // its restore first (an engine whose checkpoint writes the container's
+    // configuration before its runc starts): until it holds, at most
+    // `bound`; returns that configuration. Empty: this dump does not hold.
+    // Throws if the dump ended or did not hold in time.
+    virtual std::vector<engine_file> wait_held(std::chrono::milliseconds /*bound*/) { return {}; }
+    // A held dump goes on to the freeze.
+    virtual void release_hold() {}
+    // A dump started with a hold that was never released: it is refused
+    // and ends before anything froze, within `bound`. False if this dump
+    // was released (or never holds).
+    virtual bool refuse_hold(std::chrono::milliseconds /*bound*/) noexcept { return false; }
     // Until every image is written. Throws if the dump failed (then CRIU
     // has resumed the tasks), or criu_timeout.
     virtual dump_times wait_dumped() = 0;

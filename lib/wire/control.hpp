@@ -77,7 +77,9 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__OutgoingHandoff, OUTGOING_HANDOFF, outgoing_handoff)                           \
     X(FerryControl__OutgoingHandedOff, OUTGOING_HANDED_OFF, outgoing_handed_off)                   \
     X(FerryControl__PageHoles, PAGE_HOLES, page_holes)                                             \
-    X(FerryControl__OutgoingHandoffCancel, OUTGOING_HANDOFF_CANCEL, outgoing_handoff_cancel)
+    X(FerryControl__OutgoingHandoffCancel, OUTGOING_HANDOFF_CANCEL, outgoing_handoff_cancel)       \
+    X(FerryControl__IncomingWarm, INCOMING_WARM, incoming_warm)                                    \
+    X(FerryControl__WarmReady, WARM_READY, warm_ready)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

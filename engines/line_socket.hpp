@@ -1,0 +1,22 @@
+// The unix sockets Ferry's daemon and migrator talk to the runc shim on (the
+// commit gate, the hold before a checkpoint): one line each way per
+// connection (engine_request.hpp lists the exchanges).
+#pragma once
+
+#include "core/unique_fd.hpp"
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+namespace ferry::engines {
+
+// A listening unix stream socket at `path` (an old one there is replaced).
+unique_fd listen_unix(const std::filesystem::path& path);
+// One line from `conn` without its newline, at most 4096 bytes; throws
+// ferry::error if none comes within `bound`. Empty if the peer closed.
+std::string read_line(int conn, std::chrono::milliseconds bound);
+// Best effort: the peer may be gone.
+void write_line(int conn, const std::string& line) noexcept;
+
+} // namespace ferry::engines
