@@ -60,6 +60,12 @@ void incoming_session::start_warm_restore(const FerryControl__IncomingWarm& warm
         _gate = engines::listen_gate(_dir);
         _warm_cmd.emplace(child_process::spawn(command, _dir / (_engine + "-restore.log")));
         _engine_restore->warm_waiting(wait_for_warm_shim());
+        if (fault_injected(fault::dest_die_warm)) {
+            _log->warn("fault injection: dying while the warm restore waits");
+            ::raise(SIGKILL);
+        }
+        if (fault_injected(fault::warm_start_fail))
+            throw error("fault injection: the warm start is refused");
         _log->info("{}'s restore waits for the images ({:.1f} ms to start)", _engine,
                    ns_to_ms(monotonic_ns() - t0));
     } catch (const std::exception& ex) {

@@ -6,7 +6,7 @@ const engines::engine engine = {
     .name = "podman",
     .open_source = open_source,
     .make_restore = make_restore,
-    .remove_if_never_started = nullptr, // podman creates nothing before the freeze
+    .remove_if_never_started = remove_if_never_started, // a warm restore's container
 };
 
 } // namespace ferry::engines::podman

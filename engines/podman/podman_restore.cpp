@@ -131,6 +131,11 @@ class podman_restore final : public engine_restore {
         tar.close();
         _created = true;
         _warm = true;
+        // Podman creates the container now: a daemon that dies before it
+        // runs removes it when it starts again.
+        _record = dir / reservation_file;
+        std::ofstream(_record) << json{{"engine", "podman"}, {"name", _name}, {"id", _name}}.dump()
+                               << "\n";
         return {_tools.podman,    "container", "restore", "--import",
                 tar_out.string(), "--name",    _name};
     }
@@ -195,9 +200,17 @@ class podman_restore final : public engine_restore {
         _created = false;
         try {
             engines::podman_remove(_tools.podman, _name);
+            release(); // gone: nothing for a restarted daemon to remove
         } catch (const std::exception& e) {
             make_logger("pagesrv")->warn("cannot remove container {}: {}", _name, e.what());
         }
+    }
+
+    void release() noexcept override {
+        std::error_code ec;
+        if (!_record.empty())
+            fs::remove(_record, ec);
+        _record.clear();
     }
 
     pid_t container_pid() override {
@@ -239,9 +252,25 @@ class podman_restore final : public engine_restore {
     bool _created = false; // podman may have created it, even if its restore failed
     bool _warm = false;    // its restore runs since before the freeze
     fs::path _root;        // the warm container's mounted root
+    fs::path _record;      // the reservation record, while it stands
 };
 
 } // namespace
+
+void remove_if_never_started(const std::string& name, const host_tools& tools) {
+    std::string status;
+    try {
+        status = run_capture(
+            {tools.podman, "container", "inspect", "--format", "{{.State.Status}}", name},
+            query_timeout);
+        status = status.substr(0, status.find('\n'));
+    } catch (const std::exception&) {
+        return; // no such container
+    }
+    if (status == "running" || status == "paused")
+        throw error(fmt::format("container {} is {}: left alone", name, status));
+    engines::podman_remove(tools.podman, name);
+}
 
 std::unique_ptr<engine_restore> make_restore(const std::string& name, const host_tools& tools) {
     return std::make_unique<podman_restore>(name, tools);

@@ -43,5 +43,7 @@ extern const engines::engine engine;
 
 std::unique_ptr<source_container> open_source(const std::string& name, const host_tools& tools);
 std::unique_ptr<engine_restore> make_restore(const std::string& name, const host_tools& tools);
+// A warm restore's container (named `name`) that never ran: removed.
+void remove_if_never_started(const std::string& name, const host_tools& tools);
 
 } // namespace ferry::engines::podman

@@ -36,6 +36,10 @@ unsigned parse_faults() {
             mask |= unsigned(fault::vma_flags_changed);
         else if (name == "slow-background")
             mask |= unsigned(fault::slow_background);
+        else if (name == "warm-start-fail")
+            mask |= unsigned(fault::warm_start_fail);
+        else if (name == "dest-die-warm")
+            mask |= unsigned(fault::dest_die_warm);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;
