@@ -9,6 +9,10 @@
 // whole migration; Ferry takes the images and podman's files as soon as CRIU's
 // page server is up, and builds the writable layer's diff itself.
 //
+// Podman writes config.dump and spec.dump before it runs runc: the shim holds
+// there so that the destination can start its restore from them first (a
+// warm restore, engines/README.md).
+//
 // Destination (podman_restore.cpp): `podman container restore
 // --import` of a tar in podman's export format, made lazy by the shim too.
 #pragma once

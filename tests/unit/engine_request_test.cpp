@@ -1,9 +1,12 @@
 // The runc shim's request files: what the migrator writes reads back the
 // same, and a request shaped by someone else gets a clear error.
 #include "engine_request.hpp"
+#include "engine_restore.hpp"
 
 #include <catch2/catch.hpp>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -79,4 +82,56 @@ TEST_CASE("a request for CRIU environment beyond the allowed entry is refused",
                       Contains("'LD_PRELOAD=/tmp/evil.so', which is not allowed"));
     write_text(d.path / "r.json", "{not json");
     CHECK_THROWS_WITH(read_checkpoint_request(d.path / "r.json"), Contains("malformed"));
+}
+
+TEST_CASE("a warm restore request and a held checkpoint read back as written",
+          "[engine_request]") {
+    scratch_dir d;
+    restore_request r;
+    r.migration_id = "0123456789abcdef";
+    r.lazy_socket = "/run/ferry/x/lazy-pages.socket";
+    r.gate_socket = "/run/ferry/x/gate.socket";
+    r.criu_config = "/run/ferry/x/criu-restore.conf";
+    r.wait_for_images = true;
+    r.images_dir = "/run/ferry/x";
+    write_request(d.path / "r.json", r);
+    const auto back = read_restore_request(d.path / "r.json");
+    REQUIRE(back);
+    CHECK(back->wait_for_images);
+    CHECK(back->images_dir == r.images_dir);
+
+    // Waiting for images with nowhere to take them from is malformed.
+    r.images_dir.clear();
+    write_request(d.path / "bad.json", r);
+    CHECK_THROWS_WITH(read_restore_request(d.path / "bad.json"), Contains("invalid request"));
+
+    checkpoint_request c;
+    c.migration_id = "ab";
+    c.migrator_pid = 1;
+    c.page_server_port = 1;
+    c.status_fifo = "/run/x";
+    c.hold_socket = "/run/ferry/x/hold.socket";
+    write_request(d.path / "c.json", c);
+    const auto held = read_checkpoint_request(d.path / "c.json");
+    REQUIRE(held);
+    CHECK(held->hold_socket == c.hold_socket);
+}
+
+TEST_CASE("the gate's requests: images for a warm restore, post-restore for the resume",
+          "[engine_request]") {
+    auto ask = [](const std::string& line) {
+        int sv[2];
+        REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        ferry::unique_fd a(sv[0]), b(sv[1]);
+        REQUIRE(::write(a.get(), line.data(), line.size()) == ssize_t(line.size()));
+        return read_gate_request(b.get());
+    };
+    const auto images = ask("images /var/lib/containers/x/userdata\n");
+    CHECK(images.images);
+    CHECK(images.bundle == "/var/lib/containers/x/userdata");
+    const auto resume = ask("post-restore 4242\n");
+    CHECK_FALSE(resume.images);
+    CHECK(resume.pid == 4242);
+    CHECK_THROWS_WITH(ask("images relative/path\n"), Contains("malformed gate request"));
+    CHECK_THROWS_WITH(ask("post-restore many\n"), Contains("malformed gate request"));
 }

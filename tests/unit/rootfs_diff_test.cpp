@@ -175,3 +175,33 @@ TEST_CASE("an overlay upper dir: whiteouts are deletions, the rest is the tar") 
     CHECK(got.count("etc/hostname") == 0);
     CHECK(got.count("etc/issue.net") == 0);
 }
+
+TEST_CASE("deleting a container path resolves its symlinks inside the container") {
+    temp_dir t;
+    const auto root = t.path / "root";
+    fs::create_directories(root / "usr/lib/tree/deep");
+    std::ofstream(root / "usr/lib/tree/deep/f") << "x";
+    std::ofstream(root / "usr/lib/gone") << "x";
+    fs::create_symlink("usr/lib", root / "lib"); // a merged-/usr image's link
+    // A container's own absolute symlink: on the host it would lead out.
+    fs::create_directories(t.path / "outside");
+    std::ofstream(t.path / "outside/precious") << "x";
+    fs::create_symlink(t.path / "outside", root / "escape");
+
+    remove_below(root, "/lib/gone"); // through the relative link
+    CHECK(!fs::exists(root / "usr/lib/gone"));
+    remove_below(root, "/usr/lib/tree"); // a whole tree
+    CHECK(!fs::exists(root / "usr/lib/tree"));
+    CHECK(fs::exists(root / "usr/lib"));
+    // "/escape/precious" is <root>/<t>/outside/precious inside the
+    // container, which does not exist: nothing outside is touched.
+    remove_below(root, "/escape/precious");
+    CHECK(fs::exists(t.path / "outside/precious"));
+    // The link itself goes, not what it points to.
+    remove_below(root, "/escape");
+    CHECK(!fs::is_symlink(root / "escape"));
+    CHECK(fs::exists(t.path / "outside/precious"));
+    remove_below(root, "/not/there"); // already gone: fine
+    CHECK_THROWS(remove_below(root, "/../outside/precious"));
+    CHECK(fs::exists(t.path / "outside/precious"));
+}
