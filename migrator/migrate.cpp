@@ -212,6 +212,7 @@ void migration::connect_destination(const std::string& source_addr) {
     // namespace iptables mode runs nothing, while nftables mode sets up and
     // removes its table (3 ms at the dump, 10 ms before the resume here).
     const auto& p = *ok->prepare_ok;
+    _destination_starts_warm = p.has_starts_warm && p.starts_warm;
     _r.criu_features.network_lock_nftables =
         _container && p.has_restores_nftables_lock && p.restores_nftables_lock &&
         criu::supports_feature(_opt.tools.criu, "network_lock_nftables");

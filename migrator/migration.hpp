@@ -121,6 +121,7 @@ class migration {
     uint16_t _criu_port = 0;
     std::filesystem::path _dir;
     bool _dump_started = false;
+    bool _destination_starts_warm = false; // it takes incoming_warm (prepare_ok)
     bool _registered = false;
     bool _destination_never_ran = false; // its restore failed before the tasks ran
     bool _handoff_pending = false;       // the source daemon owes an outgoing_handed_off

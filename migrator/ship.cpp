@@ -86,7 +86,7 @@ void migration::start_dump() {
     settings.criu = _opt.tools.criu;
     settings.plugin_dir = _opt.tools.criu_plugin_dir;
     settings.interrupted = [] { return interrupt_requested(); };
-    settings.warm_destination = _opt.mode == migrate_mode::migrate && _dest;
+    settings.warm_destination = _opt.mode == migrate_mode::migrate && _destination_starts_warm;
     if (_source)
         _dump = _source->make_dump(_dir, _r.id, settings);
     else

@@ -76,6 +76,8 @@ void incoming_session::prepare() {
     ok.has_restores_nftables_lock = true;
     ok.restores_nftables_lock =
         criu::supports_feature(_d.config().tools.criu, "network_lock_nftables");
+    ok.has_starts_warm = true;
+    ok.starts_warm = true;
     control::send_message(_conn, ok, net::after(control_timeout));
 }
 
