@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "criu/cgroup_yard.hpp"
 #include "criu/criu_config.hpp"
 #include "engine.hpp"
 #include "engine_request.hpp"
@@ -79,8 +80,10 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     req.wait_for_images = warm;
     if (warm)
         req.images_dir = dir.string();
+    // The host's cgroup mounts as CRIU's yard: CRIU mounts none of its own.
     criu::write_config(dir / "criu-restore.conf",
-                       fmt::format("action-script {}\n{}", tools.runc_shim, criu::restore_options),
+                       fmt::format("action-script {}\n{}{}", tools.runc_shim, criu::restore_options,
+                                   criu::cgroup_yard_config_line(criu::host_cgroup_yard())),
                        tools.criu_plugin_dir);
     const auto file = images / engines::restore_request_file;
     engines::write_request(file, req);

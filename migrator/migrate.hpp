@@ -100,6 +100,8 @@ struct migration_result {
     // How the destination's engine restored: "warm" (its restore started
     // before the freeze), or "cold" and why not warm.
     std::string engine_restore;
+    // Where CRIU found the cgroup hierarchies at the dump (criu/cgroup_yard.hpp).
+    std::string criu_cgroup_yard;
     bool source_removed = false;            // the source container is gone (after the resume)
     uint64_t workload_bytes = 0;            // resident memory of the tree before the freeze
     std::string criu_stop_method;           // hardware breakpoints, or syscall stepping and why

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/fault_inject.hpp"
 #include "core/log.hpp"
+#include "criu/cgroup_yard.hpp"
 #include "criu/criu_features.hpp"
 #include "criu/criu_image.hpp"
 #include "criu/criu_page_server.hpp"
@@ -81,6 +82,13 @@ void migration::start_dump() {
     settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
     settings.criu_options += _r.criu_features.config_lines();
     settings.network_lock_nftables = _r.criu_features.network_lock_nftables;
+    if (_container) {
+        // The host's cgroup mounts as CRIU's yard: CRIU mounts none of its own.
+        const auto yard = criu::host_cgroup_yard();
+        settings.criu_options += criu::cgroup_yard_config_line(yard);
+        _r.criu_cgroup_yard =
+            yard.dir.empty() ? "CRIU mounts its own (" + yard.why_not + ")" : yard.dir.string();
+    }
     settings.criu_options += _opt.criu_config_extra;
     settings.criu_env = _criu_env;
     settings.criu = _opt.tools.criu;
