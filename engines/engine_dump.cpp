@@ -60,7 +60,9 @@ void engine_dump::start(uint16_t port) {
     req.migrator_pid = ::getpid();
     req.page_server_port = port;
     req.status_fifo = fifo.string();
-    const std::string lock = _settings.network_lock_nftables ? "network-lock nftables\n" : "";
+    const std::string lock = _settings.network_lock_skip       ? "network-lock skip\n"
+                             : _settings.network_lock_nftables ? "network-lock nftables\n"
+                                                               : "";
     req.criu_config = criu::write_config(_dir / "criu-dump.conf", _settings.criu_options + lock,
                                          _settings.plugin_dir)
                           .string();

@@ -216,6 +216,8 @@ void migration::connect_destination(const std::string& source_addr) {
     _r.criu_features.network_lock_nftables =
         _container && p.has_restores_nftables_lock && p.restores_nftables_lock &&
         criu::supports_feature(_opt.tools.criu, "network_lock_nftables");
+    // With --tcp-close a container's connections do not move: no lock.
+    _r.criu_features.network_lock_skip = _container && _opt.tcp_close;
 }
 
 void migration::connect_local_daemon() {

@@ -82,6 +82,7 @@ void migration::start_dump() {
     settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
     settings.criu_options += _r.criu_features.config_lines();
     settings.network_lock_nftables = _r.criu_features.network_lock_nftables;
+    settings.network_lock_skip = _r.criu_features.network_lock_skip;
     if (_container) {
         // The host's cgroup mounts as CRIU's yard: CRIU mounts none of its own.
         const auto yard = criu::host_cgroup_yard();

@@ -156,7 +156,9 @@ class Lab:
                 "post_copy_ms": j["phases_ms"]["post_copy"], "breakdown": j["downtime_breakdown_ms"],
                 "pages_total": j["pages_total"], "pages_faulted": j["pages_faulted"],
                 "fault_p99_us": j["fault_p99_us"], "wall_s": wall,
-                "source_removed": j.get("source_container_removed", False)}
+                "source_removed": j.get("source_container_removed", False),
+                "network_lock": j.get("criu_network_lock", ""),
+                "engine_restore": j.get("engine_restore", "")}
 
     def baseline(self, src, dst):
         """podman's own stop-and-copy: checkpoint --export, copy, restore --import."""
@@ -223,6 +225,10 @@ def check(lab, before, m, c):
     if counter < c["incr_acked"]:
         bad.append(f"acknowledged INCRs lost: counter {counter} < {c['incr_acked']} acknowledged")
     c["counter"] = counter
+    # --tcp-close: no connection moves, so CRIU locks nothing (the lock's
+    # deletion cost the resume 10-20 ms, and dropped new clients' SYNs).
+    if m.get("method") == "ferry" and not m.get("network_lock", "").startswith("skip"):
+        bad.append(f"CRIU locked the network: {m.get('network_lock')}")
     return bad, after
 
 

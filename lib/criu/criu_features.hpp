@@ -36,6 +36,13 @@ struct lazy_dump_features {
     // the migrator sets it only when the destination said so. Not a config
     // line: dump_settings::network_lock_nftables carries it.
     bool network_lock_nftables = false;
+    // network-lock skip: with tcp-close no connection moves (they come back
+    // closed) and skip-in-flight leaves the half-accepted ones behind, so
+    // nothing needs the lock: a container's resume no longer waits for the
+    // lock's table to be deleted (10-20 ms here), and connections that reach
+    // the copy before it runs are accepted by its kernel instead of dropped
+    // (which costs the client a SYN retransmission, a second or more).
+    bool network_lock_skip = false;
 
     static lazy_dump_features probe(const std::string& criu);
     // The config lines for the features that are on (not the network lock).

@@ -44,6 +44,9 @@ struct dump_settings {
     // engine's runc gets it as a config line: CRIU 4.1.1 crashes on
     // network-lock in an RPC config file (config.c reads argv[optind]).
     bool network_lock_nftables = false;
+    // CRIU locks nothing (lazy_dump_features::network_lock_skip); wins over
+    // nftables.
+    bool network_lock_skip = false;
     // Environment entries for CRIU (e.g. "CRIU_FAULT=130"); an engine's runc
     // gets them through the shim.
     std::vector<std::string> criu_env;

@@ -50,7 +50,10 @@ class rpc_dump final : public dump_driver {
         opts.ps = &ps;
         opts.has_notify_scripts = true;
         opts.notify_scripts = true;
-        if (_settings.network_lock_nftables) {
+        if (_settings.network_lock_skip) {
+            opts.has_network_lock = true;
+            opts.network_lock = CRIU_NETWORK_LOCK_METHOD__SKIP;
+        } else if (_settings.network_lock_nftables) {
             opts.has_network_lock = true;
             opts.network_lock = CRIU_NETWORK_LOCK_METHOD__NFTABLES;
         }
