@@ -24,8 +24,6 @@
 
 namespace ferry::pagesrv {
 
-// The engine restores; CRIU inside it asks the gate (the shim, as CRIU's
-// post-restore action script) before the tasks run, as in restore() above.
 namespace {
 
 // The warm restore's engine command reaches its runc shim's wait for the
@@ -128,6 +126,9 @@ void incoming_session::stop_warm_restore(const std::string& why) noexcept {
     _warm_cmd.reset();
 }
 
+// The engine restores (or, warm, goes on); CRIU inside it asks the gate (the
+// shim, as CRIU's post-restore action script) before the tasks run, as in
+// restore_criu.cpp.
 bool incoming_session::restore_with_engine() {
     const uint64_t t0 = monotonic_ns();
     std::vector<std::string> command;
