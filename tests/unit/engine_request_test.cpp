@@ -84,8 +84,7 @@ TEST_CASE("a request for CRIU environment beyond the allowed entry is refused",
     CHECK_THROWS_WITH(read_checkpoint_request(d.path / "r.json"), Contains("malformed"));
 }
 
-TEST_CASE("a warm restore request and a held checkpoint read back as written",
-          "[engine_request]") {
+TEST_CASE("a warm restore request and a held checkpoint read back as written", "[engine_request]") {
     scratch_dir d;
     restore_request r;
     r.migration_id = "0123456789abcdef";
