@@ -7,7 +7,8 @@
 #      source container is gone, its /dev/shm files came along; logs/stop/rm
 #      work on the copy; CRIU locked
 #      its network with nftables (where CRIU can), and the lock is gone on b;
-#      podman's restore started warm (before the freeze);
+#      podman's restore started warm (before the freeze); CRIU used the
+#      host's cgroup mounts, and the copy is in its engine's cgroups;
 #   2. the destination daemon dies as the images arrive: the source
 #      container keeps running, its memory intact; nothing is left on b once
 #      its daemon is back;
@@ -90,6 +91,15 @@ fi
 m1_id=$(json "$work/m1.json" migration_id)
 grep -q "Restored the empty tmpfs at .* without tar" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
   fail "CRIU ran tar for the empty tmpfs mounts"
+# CRIU took the host's cgroup mounts as its yard where their layout allows
+# (lib/criu/cgroup_yard.hpp), and the copy runs in its engine's cgroups.
+if [ "$(json "$work/m1.json" criu_cgroup_yard)" = /sys/fs/cgroup ]; then
+  grep -q "Opening /sys/fs/cgroup as cg yard" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
+    fail "CRIU's restore mounted a cgroup yard of its own"
+fi
+m1_b_id=$(ctr b inspect m1 --format '{{.Id}}')
+grep -q "$m1_b_id" "/proc/$(ctr b inspect m1 --format '{{.State.Pid}}')/cgroup" ||
+  fail "m1 on b is not in its container's cgroups: $(cat "/proc/$(ctr b inspect m1 --format '{{.State.Pid}}')/cgroup")"
 [ "$(ctr b exec m1 stat -c '%F %a %u %g' /proc/acpi)" = "$acpi" ] ||
   fail "/proc/acpi changed: $(ctr b exec m1 stat -c '%F %a %u %g' /proc/acpi), was $acpi"
 [ "$(ctr b exec m1 stat -f -c %T /proc/acpi)" = tmpfs ] || fail "/proc/acpi is no longer a tmpfs"
