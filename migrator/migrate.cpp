@@ -212,12 +212,20 @@ void migration::connect_destination(const std::string& source_addr) {
     // namespace iptables mode runs nothing, while nftables mode sets up and
     // removes its table (3 ms at the dump, 10 ms before the resume here).
     const auto& p = *ok->prepare_ok;
+    auto& f = _r.criu_features;
     _destination_starts_warm = p.has_starts_warm && p.starts_warm;
     _r.criu_features.network_lock_nftables =
         _container && p.has_restores_nftables_lock && p.restores_nftables_lock &&
         criu::supports_feature(_opt.tools.criu, "network_lock_nftables");
-    // With --tcp-close a container's connections do not move: no lock.
-    _r.criu_features.network_lock_skip = _container && _opt.tcp_close;
+    // No lock where no connection moves: with --tcp-close, or with no TCP
+    // socket at all in the container's network namespace.
+    if (_container && _opt.tcp_close) {
+        f.network_lock_skip = true;
+        f.network_lock_skip_because = "tcp-close: no connection moves";
+    } else if (_container && proc::tcp_sockets(_opt.pid) == size_t(0)) {
+        f.network_lock_skip = true;
+        f.network_lock_skip_because = "no TCP socket in the container's network namespace";
+    }
 }
 
 void migration::connect_local_daemon() {

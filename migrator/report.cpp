@@ -85,7 +85,7 @@ nlohmann::json to_json(const migration_result& r) {
         : r.vma_flags_checked_because.empty()
             ? "read before the freeze; no call could change them until it (perf watch)"
             : "read before the freeze, checked at the commit: " + r.vma_flags_checked_because;
-    j["criu_network_lock"] = f.network_lock_skip       ? "skip (tcp-close: no connection moves)"
+    j["criu_network_lock"] = f.network_lock_skip ? "skip (" + f.network_lock_skip_because + ")"
                              : f.network_lock_nftables ? "nftables"
                                                        : "iptables";
     j["workload_bytes"] = r.workload_bytes;

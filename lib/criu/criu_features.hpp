@@ -42,7 +42,11 @@ struct lazy_dump_features {
     // lock's table to be deleted (10-20 ms here), and connections that reach
     // the copy before it runs are accepted by its kernel instead of dropped
     // (which costs the client a SYN retransmission, a second or more).
+    // Also when the container's network namespace has no TCP socket before
+    // the freeze: one made later makes CRIU refuse the dump (no
+    // tcp-established, no skip-in-flight), and the source runs on.
     bool network_lock_skip = false;
+    std::string network_lock_skip_because;
 
     static lazy_dump_features probe(const std::string& criu);
     // The config lines for the features that are on (not the network lock).

@@ -137,6 +137,20 @@ bool environ_has(pid_t pid, const std::string& entry) {
     return false;
 }
 
+std::optional<size_t> tcp_sockets(pid_t pid) {
+    size_t n = 0;
+    for (const char* table : {"tcp", "tcp6"}) {
+        std::ifstream in(fmt::format("/proc/{}/net/{}", pid, table));
+        if (!in)
+            return std::nullopt;
+        std::string line;
+        std::getline(in, line); // the header
+        while (std::getline(in, line))
+            n++;
+    }
+    return n;
+}
+
 uint64_t start_time(pid_t pid) {
     // Field 22 is the 20th after the command name.
     const auto f = stat_fields(fmt::format("/proc/{}/stat", pid));

@@ -58,6 +58,10 @@ bool environ_has(pid_t pid, const std::string& entry);
 // tells a process from a later one that reused its pid; 0 when gone.
 uint64_t start_time(pid_t pid);
 
+// The TCP sockets (IPv4 and IPv6, any state) in the network namespace of
+// `pid`, from /proc/PID/net/tcp{,6}; nothing if those cannot be read.
+std::optional<size_t> tcp_sockets(pid_t pid);
+
 // The directory of the running executable (to find Ferry's other binaries).
 std::filesystem::path self_dir();
 

@@ -2,8 +2,8 @@
 # Containers migrate post-copy between the testbed's hosts, each with its own
 # engine instances (testbed up --engines), on a Debian image built here.
 # FERRY_TEST_ENGINE picks the engine: podman (default) or docker.
-#   1. a memload container (64 MiB + a forked child, env, label, writable-layer
-#      changes) arrives on b with its name, config, files and memory; the
+#   1. a memload container (64 MiB + a forked child, a listening socket, env,
+#      label, writable-layer changes) arrives on b with its name, config, files and memory; the
 #      source container is gone, its /dev/shm files came along; logs/stop/rm
 #      work on the copy; CRIU locked
 #      its network with nftables (where CRIU can), and the lock is gone on b;
@@ -15,7 +15,8 @@
 #      podman: (2b) the destination dies while its warm restore waits: the
 #      source's checkpoint is refused before anything froze, and the warm
 #      container on b is removed when its daemon is back; (2c) the warm start
-#      fails: the destination restores cold and the migration succeeds;
+#      fails: the destination restores cold and the migration succeeds (and,
+#      with no TCP socket in the container, CRIU locks nothing);
 #   3. a container of that name already exists on b: refused before the
 #      freeze, and neither container is touched;
 #   4. a container with a named volume (which Ferry does not move): refused
@@ -29,10 +30,18 @@ ctr() { local h=$1; shift; on "$h" "$engine" "$@"; }
 image=$(engine_image "$engine")
 
 examples=$FERRY_BUILD/examples
-# run_memload HOST NAME: a memload container; waits until both processes are ready.
+# run_memload HOST NAME [listen]: a memload container; waits until both
+# processes are ready. With "listen", a perl child of memload also listens on
+# TCP port 7777 (so the container's network namespace has a socket); it
+# sleeps in a loop because a restore interrupts the sleep it was in.
 run_memload() {
+  local memload="/ferry/memload --mib 64 --child-mib 16 --seed 11"
+  local cmd=($memload)
+  if [ "${3:-}" = listen ]; then
+    cmd=(sh -c "perl -MIO::Socket::INET -e 'my \$s = IO::Socket::INET->new(Listen => 5, LocalPort => 7777, ReuseAddr => 1) or die; sleep 100000 while 1' & exec $memload")
+  fi
   ctr "$1" run -d --name "$2" -e FERRY_TEST=yes --label ferry.test="$engine" \
-    -v "$examples:/ferry:ro" "$image" /ferry/memload --mib 64 --child-mib 16 --seed 11 >/dev/null
+    -v "$examples:/ferry:ro" "$image" "${cmd[@]}" >/dev/null
   for _ in $(seq 1 200); do
     ctr "$1" logs "$2" 2>&1 | grep -q "ready child" && return 0
     sleep 0.1
@@ -60,8 +69,15 @@ state() {
 }
 migrate() { on a migrator migrate --engine "$engine" --container "$1" --to "$(addr b)" --json; }
 
-log "1. migrate a memload $engine container from a to b"
-run_memload a m1
+# listening HOST NAME: the container has a TCP socket listening on 7777.
+listening() {
+  grep -q ' 00000000:1E61 00000000:0000 0A ' "/proc/$(ctr "$1" inspect "$2" --format '{{.State.Pid}}')/net/tcp"
+}
+
+log "1. migrate a memload $engine container (and a listening socket) from a to b"
+run_memload a m1 listen
+for _ in $(seq 1 50); do listening a m1 && break; sleep 0.1; done
+listening a m1 || fail "m1's listener did not start"
 ctr a exec m1 sh -c 'echo migrated > /etc/ferry-marker && rm /etc/issue.net && rm -r /usr/share/doc/apt'
 ctr a exec m1 sh -c 'echo in-shm > /dev/shm/ferry-shm-marker'
 # runc masks /proc/acpi with an empty read-only tmpfs.
@@ -76,6 +92,7 @@ if [ "$engine" = podman ]; then
     fail "podman's restore did not start warm: $(json "$work/m1.json" engine_restore)"
 fi
 [ "$(ctr b exec m1 printenv FERRY_TEST)" = yes ] || fail "environment lost"
+listening b m1 || fail "m1's listening socket did not come along"
 # CRIU locks the container's network with nftables when both hosts' CRIU can
 # (no iptables-restore run inside it in the downtime), and the lock is gone
 # once it runs on b.
@@ -161,6 +178,11 @@ if [ "$engine" = podman ]; then
   case "$(json "$work/m6.json" engine_restore)" in
     "cold (fault injection"*) ;;
     *) fail "expected a cold restore, got: $(json "$work/m6.json" engine_restore)" ;;
+  esac
+  # No TCP socket in m6's network namespace: CRIU locks nothing.
+  case "$(json "$work/m6.json" criu_network_lock)" in
+    "skip (no TCP socket"*) ;;
+    *) fail "m6 has no socket, yet: $(json "$work/m6.json" criu_network_lock)" ;;
   esac
   [ "$(state a m6)" = absent ] || fail "m6 still exists on a"
   [ "$(state b m6)" = running ] || fail "m6 is not running on b: $(state b m6)"
