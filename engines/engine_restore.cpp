@@ -4,6 +4,7 @@
 #include "core/log.hpp"
 #include "criu/cgroup_yard.hpp"
 #include "criu/criu_config.hpp"
+#include "criu/criu_image.hpp"
 #include "engine.hpp"
 #include "engine_request.hpp"
 #include "line_socket.hpp"
@@ -95,6 +96,21 @@ fs::path engine_file(const fs::path& dir, const std::string& name) {
     if (!fs::exists(p))
         throw error(fmt::format("the migrator sent no {}", name));
     return p;
+}
+
+std::vector<std::string> deleted_files(const fs::path& dir) {
+    try {
+        return nlohmann::json::parse(criu::read_file(engine_file(dir, "deleted.files")))
+            .get<std::vector<std::string>>();
+    } catch (const ferry::error&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw error(fmt::format("deleted.files is malformed: {}", e.what()));
+    }
+}
+
+fs::path devshm_tar(const fs::path& dir) {
+    return dir / (std::string(engine_file_prefix) + "devshm-checkpoint.tar");
 }
 
 bool is_criu_image(const fs::path& file) {

@@ -98,6 +98,12 @@ std::filesystem::path write_restore_request(const std::filesystem::path& dir,
                                             const host_tools& tools, bool warm = false);
 // The session's engine file `name` ("engine.<name>"); throws if it is missing.
 std::filesystem::path engine_file(const std::filesystem::path& dir, const std::string& name);
+// The container paths the source deleted from its writable layer (the
+// session's deleted.files); throws if it is missing or malformed.
+std::vector<std::string> deleted_files(const std::filesystem::path& dir);
+// Where the session's copy of the container's /dev/shm tar is (it may not
+// exist: the source may have had none).
+std::filesystem::path devshm_tar(const std::filesystem::path& dir);
 // The CRIU images among `dir`'s files (not engine files, logs, configs).
 bool is_criu_image(const std::filesystem::path& file);
 

@@ -12,21 +12,51 @@
 
 namespace ferry::engines {
 
-unique_fd listen_unix(const std::filesystem::path& path) {
+namespace {
+
+sockaddr_un unix_address(const std::filesystem::path& path) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     const auto p = path.string();
     if (p.size() >= sizeof addr.sun_path)
         throw error(fmt::format("socket path {} is too long for a unix socket", p));
     std::strcpy(addr.sun_path, p.c_str());
+    return addr;
+}
+
+unique_fd unix_socket() {
     unique_fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!s)
         throw sys_error("socket AF_UNIX");
+    return s;
+}
+
+} // namespace
+
+unique_fd listen_unix(const std::filesystem::path& path) {
+    const auto addr = unix_address(path);
+    auto s = unix_socket();
     ::unlink(addr.sun_path);
     if (::bind(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) ||
         ::listen(s.get(), 4))
-        throw sys_error("unix socket " + p);
+        throw sys_error("unix socket " + path.string());
     return s;
+}
+
+std::string ask_line(const std::filesystem::path& path, const std::string& line,
+                     std::chrono::milliseconds bound) {
+    const auto addr = unix_address(path);
+    auto s = unix_socket();
+    if (::connect(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr))
+        throw sys_error("connect to " + path.string());
+    const std::string ask = line + "\n";
+    if (::write(s.get(), ask.data(), ask.size()) != ssize_t(ask.size()))
+        throw sys_error("write to " + path.string());
+    try {
+        return read_line(s.get(), bound);
+    } catch (const ferry::error&) {
+        throw error(fmt::format("no answer on {} within {} ms", path.string(), bound.count()));
+    }
 }
 
 std::string read_line(int conn, std::chrono::milliseconds bound) {

@@ -18,5 +18,10 @@ unique_fd listen_unix(const std::filesystem::path& path);
 std::string read_line(int conn, std::chrono::milliseconds bound);
 // Best effort: the peer may be gone.
 void write_line(int conn, const std::string& line) noexcept;
+// The other side: connects to `path`, sends `line`, returns the answer's
+// line (empty if the peer closed first). Throws ferry::error if it cannot
+// connect or no answer comes within `bound`.
+std::string ask_line(const std::filesystem::path& path, const std::string& line,
+                     std::chrono::milliseconds bound);
 
 } // namespace ferry::engines

@@ -62,8 +62,11 @@ struct image_list {
     std::vector<std::vector<uint8_t>> contents;
 };
 
-// Bytes [offset, +len) of image `i`, checksummed; points into `l`.
-FerryControl__ImageFile image_piece(const image_list& l, size_t i, size_t offset, size_t len);
+// Bytes [offset, +len) of file `name`'s `data`, checksummed; points into both.
+FerryControl__ImageFile file_piece(const std::string& name, const std::vector<uint8_t>& data,
+                                   size_t offset, size_t len);
+// What a frame's repeated field holds: pointers to the pieces.
+std::vector<FerryControl__ImageFile*> piece_pointers(std::vector<FerryControl__ImageFile>& pieces);
 
 class migration {
   public:

@@ -37,13 +37,13 @@ void migration::park() {
     set_phase("parking");
     register_with_source();
     const auto images = collect_images();
-    std::vector<FerryControl__ImageFile> files(images.names.size());
-    std::vector<FerryControl__ImageFile*> ptrs;
-    for (size_t i = 0; i < files.size(); i++) {
-        files[i] = image_piece(images, i, 0, images.contents[i].size());
-        _r.images_bytes += files[i].data.len;
-        ptrs.push_back(&files[i]);
+    std::vector<FerryControl__ImageFile> files;
+    for (size_t i = 0; i < images.names.size(); i++) {
+        files.push_back(
+            file_piece(images.names[i], images.contents[i], 0, images.contents[i].size()));
+        _r.images_bytes += files.back().data.len;
     }
+    auto ptrs = piece_pointers(files);
     _r.image_files = uint32_t(files.size());
     wait_registered();
     const std::string criu_version = criu::require_supported_criu(_opt.tools.criu).to_string();

@@ -56,16 +56,23 @@ void raise_pipe_max_size(spdlog::logger& log) {
 
 } // namespace
 
-// Bytes [offset, +len) of image `i`, checksummed; points into `l`.
-FerryControl__ImageFile image_piece(const image_list& l, size_t i, size_t offset, size_t len) {
+FerryControl__ImageFile file_piece(const std::string& name, const std::vector<uint8_t>& data,
+                                   size_t offset, size_t len) {
     FerryControl__ImageFile f = FERRY_CONTROL__IMAGE_FILE__INIT;
-    f.name = const_cast<char*>(l.names[i].c_str());
-    f.data.data = const_cast<uint8_t*>(l.contents[i].data()) + offset;
+    f.name = const_cast<char*>(name.c_str());
+    f.data.data = const_cast<uint8_t*>(data.data()) + offset;
     f.data.len = len;
     f.xxh64 = buffer_checksum(f.data.data, len);
     f.has_offset = true;
     f.offset = offset;
     return f;
+}
+
+std::vector<FerryControl__ImageFile*> piece_pointers(std::vector<FerryControl__ImageFile>& pieces) {
+    std::vector<FerryControl__ImageFile*> ptrs;
+    for (auto& p : pieces)
+        ptrs.push_back(&p);
+    return ptrs;
 }
 
 void migration::start_dump() {
@@ -116,17 +123,10 @@ void migration::warm_destination() {
     if (files.empty())
         return;
     const uint64_t t0 = monotonic_ns();
-    image_list l;
-    for (auto& f : files) {
-        l.names.push_back(f.name);
-        l.contents.push_back(std::move(f.data));
-    }
     std::vector<FerryControl__ImageFile> pieces;
-    for (size_t i = 0; i < l.names.size(); i++)
-        pieces.push_back(image_piece(l, i, 0, l.contents[i].size()));
-    std::vector<FerryControl__ImageFile*> ptrs;
-    for (auto& p : pieces)
-        ptrs.push_back(&p);
+    for (const auto& f : files)
+        pieces.push_back(file_piece(f.name, f.data, 0, f.data.size()));
+    auto ptrs = piece_pointers(pieces);
     FerryControl__IncomingWarm warm = FERRY_CONTROL__INCOMING_WARM__INIT;
     warm.n_files = ptrs.size();
     warm.files = ptrs.data();
@@ -235,9 +235,7 @@ void migration::send_images(const image_list& images) {
     std::vector<FerryControl__ImageFile> pieces;
     pieces.reserve(64);
     auto flush = [&](bool last) {
-        std::vector<FerryControl__ImageFile*> ptrs;
-        for (auto& p : pieces)
-            ptrs.push_back(&p);
+        auto ptrs = piece_pointers(pieces);
         FerryControl__IncomingImages msg = FERRY_CONTROL__INCOMING_IMAGES__INIT;
         msg.n_files = ptrs.size();
         msg.files = ptrs.data();
@@ -252,7 +250,7 @@ void migration::send_images(const image_list& images) {
         size_t offset = 0;
         do {
             const size_t len = std::min(contents[i].size() - offset, frame_bytes);
-            const auto f = image_piece(images, i, offset, len);
+            const auto f = file_piece(names[i], contents[i], offset, len);
             if (in_frame + len > frame_bytes && !pieces.empty()) {
                 flush(false);
                 in_frame = 0;

@@ -102,7 +102,7 @@ class docker_restore final : public engine_restore {
         for (const auto& entry : fs::directory_iterator(dir))
             if (entry.is_regular_file() && is_criu_image(entry.path()))
                 fs::copy_file(entry.path(), images / entry.path().filename());
-        const auto shm = dir / (std::string(engine_file_prefix) + "devshm-checkpoint.tar");
+        const auto shm = devshm_tar(dir);
         write_restore_request(dir, images, migration_id,
                               fs::exists(shm) ? shm.string() : std::string(), criu_env, _tools);
         return {_tools.docker, "start", "--checkpoint", checkpoint, _id};
@@ -171,16 +171,7 @@ class docker_restore final : public engine_restore {
         } else {
             throw error(fmt::format("docker's storage driver {} is not supported here", driver));
         }
-        std::vector<std::string> deleted;
-        try {
-            deleted = json::parse(criu::read_file(engine_file(dir, "deleted.files")))
-                          .get<std::vector<std::string>>();
-        } catch (const ferry::error&) {
-            throw;
-        } catch (const std::exception& e) {
-            throw error(fmt::format("deleted.files is malformed: {}", e.what()));
-        }
-        for (const auto& d : deleted) {
+        for (const auto& d : deleted_files(dir)) {
             const auto p = path_below(layer, d);
             if (driver == "overlay2") {
                 whiteout(p);

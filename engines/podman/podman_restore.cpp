@@ -99,21 +99,15 @@ class podman_restore final : public engine_restore {
     std::vector<std::string> warm_command(const fs::path& dir, const std::string& migration_id,
                                           const std::vector<std::string>& criu_env,
                                           const std::vector<criu::engine_file>& files) override {
-        const criu::engine_file* config = nullptr;
-        const criu::engine_file* spec = nullptr;
-        for (const auto& f : files) {
-            if (f.name == "config.dump")
-                config = &f;
-            else if (f.name == "spec.dump")
-                spec = &f;
-        }
-        const criu::engine_file* descriptors = nullptr;
-        for (const auto& f : files)
-            if (f.name == "descriptors.json")
-                descriptors = &f;
-        if (!config || !spec || !descriptors)
-            throw error("the source sent no config.dump, spec.dump and descriptors.json to start "
-                        "from");
+        auto find = [&](const char* name) {
+            for (const auto& f : files)
+                if (f.name == name)
+                    return &f;
+            throw error(fmt::format("the source sent no {} to start from", name));
+        };
+        const auto* config = find("config.dump");
+        const auto* spec = find("spec.dump");
+        const auto* descriptors = find("descriptors.json");
         // runc reads it before its CRIU starts; the images bring the same.
         std::ofstream(dir / "descriptors.json", std::ios::binary)
             .write(reinterpret_cast<const char*>(descriptors->data.data()),
@@ -225,23 +219,10 @@ class podman_restore final : public engine_restore {
     }
 
   private:
-    static fs::path devshm_tar(const fs::path& dir) {
-        return dir / (std::string(engine_file_prefix) + "devshm-checkpoint.tar");
-    }
-
     // What podman's import does with rootfs-diff.tar and deleted.files, onto
     // the root it mounted for the warm restore.
     void apply_rootfs_diff(const fs::path& dir) const {
-        std::vector<std::string> deleted;
-        try {
-            deleted = json::parse(criu::read_file(engine_file(dir, "deleted.files")))
-                          .get<std::vector<std::string>>();
-        } catch (const ferry::error&) {
-            throw;
-        } catch (const std::exception& e) {
-            throw error(fmt::format("deleted.files is malformed: {}", e.what()));
-        }
-        for (const auto& d : deleted)
+        for (const auto& d : deleted_files(dir))
             remove_below(_root, d);
         extract_tar(engine_file(dir, "rootfs-diff.tar"), _root);
     }

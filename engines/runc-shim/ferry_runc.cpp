@@ -6,6 +6,7 @@
 // gate: the tasks resume only if the destination daemon says so.
 #include "core/unique_fd.hpp"
 #include "engine_request.hpp"
+#include "line_socket.hpp"
 #include "sys/subprocess.hpp"
 #include "wire/criu_event_wire.hpp"
 
@@ -15,7 +16,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,12 +34,13 @@ namespace {
 namespace fs = std::filesystem;
 using namespace ferry;
 
-constexpr int gate_timeout_ms = 120'000; // the migrator commits the source meanwhile
+constexpr auto gate_timeout =
+    std::chrono::seconds(120); // the migrator commits the source meanwhile
 // A held checkpoint waits for the destination to start its restore (seconds);
 // a warm restore waits for the source's freeze and images. Either peer
 // closes its socket when it gives up, so these bounds are only the last resort.
-constexpr int hold_timeout_ms = 300'000;
-constexpr int images_timeout_ms = 600'000;
+constexpr auto hold_timeout = std::chrono::seconds(300);
+constexpr auto images_timeout = std::chrono::seconds(600);
 constexpr auto untar_timeout = std::chrono::seconds(60);
 
 void say(const std::string& what) {
@@ -188,38 +189,10 @@ std::optional<int> watched_pause(const std::vector<std::string>& args, std::vect
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// One exchange on a unix socket: sends `line`, returns the answer's line
-// (empty if the peer closed first). Throws if it cannot connect or no
-// answer comes within `timeout_ms`.
-std::string ask_line(const std::string& path, const std::string& line, int timeout_ms) {
-    unique_fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (path.size() >= sizeof addr.sun_path)
-        throw std::runtime_error("socket path too long: " + path);
-    std::strcpy(addr.sun_path, path.c_str());
-    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr))
-        throw std::runtime_error("connect to " + path + ": " + std::strerror(errno));
-    const std::string ask = line + "\n";
-    if (::write(s.get(), ask.data(), ask.size()) != ssize_t(ask.size()))
-        throw std::runtime_error("write to " + path + " failed");
-    std::string answer;
-    char c;
-    while (answer.size() < 4096) {
-        pollfd p{s.get(), POLLIN, 0};
-        if (::poll(&p, 1, timeout_ms) <= 0)
-            throw std::runtime_error("no answer on " + path);
-        if (::read(s.get(), &c, 1) != 1 || c == '\n')
-            break;
-        answer += c;
-    }
-    return answer;
-}
-
 // Asks `path` and throws unless the answer is "go".
-void wait_for_go(const std::string& path, const std::string& line, int timeout_ms,
+void wait_for_go(const std::string& path, const std::string& line, std::chrono::milliseconds bound,
                  const std::string& what) {
-    const auto answer = ask_line(path, line, timeout_ms);
+    const auto answer = engines::ask_line(path, line, bound);
     if (answer != engines::go_answer)
         throw std::runtime_error(what + ": " + (answer.empty() ? "no answer" : answer));
 }
@@ -257,7 +230,7 @@ void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
     if (!req->hold_socket.empty())
         wait_for_go(req->hold_socket,
                     std::string(engines::hold_request) + " " + external_descriptors(args),
-                    hold_timeout_ms, "the migrator did not let the checkpoint go on");
+                    hold_timeout, "the migrator did not let the checkpoint go on");
     if (!req->images_dir.empty()) {
         // CRIU's logs go with the images, where Ferry keeps them.
         set_option(args, cmd, "--image-path", req->images_dir);
@@ -366,8 +339,7 @@ int criu_after_images(int argc, char** argv) {
             if (::poll(&p, 1, 60'000) == 1 && ::recv(fd, head, sizeof head, MSG_PEEK) == 2 &&
                 head[0] == 0x08 && head[1] == 2) {
                 wait_for_go(gate, std::string(engines::gate_images) + " " + bundle.string(),
-                            images_timeout_ms,
-                            "the destination daemon did not let the restore go on");
+                            images_timeout, "the destination daemon did not let the restore go on");
                 if (!devshm.empty())
                     restore_devshm(bundle, devshm);
             }
@@ -391,7 +363,7 @@ int action_script(const std::string& action) {
     const char* pid = std::getenv("CRTOOLS_INIT_PID");
     try {
         const auto answer =
-            ask_line(gate, std::string("post-restore ") + (pid ? pid : "0"), gate_timeout_ms);
+            engines::ask_line(gate, std::string("post-restore ") + (pid ? pid : "0"), gate_timeout);
         if (answer == engines::gate_resume)
             return 0;
         say("the restored tasks may not resume: " + (answer.empty() ? "no answer" : answer));
