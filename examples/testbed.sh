@@ -10,7 +10,9 @@
 #                               clients live there); --engines also
 #                               gives a and b container engines of their own:
 #                               podman (own root, runroot, storage) and a
-#                               dockerd (own data root, socket, containerd)
+#                               dockerd (own data root, socket, containerd),
+#                               and a container network "ferry" shared by
+#                               a, b and c (see below)
 #   testbed.sh up --vm          hosts a and b are virtual machines instead
 #                               (examples/vm/host.sh: qemu TCG, Debian 12's
 #                               kernel, this machine's root read-only at the
@@ -34,8 +36,17 @@
 #                               HOST's own instances (runc, ulimits, no network)
 #   testbed.sh addr HOST        print HOST's daemon address, IP:PORT
 #   testbed.sh ip HOST          print HOST's IP address
+#   testbed.sh container-net    print the container network's subnet
 #   testbed.sh stop HOST        SIGKILL HOST's daemon (to inject a failure)
 #   testbed.sh start HOST       start HOST's daemon again
+#
+# The container network (up --engines): a second bridge in NAME-sw, with an
+# eth1 from a, b and c on it: one L2 segment, subnet CNET.0/24. In a and b,
+# podman's and dockerd's network "ferry" is a macvlan on eth1, so a container
+# run with `--network ferry --ip CNET.X` owns its address and MAC on the
+# segment, the way it would on a real shared VLAN; c has CNET.253 on its eth1
+# and reaches containers wherever they run. Each host keeps its own IPAM
+# state, and both allocate from the whole subnet: give containers --ip.
 #
 # Every host gets TLS credentials from the testbed's own cluster CA (STATE/ca,
 # made with `migrator credentials init`): STATE/HOST/credentials holds its
@@ -45,7 +56,8 @@
 #
 # Environment: FERRY_TESTBED names the testbed (default "ferry"; namespaces are
 # NAME-a, NAME-b, NAME-pK and NAME-sw), FERRY_TESTBED_NET picks the /24
-# (default 10.77.0), FERRY_BUILD points at the build dir (default
+# (default 10.77.0) and FERRY_TESTBED_CNET the container network's (default:
+# the second number one up, 10.78.0), FERRY_BUILD points at the build dir (default
 # <repo>/build), FERRY_POOL_CAPACITY (default 256M) and FERRY_POOL_EVICTION
 # (default lru) configure the pool nodes, FERRY_DOCKER_STORAGE picks dockerd's
 # storage driver (default overlay2; vfs works too, but copies the whole image
@@ -61,6 +73,8 @@ base=${FERRY_TESTBED_DIR:-/tmp/ferry-testbed}
 state=$base/$name
 port=7140
 hosts=(a b)
+IFS=. read -r n1 n2 n3 <<<"$net"
+cnet=${FERRY_TESTBED_CNET:-$n1.$((n2 + 1)).$n3}
 # A VM testbed keeps its state on the VM share (the same path inside the
 # VMs); $base/NAME.vm says where.
 vm=0
@@ -239,10 +253,12 @@ engine_env() {
 
 write_engine_config() {
   local h=$1 dir="$state/$1"
-  mkdir -p "$dir/podman/root" "$dir/podman/run" "$dir/docker/data" "$dir/docker/exec" "$dir/docker-cli"
-  # runc: crun fails on this machine's cgroup setup. No network: the
-  # testbed's hosts reach each other through their own namespace, and
-  # containers need none for migration.
+  mkdir -p "$dir/podman/root" "$dir/podman/run" "$dir/docker/data" "$dir/docker/exec" "$dir/docker-cli" \
+    "$dir/cni/net.d" "$dir/cni/ipam"
+  # runc: crun fails on this machine's cgroup setup. By default no network:
+  # the testbed's hosts reach each other through their own namespace, and
+  # most containers need none for migration. Those run with --network ferry
+  # own an address on the container network.
   echo "{}" >"$dir/docker-cli/config.json"
   cat >"$dir/containers.conf" <<EOF
 [containers]
@@ -256,10 +272,21 @@ events_logfile_path = "$dir/podman/events.log"
 static_dir = "$dir/podman/root/libpod"
 tmp_dir = "$dir/podman/run/libpod"
 volume_path = "$dir/podman/root/volumes"
+network_backend = "cni"
+[network]
+network_config_dir = "$dir/cni/net.d"
 # Podman's "runc" is Ferry's shim, which passes everything to runc and makes
 # checkpoint/restore lazy when Ferry asks (lib/engine_request.hpp).
 [engine.runtimes]
 runc = [ "$build/engines/ferry-runc" ]
+EOF
+  # The IPAM state lives under the host's own dir: a and b share this
+  # machine's /var/lib/cni.
+  cat >"$dir/cni/net.d/ferry.conflist" <<EOF
+{"cniVersion": "0.4.0", "name": "ferry",
+ "plugins": [{"type": "macvlan", "master": "eth1", "mode": "bridge",
+   "ipam": {"type": "host-local", "dataDir": "$dir/cni/ipam",
+     "ranges": [[{"subnet": "$cnet.0/24", "rangeStart": "$cnet.10", "rangeEnd": "$cnet.250"}]]}}]}
 EOF
   cat >"$dir/storage.conf" <<EOF
 [storage]
@@ -285,7 +312,12 @@ start_dockerd() {
     </dev/null >>"$dir/dockerd.log" 2>&1 &
   echo $! >"$dir/docker/dockerd.launcher"
   for i in $(seq 1 600); do
-    DOCKER_HOST="unix://$dir/docker/docker.sock" /usr/bin/docker version >/dev/null 2>&1 && return 0
+    if DOCKER_HOST="unix://$dir/docker/docker.sock" /usr/bin/docker version >/dev/null 2>&1; then
+      DOCKER_HOST="unix://$dir/docker/docker.sock" /usr/bin/docker network create -d macvlan \
+        --subnet "$cnet.0/24" -o parent=eth1 ferry >/dev/null ||
+        die "dockerd on $h: cannot create the container network"
+      return 0
+    fi
     kill -0 "$(cat "$dir/docker/dockerd.launcher")" 2>/dev/null || { tail -n 20 "$dir/dockerd.log" >&2; die "dockerd on $h exited"; }
     sleep 0.1
   done
@@ -347,6 +379,16 @@ up() {
     ip -n "$(ns "$h")" link set eth0 up
   done
   if [ "$engines" = 1 ]; then
+    # The container network's segment: eth1 of a, b and c on br1.
+    ip -n "$(ns sw)" link add br1 type bridge
+    ip -n "$(ns sw)" link set br1 up
+    for h in "${hosts[@]}"; do
+      case "$h" in a | b | c) ;; *) continue ;; esac
+      ip -n "$(ns sw)" link add "n-$h" type veth peer name eth1 netns "$(ns "$h")"
+      ip -n "$(ns sw)" link set "n-$h" master br1 up
+      ip -n "$(ns "$h")" link set eth1 up
+    done
+    [ "$client" = 0 ] || ip -n "$(ns c)" addr add "$cnet.253/24" dev eth1
     for h in "${engine_hosts[@]}"; do write_engine_config "$h"; done
   fi
   for h in "${hosts[@]}"; do issue_credentials "$h"; done
@@ -360,6 +402,7 @@ up() {
   for h in "${hosts[@]}"; do
     if [ "$h" = c ]; then summary+=" c=$net.3"; else summary+=" $h=$(addr "$h")"; fi
   done
+  [ "$engines" = 0 ] || summary+=", containers on $cnet.0/24"
   echo "testbed $name up:$summary"
 }
 
@@ -442,6 +485,7 @@ case "$cmd" in
   dir) [ $# = 1 ] || die "usage: $0 dir HOST"; echo "$state/$1" ;;
   addr) [ $# = 1 ] || die "usage: $0 addr HOST"; addr "$1" ;;
   ip) [ $# = 1 ] || die "usage: $0 ip HOST"; host_ip "$1" ;;
+  container-net) echo "$cnet.0/24" ;;
   exec)
     [ $# -ge 2 ] || die "usage: $0 exec HOST CMD..."
     h=$1; shift
@@ -455,5 +499,5 @@ case "$cmd" in
     ;;
   stop) [ $# = 1 ] || die "usage: $0 stop HOST"; stop_daemon "$1" KILL ;;
   start) [ $# = 1 ] || die "usage: $0 start HOST"; start_daemon "$1" ;;
-  *) die "usage: $0 up [--pool N] [--engines] [--client]|up --vm [--pool N]|down|exec HOST CMD...|addr HOST|ip HOST|stop HOST|start HOST|shared-dir|dir HOST" ;;
+  *) die "usage: $0 up [--pool N] [--engines] [--client]|up --vm [--pool N]|down|exec HOST CMD...|addr HOST|ip HOST|container-net|stop HOST|start HOST|shared-dir|dir HOST" ;;
 esac

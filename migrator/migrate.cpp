@@ -10,6 +10,9 @@
 #include "criu/criu_page_server.hpp"
 #include "criu/criu_rpc.hpp"
 #include "criu/workload_release.hpp"
+#include "netlink/links.hpp"
+#include "netlink/moving_link_wire.hpp"
+#include "netlink/netns.hpp"
 #include "pool/pool_client.hpp"
 #include "sys/hw_breakpoints.hpp"
 #include "sys/proc.hpp"
@@ -127,6 +130,7 @@ void migration::check_source() {
             throw error(fmt::format("container '{}' is not running", _opt.container));
         refuse_named_volumes(_container->named_volumes);
         _opt.pid = _container->pid;
+        decide_network();
     }
     _r.source_pid = _opt.pid;
     const auto pids = proc::ns_pids(_opt.pid);
@@ -173,6 +177,27 @@ void migration::check_source() {
     }
 }
 
+// A container with a network namespace of its own takes its addresses and
+// MACs along, and with them its TCP connections: the destination's copy
+// gets the same addresses and takes over the MACs when it resumes. In the
+// host's namespace nothing can move (the addresses are the host's):
+// established connections there need --tcp-close.
+void migration::decide_network() {
+    if (_opt.tcp_close) {
+        _r.network = "connections closed (--tcp-close)";
+        return;
+    }
+    if (!netlink::has_own_netns(_opt.pid)) {
+        _r.network = "the host's (nothing moves; established connections need --tcp-close)";
+        return;
+    }
+    netlink::in_netns(netlink::netns_of(_opt.pid),
+                      [&] { _r.moving_links = netlink::read_links(); });
+    _r.connections_move = true;
+    _r.network = _r.moving_links.empty() ? "its own, loopback only"
+                                         : "moves: " + netlink::describe(_r.moving_links);
+}
+
 // `source_addr` is empty when there is no source (a parked workload).
 void migration::connect_destination(const std::string& source_addr) {
     try {
@@ -192,6 +217,9 @@ void migration::connect_destination(const std::string& source_addr) {
     prep.deadline_scale = _opt.deadline_scale;
     prep.has_no_hw_breakpoints = true;
     prep.no_hw_breakpoints = _opt.no_hw_breakpoints;
+    netlink::moving_link_messages links(_r.moving_links);
+    prep.n_moving_links = links.pointers.size();
+    prep.moving_links = links.pointers.data();
     if (_container) {
         prep.engine = const_cast<char*>(_opt.engine.c_str());
         prep.container_name = const_cast<char*>(_container->name.c_str());

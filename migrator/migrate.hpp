@@ -13,6 +13,7 @@
 #pragma once
 
 #include "criu/criu_features.hpp"
+#include "netlink/link_identity.hpp"
 
 #include "pool/pool_layout.hpp"
 #include "sys/host_tools.hpp"
@@ -102,6 +103,11 @@ struct migration_result {
     std::string engine_restore;
     // Where CRIU found the cgroup hierarchies at the dump (criu/cgroup_yard.hpp).
     std::string criu_cgroup_yard;
+    // A container whose network moves with it: its links (lib/netlink), which
+    // the copy takes over at its resume; empty if nothing moves.
+    std::vector<netlink::link_identity> moving_links;
+    bool connections_move = false; // its TCP connections come along (tcp-established)
+    std::string network; // how its network moved, or why it did not
     bool source_removed = false;            // the source container is gone (after the resume)
     uint64_t workload_bytes = 0;            // resident memory of the tree before the freeze
     std::string criu_stop_method;           // hardware breakpoints, or syscall stepping and why

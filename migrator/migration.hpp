@@ -77,6 +77,7 @@ class migration {
 
   private:
     void check_source();
+    void decide_network();
     void connect_destination(const std::string& source_addr);
     void connect_local_daemon();
     void start_dump();

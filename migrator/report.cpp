@@ -76,6 +76,8 @@ nlohmann::json to_json(const migration_result& r) {
         j["engine_restore"] = r.engine_restore;
     if (!r.criu_cgroup_yard.empty())
         j["criu_cgroup_yard"] = r.criu_cgroup_yard;
+    if (!r.network.empty())
+        j["network"] = r.network;
     const auto& f = r.criu_features;
     j["criu_lazy_dump"] = !f.pagemap_only ? "pages parked in pipes"
                           : f.whole_vmas  ? "pagemap only, whole VMAs"

@@ -87,6 +87,8 @@ void migration::start_dump() {
     criu::dump_settings settings;
     settings.limits = _deadlines;
     settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
+    if (_r.connections_move)
+        settings.criu_options += "tcp-established\n";
     settings.criu_options += _r.criu_features.config_lines();
     settings.network_lock_nftables = _r.criu_features.network_lock_nftables;
     settings.network_lock_skip = _r.criu_features.network_lock_skip;

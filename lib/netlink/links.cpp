@@ -1,0 +1,152 @@
+#include "netlink/links.hpp"
+
+#include "core/error.hpp"
+
+#include <fmt/format.h>
+#include <linux/ip.h>
+#include <net/if.h>
+#include <netlink/addr.h>
+#include <netlink/netlink.h>
+#include <netlink/route/addr.h>
+#include <netlink/route/link.h>
+#include <netlink/route/link/inet.h>
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+namespace ferry::netlink {
+
+namespace {
+
+struct sock_free {
+    void operator()(nl_sock* s) const { nl_socket_free(s); }
+};
+struct cache_free {
+    void operator()(nl_cache* c) const { nl_cache_free(c); }
+};
+struct link_put {
+    void operator()(rtnl_link* l) const { rtnl_link_put(l); }
+};
+struct addr_put {
+    void operator()(nl_addr* a) const { nl_addr_put(a); }
+};
+using sock_ptr = std::unique_ptr<nl_sock, sock_free>;
+using cache_ptr = std::unique_ptr<nl_cache, cache_free>;
+using link_ptr = std::unique_ptr<rtnl_link, link_put>;
+
+std::string nl_error(int err) {
+    return nl_geterror(err);
+}
+
+sock_ptr route_socket() {
+    sock_ptr s(nl_socket_alloc());
+    if (!s)
+        throw error("cannot allocate a netlink socket");
+    if (const int err = nl_connect(s.get(), NETLINK_ROUTE); err < 0)
+        throw error(fmt::format("cannot open rtnetlink: {}", nl_error(err)));
+    return s;
+}
+
+cache_ptr link_cache(nl_sock* s) {
+    nl_cache* c = nullptr;
+    if (const int err = rtnl_link_alloc_cache(s, AF_UNSPEC, &c); err < 0)
+        throw error(fmt::format("cannot list links: {}", nl_error(err)));
+    return cache_ptr(c);
+}
+
+// The link called `name`, with its current attributes.
+link_ptr find_link(nl_sock* s, const std::string& name) {
+    rtnl_link* l = nullptr;
+    if (const int err = rtnl_link_get_kernel(s, 0, name.c_str(), &l); err < 0)
+        throw error(fmt::format("no link {}: {}", name, nl_error(err)));
+    return link_ptr(l);
+}
+
+void change_link(nl_sock* s, rtnl_link* current, rtnl_link* change, const std::string& what) {
+    if (const int err = rtnl_link_change(s, current, change, 0); err < 0)
+        throw error(fmt::format("cannot {}: {}", what, nl_error(err)));
+}
+
+} // namespace
+
+std::vector<link_identity> read_links() {
+    auto s = route_socket();
+    auto links = link_cache(s.get());
+    nl_cache* addrs_raw = nullptr;
+    if (const int err = rtnl_addr_alloc_cache(s.get(), &addrs_raw); err < 0)
+        throw error(fmt::format("cannot list addresses: {}", nl_error(err)));
+    cache_ptr addrs(addrs_raw);
+    std::vector<std::pair<int, link_identity>> found;
+    for (nl_object* o = nl_cache_get_first(links.get()); o; o = nl_cache_get_next(o)) {
+        auto* l = reinterpret_cast<rtnl_link*>(o);
+        if (rtnl_link_get_flags(l) & IFF_LOOPBACK)
+            continue;
+        link_identity id;
+        id.name = rtnl_link_get_name(l);
+        if (nl_addr* mac = rtnl_link_get_addr(l); mac && nl_addr_get_len(mac) == id.mac.size())
+            std::memcpy(id.mac.data(), nl_addr_get_binary_addr(mac), id.mac.size());
+        const int index = rtnl_link_get_ifindex(l);
+        for (nl_object* a = nl_cache_get_first(addrs.get()); a; a = nl_cache_get_next(a)) {
+            auto* addr = reinterpret_cast<rtnl_addr*>(a);
+            if (rtnl_addr_get_ifindex(addr) != index || rtnl_addr_get_family(addr) != AF_INET)
+                continue;
+            nl_addr* local = rtnl_addr_get_local(addr);
+            if (!local || nl_addr_get_len(local) != 4)
+                continue;
+            ipv4_address v4;
+            std::memcpy(&v4.addr, nl_addr_get_binary_addr(local), 4);
+            v4.prefix = uint8_t(rtnl_addr_get_prefixlen(addr));
+            id.ipv4.push_back(v4);
+        }
+        found.emplace_back(index, std::move(id));
+    }
+    std::sort(found.begin(), found.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<link_identity> out;
+    for (auto& f : found)
+        out.push_back(std::move(f.second));
+    return out;
+}
+
+int arp_ignore(const std::string& name) {
+    auto s = route_socket();
+    auto l = find_link(s.get(), name);
+    uint32_t value = 0;
+    if (const int err = rtnl_link_inet_get_conf(l.get(), IPV4_DEVCONF_ARP_IGNORE, &value); err < 0)
+        throw error(fmt::format("cannot read arp_ignore of {}: {}", name, nl_error(err)));
+    return int(value);
+}
+
+void set_arp_ignore(const std::string& name, int value) {
+    auto s = route_socket();
+    auto current = find_link(s.get(), name);
+    link_ptr change(rtnl_link_alloc());
+    if (!change)
+        throw error("cannot allocate a link change");
+    if (const int err = rtnl_link_inet_set_conf(change.get(), IPV4_DEVCONF_ARP_IGNORE, uint32_t(value));
+        err < 0)
+        throw error(fmt::format("cannot set arp_ignore of {}: {}", name, nl_error(err)));
+    change_link(s.get(), current.get(), change.get(),
+                fmt::format("set arp_ignore {} on {}", value, name));
+}
+
+void set_mac(const std::string& name, const mac_address& mac) {
+    auto s = route_socket();
+    auto current = find_link(s.get(), name);
+    if (nl_addr* now = rtnl_link_get_addr(current.get());
+        now && nl_addr_get_len(now) == mac.size() &&
+        std::memcmp(nl_addr_get_binary_addr(now), mac.data(), mac.size()) == 0)
+        return;
+    link_ptr change(rtnl_link_alloc());
+    std::unique_ptr<nl_addr, addr_put> lladdr(nl_addr_build(AF_LLC, mac.data(), mac.size()));
+    if (!change || !lladdr)
+        throw error("cannot allocate a link change");
+    rtnl_link_set_addr(change.get(), lladdr.get());
+    change_link(s.get(), current.get(), change.get(),
+                fmt::format("give {} the MAC {}", name, to_string(mac)));
+}
+
+} // namespace ferry::netlink
