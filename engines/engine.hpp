@@ -24,6 +24,20 @@ namespace ferry::engines {
 
 class engine_restore;
 
+// A network the container is attached to, as its engine describes it.
+struct container_network {
+    std::string name;
+    std::string driver; // the engine's: bridge, macvlan, ipvlan, ...
+    // Its addresses belong to a segment every host reaches (macvlan or
+    // ipvlan on the host's link, an overlay), so they can move with the
+    // container; a bridge behind the host's NAT cannot. ("null": docker's
+    // none, loopback only.)
+    [[nodiscard]] bool can_move() const noexcept {
+        return driver == "macvlan" || driver == "ipvlan" || driver == "overlay" ||
+               driver == "null";
+    }
+};
+
 // What every engine says of a container that a migration needs.
 struct container_info {
     std::string id;
@@ -33,6 +47,7 @@ struct container_info {
     bool paused = false;
     std::string image;                      // its image's name, which the destination must have
     std::vector<std::string> named_volumes; // "NAME at /dest": the engine's volumes it mounts
+    std::vector<container_network> networks;
 };
 
 class source_container {

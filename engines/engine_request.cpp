@@ -106,7 +106,8 @@ void write_request(const std::filesystem::path& file, const restore_request& r) 
                       {"devshm_tar", r.devshm_tar},
                       {"criu_env", r.criu_env},
                       {"wait_for_images", r.wait_for_images},
-                      {"images_dir", r.images_dir}});
+                      {"images_dir", r.images_dir},
+                      {"tcp_established", r.tcp_established}});
 }
 
 bool is_container_id(const std::string& s) noexcept {
@@ -152,6 +153,7 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
     r.criu_env = criu_env_field(*j, file);
     r.wait_for_images = j->value("wait_for_images", false);
     r.images_dir = j->value("images_dir", "");
+    r.tcp_established = j->value("tcp_established", false);
     if (r.lazy_socket.empty() || r.gate_socket.empty() ||
         (r.wait_for_images && r.images_dir.empty()))
         throw error(fmt::format("{} holds an invalid request", file.string()));

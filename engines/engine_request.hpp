@@ -68,6 +68,10 @@ struct restore_request {
     // runc's --image-path at images_dir, where they arrived.
     bool wait_for_images = false;
     std::string images_dir;
+    // The container's TCP connections move with it: runc restores with
+    // --tcp-established (its RPC says false otherwise, which wins over the
+    // CRIU config; podman refuses the flag on a restore with --name).
+    bool tcp_established = false;
 };
 
 // The environment a request may set for CRIU: "CRIU_FAULT=130" (no hardware

@@ -68,7 +68,7 @@ namespace engine_restore_detail {
 fs::path write_restore_request(const fs::path& dir, const fs::path& images,
                                const std::string& migration_id, const std::string& devshm_tar,
                                const std::vector<std::string>& criu_env, const host_tools& tools,
-                               bool warm) {
+                               bool warm, bool tcp_established) {
     if (tools.runc_shim.empty())
         throw error("cannot find Ferry's runc shim ferry-runc (set FERRY_RUNC_SHIM)");
     engines::restore_request req;
@@ -78,12 +78,18 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     req.gate_socket = gate_path(dir).string();
     req.criu_config = (dir / "criu-restore.conf").string();
     req.devshm_tar = devshm_tar;
-    req.wait_for_images = warm;
-    if (warm)
-        req.images_dir = dir.string();
+    // A network that moves: the shim asks the gate before CRIU starts even
+    // when the images are in, so that the daemon can give the copy the
+    // source's addresses first (pagesrv/moving_network.cpp).
+    req.wait_for_images = warm || tcp_established;
+    req.tcp_established = tcp_established;
+    if (req.wait_for_images)
+        req.images_dir = warm ? dir.string() : images.string();
     // The host's cgroup mounts as CRIU's yard: CRIU mounts none of its own.
     criu::write_config(dir / "criu-restore.conf",
-                       fmt::format("action-script {}\n{}{}", tools.runc_shim, criu::restore_options,
+                       fmt::format("action-script {}\n{}{}", tools.runc_shim,
+                                   tcp_established ? criu::restore_established_options
+                                                   : criu::restore_options,
                                    criu::cgroup_yard_config_line(criu::host_cgroup_yard())),
                        tools.criu_plugin_dir);
     const auto file = images / engines::restore_request_file;

@@ -10,8 +10,10 @@
 // may resume.
 #pragma once
 
+#include "core/error.hpp"
 #include "core/unique_fd.hpp"
 #include "criu/dump_driver.hpp"
+#include "netlink/link_identity.hpp"
 #include "sys/host_tools.hpp"
 
 #include <sys/types.h>
@@ -36,6 +38,14 @@ class engine_restore {
     // runs, so a daemon that dies meanwhile removes it when it starts again.
     virtual void reserve(const std::filesystem::path& dir, const std::string& image,
                          const std::vector<uint8_t>& config) = 0;
+    // Before reserve(), for a container whose network moves with it: its
+    // CRIU restores the TCP connections, and the copy gets the same
+    // addresses on the same links (keep_addresses; its MACs differ until the
+    // daemon hands them over at the resume). Throws if this engine cannot.
+    void keep_network(const std::vector<netlink::link_identity>& links) {
+        keep_addresses(links);
+        _connections_move = true;
+    }
     // Before the freeze, once the source's engine has written the
     // container's configuration (`files`, named as the engine names them):
     // what starts the engine's restore now, so that only runc and CRIU are
@@ -67,6 +77,18 @@ class engine_restore {
     virtual void release() noexcept {}
     // The container's init on the host, from the engine; 0 if unknown.
     virtual pid_t container_pid() = 0;
+
+  protected:
+    virtual void keep_addresses(const std::vector<netlink::link_identity>& links) {
+        if (!links.empty())
+            throw error("this engine cannot give a container its addresses back on another host "
+                        "yet: migrate it with --tcp-close");
+    }
+    // keep_network() was called: the restore's CRIU needs tcp-established.
+    [[nodiscard]] bool connections_move() const noexcept { return _connections_move; }
+
+  private:
+    bool _connections_move = false;
 };
 
 inline constexpr const char* reservation_file = "engine-reservation.json";
@@ -95,7 +117,8 @@ std::filesystem::path write_restore_request(const std::filesystem::path& dir,
                                             const std::string& migration_id,
                                             const std::string& devshm_tar,
                                             const std::vector<std::string>& criu_env,
-                                            const host_tools& tools, bool warm = false);
+                                            const host_tools& tools, bool warm = false,
+                                            bool tcp_established = false);
 // The session's engine file `name` ("engine.<name>"); throws if it is missing.
 std::filesystem::path engine_file(const std::filesystem::path& dir, const std::string& name);
 // The container paths the source deleted from its writable layer (the

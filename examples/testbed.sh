@@ -46,7 +46,8 @@
 # run with `--network ferry --ip CNET.X` owns its address and MAC on the
 # segment, the way it would on a real shared VLAN; c has CNET.253 on its eth1
 # and reaches containers wherever they run. Each host keeps its own IPAM
-# state, and both allocate from the whole subnet: give containers --ip.
+# state and allocates from a pool of its own: a from CNET.64/26, b from
+# CNET.128/26 (`--ip` must be in the host's pool for podman).
 #
 # Every host gets TLS credentials from the testbed's own cluster CA (STATE/ca,
 # made with `migrator credentials init`): STATE/HOST/credentials holds its
@@ -281,12 +282,16 @@ network_config_dir = "$dir/cni/net.d"
 runc = [ "$build/engines/ferry-runc" ]
 EOF
   # The IPAM state lives under the host's own dir: a and b share this
-  # machine's /var/lib/cni.
+  # machine's /var/lib/cni. Each host allocates from a pool of its own
+  # (ipam_pool), as a segment's hosts must when their IPAM is per host: a
+  # copy arriving on b gets a first address of its own, never its source's.
+  local pool
+  pool=$(ipam_pool "$h")
   cat >"$dir/cni/net.d/ferry.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "ferry",
  "plugins": [{"type": "macvlan", "master": "eth1", "mode": "bridge",
    "ipam": {"type": "host-local", "dataDir": "$dir/cni/ipam",
-     "ranges": [[{"subnet": "$cnet.0/24", "rangeStart": "$cnet.10", "rangeEnd": "$cnet.250"}]]}}]}
+     "ranges": [[{"subnet": "$cnet.0/24", "rangeStart": "$cnet.$pool", "rangeEnd": "$cnet.$((pool + 63))"}]]}}]}
 EOF
   cat >"$dir/storage.conf" <<EOF
 [storage]
@@ -305,6 +310,12 @@ EOF
 EOF
 }
 
+# The first address of HOST's IPAM pool on the container network: 64
+# addresses each (a: .64-.127, b: .128-.191).
+ipam_pool() {
+  case "$1" in a) echo 64 ;; b) echo 128 ;; *) echo 192 ;; esac
+}
+
 start_dockerd() {
   local h=$1 dir="$state/$1" i
   command -v dockerd >/dev/null || die "dockerd is not installed (examples/setup.sh installs it)"
@@ -314,7 +325,7 @@ start_dockerd() {
   for i in $(seq 1 600); do
     if DOCKER_HOST="unix://$dir/docker/docker.sock" /usr/bin/docker version >/dev/null 2>&1; then
       DOCKER_HOST="unix://$dir/docker/docker.sock" /usr/bin/docker network create -d macvlan \
-        --subnet "$cnet.0/24" -o parent=eth1 ferry >/dev/null ||
+        --subnet "$cnet.0/24" --ip-range "$cnet.$(ipam_pool "$h")/26" -o parent=eth1 ferry >/dev/null ||
         die "dockerd on $h: cannot create the container network"
       return 0
     fi

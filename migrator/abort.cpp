@@ -35,6 +35,7 @@ namespace ferry::migrator {
 // itself when it can; a CRIU that is stuck is not waited on again: it is
 // killed and what it left is undone (release_source). Bounded throughout.
 void migration::abort_source(const std::string& reason) {
+    unsilence_source_links(); // the source may run on
     if (!_dump_started || (_dump->ended() && !_dump->stuck()))
         return; // CRIU never froze the tasks, or already resumed them after its own failure
     if (_dump->refuse_hold(hold_refuse_limit))

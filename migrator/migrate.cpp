@@ -177,25 +177,38 @@ void migration::check_source() {
     }
 }
 
-// A container with a network namespace of its own takes its addresses and
-// MACs along, and with them its TCP connections: the destination's copy
-// gets the same addresses and takes over the MACs when it resumes. In the
-// host's namespace nothing can move (the addresses are the host's):
-// established connections there need --tcp-close.
+// A container with a network namespace of its own on networks that span
+// the hosts takes its addresses and MACs along, and with them its TCP
+// connections: the destination's copy gets the same addresses and takes
+// over the MACs when it resumes. Elsewhere nothing can move: in the host's
+// namespace the addresses are the host's, and behind a host's NAT bridge
+// they mean nothing on another host. Established connections there need
+// --tcp-close.
 void migration::decide_network() {
     if (_opt.tcp_close) {
         _r.network = "connections closed (--tcp-close)";
         return;
     }
     if (!netlink::has_own_netns(_opt.pid)) {
-        _r.network = "the host's (nothing moves; established connections need --tcp-close)";
+        _r.network = "the host's: nothing moves (established connections need --tcp-close)";
+        return;
+    }
+    std::string local;
+    for (const auto& n : _container->networks)
+        if (!n.can_move())
+            local += fmt::format("{}{} ({})", local.empty() ? "" : ", ", n.name, n.driver);
+    if (!local.empty()) {
+        _r.network = fmt::format("{}: host-local, nothing moves (established connections need "
+                                 "--tcp-close)",
+                                 local);
         return;
     }
     netlink::in_netns(netlink::netns_of(_opt.pid),
                       [&] { _r.moving_links = netlink::read_links(); });
     _r.connections_move = true;
-    _r.network = _r.moving_links.empty() ? "its own, loopback only"
-                                         : "moves: " + netlink::describe(_r.moving_links);
+    _r.network = _r.moving_links.empty() ? "its own, loopback only: connections move"
+                                         : "moves with its connections: " +
+                                               netlink::describe(_r.moving_links);
 }
 
 // `source_addr` is empty when there is no source (a parked workload).
@@ -220,6 +233,8 @@ void migration::connect_destination(const std::string& source_addr) {
     netlink::moving_link_messages links(_r.moving_links);
     prep.n_moving_links = links.pointers.size();
     prep.moving_links = links.pointers.data();
+    prep.has_connections_move = true;
+    prep.connections_move = _r.connections_move;
     if (_container) {
         prep.engine = const_cast<char*>(_opt.engine.c_str());
         prep.container_name = const_cast<char*>(_container->name.c_str());
@@ -296,6 +311,7 @@ migration_result migration::run() {
         }
         connect_local_daemon();
         check_interrupt();
+        hold_packets();
         start_dump();
         warm_destination();
         {
@@ -315,6 +331,7 @@ migration_result migration::run() {
         send_images(collect_images());
         wait_registered();
         wait_resumed();
+        hand_over_packets(true);
     } catch (const std::exception& e) {
         _r.error = e.what();
         if (!_r.committed || _destination_never_ran) {

@@ -14,6 +14,7 @@
 #include "engine.hpp"
 #include "migrate.hpp"
 #include "migration_record.hpp"
+#include "netlink/held_packets.hpp"
 #include "park.hpp"
 #include "sys/vma_flag_watch.hpp"
 #include "wire/control.hpp"
@@ -23,6 +24,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -109,6 +111,11 @@ class migration {
     void tell_daemon_aborted(const std::string& reason);
     void set_phase(const char* phase);
     void cleanup();
+    // A container whose network moves (moving_network.cpp).
+    void hold_packets();
+    void hand_over_packets(bool last);
+    void silence_source_links() noexcept;
+    void unsilence_source_links() noexcept;
 
     migrate_options _opt;
     std::shared_ptr<spdlog::logger> _log;
@@ -137,6 +144,9 @@ class migration {
     records::migration_record _rec; // what `migrator status` shows of this migration
     bool _daemon_told_abort = false;
     bool _committing = false; // the commit was sent (or is about to be)
+    std::unique_ptr<netlink::held_packets> _held; // from before the freeze to the resume
+    uint64_t _held_taken_until = 0;               // what went in the first batch
+    std::map<std::string, int> _source_arp_ignore;  // the links' own, while silenced
 };
 
 } // namespace ferry::migrator

@@ -78,6 +78,10 @@ nlohmann::json to_json(const migration_result& r) {
         j["criu_cgroup_yard"] = r.criu_cgroup_yard;
     if (!r.network.empty())
         j["network"] = r.network;
+    if (r.connections_move) {
+        j["held_packets"] = r.held_packets;
+        j["held_packets_overflowed"] = r.held_packets_overflowed;
+    }
     const auto& f = r.criu_features;
     j["criu_lazy_dump"] = !f.pagemap_only ? "pages parked in pipes"
                           : f.whole_vmas  ? "pagemap only, whole VMAs"

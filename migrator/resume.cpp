@@ -59,6 +59,7 @@ void migration::handle_resume_request() {
     FerryControl__ResumeDecision d = FERRY_CONTROL__RESUME_DECISION__INIT;
     d.resume = true;
     control::send_message(*_dest, d, net::after(control_timeout));
+    hand_over_packets(false); // what reached the frozen source, for the copy
 }
 
 // From here on the source tasks must never run again.
@@ -74,6 +75,7 @@ void migration::commit_source() {
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_COMMITTED, "local daemon");
     _r.committed = true;
     _r.t_committed = monotonic_ns();
+    silence_source_links();
 }
 
 void migration::wait_resumed() {

@@ -89,6 +89,7 @@ void migration::start_dump() {
     settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
     if (_r.connections_move)
         settings.criu_options += "tcp-established\n";
+    settings.tcp_established = _r.connections_move;
     settings.criu_options += _r.criu_features.config_lines();
     settings.network_lock_nftables = _r.criu_features.network_lock_nftables;
     settings.network_lock_skip = _r.criu_features.network_lock_skip;

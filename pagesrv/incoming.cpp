@@ -93,8 +93,12 @@ void incoming_session::check_prepare() {
     _dir = _d.config().state_dir / "incoming" / _id;
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
+    if (_engine.empty() && (_connections_move || !_moving_links.empty()))
+        throw error("this daemon moves the network of containers only (use --tcp-close)");
     if (!_engine.empty()) {
         _engine_restore = engines::make_engine_restore(_engine, _container, _d.config().tools);
+        if (_connections_move)
+            _engine_restore->keep_network(_moving_links);
         _engine_restore->reserve(_dir, _container_image, _container_config);
     }
 }

@@ -5,6 +5,7 @@
 //   restore_criu.cpp    restoring a process tree through CRIU's RPC
 //   restore_engine.cpp  restoring a container through its engine
 //   commit_gate.cpp     asking the migrator whether the tasks may resume
+//   moving_network.cpp  a container whose addresses and connections move
 // Internal to the daemon.
 #pragma once
 
@@ -14,12 +15,15 @@
 #include "criu/criu_rpc.hpp"
 #include "daemon.hpp"
 #include "engine_restore.hpp"
+#include "netlink/link_identity.hpp"
+#include "netlink/moving_link_wire.hpp"
 #include "sys/subprocess.hpp"
 #include "wire/control.hpp"
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +59,8 @@ class incoming_session {
                                                        prepare.container_config.data +
                                                            prepare.container_config.len)
                                 : std::vector<uint8_t>()),
+          _moving_links(netlink::from_messages(prepare.moving_links, prepare.n_moving_links)),
+          _connections_move(prepare.has_connections_move && prepare.connections_move),
           _log(make_logger("pagesrv", _id)) {
         const double scale =
             prepare.has_deadline_scale && prepare.deadline_scale > 0 ? prepare.deadline_scale : 1.0;
@@ -104,6 +110,10 @@ class incoming_session {
     bool restore_with_criu();
     void send_restore_failure(const std::string& why);
     void kill_restored(const std::string& why);
+    void quiet_copy_network(const std::filesystem::path& bundle);
+    void take_over_network(pid_t root) noexcept;
+    void deliver_held_packets(const FerryControl__HeldPackets& held) noexcept;
+    bool receive_held_packets() noexcept;
 
     daemon& _d;
     net::stream& _conn;
@@ -120,6 +130,12 @@ class incoming_session {
     unique_fd _gate;
     std::optional<child_process> _warm_cmd;
     unique_fd _warm_shim;
+    // A network that moves with the container (moving_network.cpp): the
+    // source's links, and the copy's arp_ignore before it was silenced.
+    std::vector<netlink::link_identity> _moving_links;
+    bool _connections_move = false;
+    std::map<std::string, int> _arp_ignore_before;
+    bool _held_packets_done = false; // the migrator's last batch came (or never will)
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;

@@ -130,15 +130,22 @@ std::optional<std::string> incoming_session::lazy_report_before_resume() {
 // reports its final statistics, holding the uffd duplicates meanwhile.
 void incoming_session::relay_transfer() {
     std::optional<std::string> failure;
+    // The migrator sends only the packets its source held (moving_network.cpp).
     for (;;) {
-        pollfd fds[2] = {{_lazy.report.get(), POLLIN, 0}, {_lazy.keeper.get(), POLLIN, 0}};
-        if (::poll(fds, 2, -1) < 0) {
+        const bool watch_migrator = _connections_move && !_held_packets_done;
+        pollfd fds[3] = {{_lazy.report.get(), POLLIN, 0},
+                         {_lazy.keeper.get(), POLLIN, 0},
+                         {watch_migrator ? _conn.fd() : -1, POLLIN, 0}};
+        const bool buffered = watch_migrator && _conn.buffered();
+        if (::poll(fds, 3, buffered ? 0 : -1) < 0) {
             if (errno == EINTR)
                 continue;
             throw sys_error("poll lazy-pages");
         }
         if (fds[1].revents)
             _lazy.take_uffds();
+        if (fds[2].revents || buffered)
+            (void)receive_held_packets();
         if (!fds[0].revents)
             continue;
         control::envelope_ptr e;
@@ -177,6 +184,15 @@ void incoming_session::relay_transfer() {
         t.ok = false;
         t.error = const_cast<char*>(failure->c_str());
         (void)control::try_send_message(_conn, t, net::after(control_timeout));
+    }
+    // The migrator's last batch of held packets follows the resume report
+    // at once; wait for it, within a bound, before the session ends.
+    const auto held_until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (_connections_move && !_held_packets_done && !failure &&
+           std::chrono::steady_clock::now() < held_until) {
+        pollfd p{_conn.fd(), POLLIN, 0};
+        if (_conn.buffered() || ::poll(&p, 1, 100) > 0)
+            (void)receive_held_packets();
     }
     // Every page is in place (or the tree is dead): release the uffds, or
     // the tasks would block on their next non-cooperative event.

@@ -90,6 +90,7 @@ std::filesystem::path incoming_session::wait_for_warm_shim() {
             const auto req = engines::read_gate_request(conn.get());
             if (req.images) {
                 _warm_shim = std::move(conn);
+                quiet_copy_network(req.bundle);
                 return req.bundle;
             }
         }
@@ -154,11 +155,18 @@ bool incoming_session::restore_with_engine() {
     for (;;) {
         // Once answered, the gate is not watched; once the tasks resumed,
         // lazy-pages' reports wait for relay_transfer().
-        pollfd fds[3] = {{gated ? -1 : gate.get(), POLLIN, 0},
+        // Once the copy may resume, the migrator sends what its source held
+        // during the freeze (moving_network.cpp).
+        const bool watch_migrator = resume && _connections_move && !_held_packets_done;
+        pollfd fds[4] = {{gated ? -1 : gate.get(), POLLIN, 0},
                          {engine_cmd.exit_fd(), POLLIN, 0},
-                         {resume ? -1 : _lazy.report.get(), POLLIN, 0}};
-        if (::poll(fds, 3, 1000) < 0 && errno != EINTR)
+                         {resume ? -1 : _lazy.report.get(), POLLIN, 0},
+                         {watch_migrator ? _conn.fd() : -1, POLLIN, 0}};
+        const bool buffered = watch_migrator && _conn.buffered();
+        if (::poll(fds, 4, buffered ? 0 : 1000) < 0 && errno != EINTR)
             throw sys_error("poll engine restore");
+        if (fds[3].revents || buffered)
+            (void)receive_held_packets();
         _lazy.take_uffds();
         if (std::chrono::steady_clock::now() > until) {
             engine_cmd.signal(SIGKILL);
@@ -176,18 +184,32 @@ bool incoming_session::restore_with_engine() {
             unique_fd conn(::accept4(gate.get(), nullptr, nullptr, SOCK_CLOEXEC));
             if (!conn)
                 continue;
-            gated = true;
             try {
                 const auto req = engines::read_gate_request(conn.get());
+                if (req.images && !_moving_links.empty() && !gated) {
+                    // A cold restore whose network moves: before its CRIU.
+                    std::string why;
+                    try {
+                        quiet_copy_network(req.bundle);
+                    } catch (const std::exception& ex) {
+                        why = ex.what();
+                    }
+                    engines::answer_images(conn.get(), why.empty(), why);
+                    continue;
+                }
+                gated = true;
                 if (req.images)
                     throw error("the runc shim asked for images it has been given");
                 _root_pid = req.pid;
                 resume = ask_to_resume();
             } catch (const std::exception& ex) {
+                gated = true;
                 _log->warn("{}", ex.what());
             }
             engines::answer_gate(conn.get(), resume, resume ? "" : "not committed");
             t_resume = monotonic_ns();
+            if (resume)
+                take_over_network(_root_pid);
         }
         if (!fds[1].revents)
             continue;

@@ -44,6 +44,12 @@ container inspect(const std::string& name, const docker_api::client& api) {
         c.paused = state.value("Paused", false);
         c.runtime = j->at("HostConfig").value("Runtime", "");
         c.named_volumes = named_volumes(j->value("Mounts", json::array()));
+        json networks = json::object();
+        if (const auto s = j->find("NetworkSettings"); s != j->end() && s->contains("Networks"))
+            networks = s->at("Networks");
+        for (const auto& [net, _] : networks.items())
+            c.networks.push_back(
+                {net, api.call("GET", "/networks/" + docker_api::encode(net)).value("Driver", "")});
         c.config = {
             {"Name", c.name}, {"Config", j->at("Config")}, {"HostConfig", j->at("HostConfig")}};
         c.image = j->at("Config").value("Image", "");

@@ -24,8 +24,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <optional>
 
 namespace ferry::engines::podman {
 
@@ -49,11 +51,35 @@ std::string local_image_id(const std::string& podman, const std::string& name) {
     }
 }
 
+// A container whose network moves: the copy gets addresses of its own from
+// podman's IPAM, never the source's. Its network plugin announces the
+// addresses it configures (CNI's macvlan sends gratuitous ARP), which for
+// the source's would draw the clients' traffic to a copy with no sockets
+// yet, whose kernel would reset their connections. The daemon adds the
+// source's addresses itself, unannounced, before CRIU restores the
+// sockets, and the copy takes the source's MACs at the resume.
+// `links` checks that every network names a link the source has.
+void own_addresses(json& c, const std::vector<netlink::link_identity>& links) {
+    if (!c.contains("newNetworks") || !c["newNetworks"].is_object())
+        throw error("config.dump names no network the container's addresses could come back on");
+    for (auto& [network, opts] : c["newNetworks"].items()) {
+        const std::string link = opts.value("interface_name", "");
+        if (std::none_of(links.begin(), links.end(), [&](const auto& l) { return l.name == link; }))
+            throw error(fmt::format("the container's network {} names link '{}', which it does not "
+                                    "have",
+                                    network, link));
+        opts.erase("static_ips");
+        opts.erase("static_mac");
+    }
+}
+
 // `image_ids`: the local ids of image names already looked up (before the
 // freeze: each podman query costs tens of milliseconds of downtime).
+// `links`: the source's, when its network moves with it (else empty).
 std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw,
                                     const std::map<std::string, std::string>& image_ids,
-                                    const std::string& podman) {
+                                    const std::string& podman,
+                                    const std::optional<std::vector<netlink::link_identity>>& links) {
     json c;
     try {
         c = json::parse(raw);
@@ -72,6 +98,8 @@ std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw,
         if (c.contains(key) && c[key].is_string() && !old_id.empty() &&
             c[key].get<std::string>().find(old_id) != std::string::npos)
             c[key] = "";
+    if (links)
+        own_addresses(c, *links);
     const auto text = c.dump();
     return {text.begin(), text.end()};
 }
@@ -114,13 +142,13 @@ class podman_restore final : public engine_restore {
                    std::streamsize(descriptors->data.size()));
         const auto tar_out = dir / "podman-warm.tar";
         tar_writer tar(tar_out);
-        tar.add_bytes("config.dump", patched_config(config->data, _image_ids, _tools.podman));
+        tar.add_bytes("config.dump", patched_config(config->data, _image_ids, _tools.podman, _links));
         tar.add_bytes("spec.dump", spec->data);
         // Podman only checks that a checkpoint is there; runc restores from
         // `dir`, where the images arrive.
         tar.add_bytes("checkpoint/inventory.img", std::span<const uint8_t>());
         const auto req = write_restore_request(dir, dir, migration_id, devshm_tar(dir).string(),
-                                               criu_env, _tools, true);
+                                               criu_env, _tools, true, connections_move());
         tar.add_path(std::string("checkpoint/") + engines::restore_request_file, req);
         tar.close();
         _created = true;
@@ -130,8 +158,7 @@ class podman_restore final : public engine_restore {
         _record = dir / reservation_file;
         std::ofstream(_record) << json{{"engine", "podman"}, {"name", _name}, {"id", _name}}.dump()
                                << "\n";
-        return {_tools.podman,    "container", "restore", "--import",
-                tar_out.string(), "--name",    _name};
+        return restore_command(tar_out);
     }
 
     // Podman mounted the root: runc's config.json names it (podman itself
@@ -170,21 +197,21 @@ class podman_restore final : public engine_restore {
                 const auto engine_name = name.substr(std::strlen(engine_file_prefix));
                 auto data = criu::read_file(entry.path());
                 if (engine_name == "config.dump")
-                    data = patched_config(data, _image_ids, _tools.podman);
+                    data = patched_config(data, _image_ids, _tools.podman, _links);
                 tar.add_bytes(engine_name, data);
             } else if (is_criu_image(entry.path())) {
                 tar.add_path("checkpoint/" + name, entry.path());
             }
         }
-        const auto req = write_restore_request(dir, dir, migration_id, "", criu_env, _tools);
+        const auto req = write_restore_request(dir, dir, migration_id, "", criu_env, _tools, false,
+                                               connections_move());
         tar.add_path(std::string("checkpoint/") + engines::restore_request_file, req);
         tar.close();
         _created = true;
         // --name gives the container a new id: the old one may still be
         // known to a runc root this host shares with the source (as the
         // testbed does).
-        return {_tools.podman,    "container", "restore", "--import",
-                tar_out.string(), "--name",    _name};
+        return restore_command(tar_out);
     }
 
     void remove() noexcept override {
@@ -218,7 +245,26 @@ class podman_restore final : public engine_restore {
         }
     }
 
+  protected:
+    void keep_addresses(const std::vector<netlink::link_identity>& links) override {
+        if (!links.empty()) // loopback only: no network to give addresses on
+            _links = links;
+    }
+
   private:
+    std::vector<std::string> restore_command(const fs::path& tar) const {
+        std::vector<std::string> cmd = {_tools.podman, "container", "restore", "--import",
+                                        tar.string(),  "--name",    _name};
+        // Its own addresses and MAC until the daemon gives it the source's
+        // (own_addresses above). Podman refuses --tcp-established with
+        // --name: the shim gives it to runc.
+        if (_links) {
+            cmd.emplace_back("--ignore-static-ip");
+            cmd.emplace_back("--ignore-static-mac");
+        }
+        return cmd;
+    }
+
     // What podman's import does with rootfs-diff.tar and deleted.files, onto
     // the root it mounted for the warm restore.
     void apply_rootfs_diff(const fs::path& dir) const {
@@ -234,6 +280,8 @@ class podman_restore final : public engine_restore {
     bool _warm = false;    // its restore runs since before the freeze
     fs::path _root;        // the warm container's mounted root
     fs::path _record;      // the reservation record, while it stands
+    // The source's links, when the container's network moves with it.
+    std::optional<std::vector<netlink::link_identity>> _links;
 };
 
 } // namespace

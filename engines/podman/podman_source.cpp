@@ -17,6 +17,17 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+// The network's driver ("bridge", "macvlan", ...).
+std::string network_driver(const std::string& network, const host_tools& tools) {
+    try {
+        auto out = run_capture({tools.podman, "network", "inspect", "--format", "{{.Driver}}", network},
+                               query_timeout);
+        return out.substr(0, out.find('\n'));
+    } catch (const std::exception& e) {
+        throw error(fmt::format("cannot inspect podman network '{}': {}", network, e.what()));
+    }
+}
+
 } // namespace
 
 container inspect(const std::string& name, const host_tools& tools) {
@@ -38,6 +49,11 @@ container inspect(const std::string& name, const host_tools& tools) {
         c.bundle = j.at("StaticDir").get<std::string>();
         c.image = j.value("ImageName", "");
         c.named_volumes = named_volumes(j.value("Mounts", json::array()));
+        json networks = json::object();
+        if (const auto s = j.find("NetworkSettings"); s != j.end() && s->contains("Networks"))
+            networks = s->at("Networks");
+        for (const auto& [net, _] : networks.items())
+            c.networks.push_back({net, network_driver(net, tools)});
         const auto& data = j.at("GraphDriver").at("Data");
         if (j.at("GraphDriver").at("Name").get<std::string>() != "overlay")
             throw error("only podman's overlay storage driver is supported");
@@ -119,14 +135,17 @@ class podman_dump final : public engine_dump {
     std::vector<std::string> checkpoint_command() const override {
         // The export's rootfs and volumes are never used: Ferry ships the
         // writable layer itself, during the freeze.
-        return {_tools.podman,
-                "container",
-                "checkpoint",
-                "--export",
-                (_dir / "podman-export.tar").string(),
-                "--ignore-rootfs",
-                "--ignore-volumes",
-                _c.id};
+        std::vector<std::string> cmd = {_tools.podman,
+                                        "container",
+                                        "checkpoint",
+                                        "--export",
+                                        (_dir / "podman-export.tar").string(),
+                                        "--ignore-rootfs",
+                                        "--ignore-volumes"};
+        if (_settings.tcp_established)
+            cmd.emplace_back("--tcp-established");
+        cmd.push_back(_c.id);
+        return cmd;
     }
 
     std::string log_hint() const override {

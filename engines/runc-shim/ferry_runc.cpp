@@ -290,6 +290,8 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     // for the post-mortem (engines remove their own work dirs).
     set_option(args, cmd, "--work-path", fs::path(req->lazy_socket).parent_path().string());
     args.insert(args.begin() + long(cmd) + 1, "--lazy-pages");
+    if (req->tcp_established)
+        args.insert(args.begin() + long(cmd) + 1, "--tcp-established");
     ::setenv("FERRY_GATE", req->gate_socket.c_str(), 1);
     export_for_criu(req->migration_id, req->criu_config, req->criu_env);
     if (!req->wait_for_images) {

@@ -12,6 +12,9 @@ namespace ferry::criu {
 // `--tcp-close` dump left out come back closed (CRIU insists on the option
 // for such images; other images have no such connections).
 inline constexpr const char* restore_options = "tcp-close\n";
+// A restore whose connections move with it (the images were dumped with
+// tcp-established): tcp-close would shut them.
+inline constexpr const char* restore_established_options = "tcp-established\n";
 
 // Writes a CRIU config file that loads Ferry's plugin from `plugin_dir`
 // (host_tools::criu_plugin_dir; none: CRIU runs without it), plus `extra`

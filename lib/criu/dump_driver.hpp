@@ -39,6 +39,9 @@ struct dump_settings {
     deadlines limits;
     // Extra lines for CRIU's config file (e.g. "tcp-close\n").
     std::string criu_options;
+    // The tree's TCP connections move with it (criu_options holds
+    // tcp-established): an engine's checkpoint command is told so too.
+    bool tcp_established = false;
     // CRIU locks the dumped network namespace with nftables (the destination
     // can restore that). Ferry's own RPC dump puts it in the request, an
     // engine's runc gets it as a config line: CRIU 4.1.1 crashes on

@@ -133,6 +133,23 @@ void set_arp_ignore(const std::string& name, int value) {
                 fmt::format("set arp_ignore {} on {}", value, name));
 }
 
+void add_ipv4(const std::string& name, const ipv4_address& address) {
+    auto s = route_socket();
+    auto link = find_link(s.get(), name);
+    std::unique_ptr<rtnl_addr, void (*)(rtnl_addr*)> a(rtnl_addr_alloc(), rtnl_addr_put);
+    std::unique_ptr<nl_addr, addr_put> local(nl_addr_build(AF_INET, &address.addr, 4));
+    if (!a || !local)
+        throw error("cannot allocate an address");
+    nl_addr_set_prefixlen(local.get(), address.prefix);
+    rtnl_addr_set_ifindex(a.get(), rtnl_link_get_ifindex(link.get()));
+    rtnl_addr_set_family(a.get(), AF_INET);
+    if (const int err = rtnl_addr_set_local(a.get(), local.get()); err < 0)
+        throw error(fmt::format("cannot set address {}: {}", to_string(address), nl_error(err)));
+    if (const int err = rtnl_addr_add(s.get(), a.get(), 0); err < 0 && err != -NLE_EXIST)
+        throw error(fmt::format("cannot give {} the address {}: {}", name, to_string(address),
+                                nl_error(err)));
+}
+
 void set_mac(const std::string& name, const mac_address& mac) {
     auto s = route_socket();
     auto current = find_link(s.get(), name);

@@ -19,6 +19,10 @@ std::vector<link_identity> read_links();
 int arp_ignore(const std::string& link);
 void set_arp_ignore(const std::string& link, int value);
 
+// Gives the link this IPv4 address (no-op if it has it). With arp_ignore
+// 8 set first, nobody on the segment learns of it.
+void add_ipv4(const std::string& link, const ipv4_address& address);
+
 // Gives the link this MAC (no-op if it has it).
 void set_mac(const std::string& link, const mac_address& mac);
 

@@ -1,0 +1,103 @@
+// A container whose network moves with it, on the source side (the
+// destination's part is pagesrv/moving_network.cpp):
+//   - from before the freeze, the packets that arrive for its addresses are
+//     held (CRIU's network lock drops them here during the freeze) and,
+//     once the copy runs, handed to the destination, which delivers them:
+//     their senders need not wait out a retransmission timeout;
+//   - at the commit its links stop answering ARP: the copy is about to
+//     take over their MACs and addresses, and the segment must learn one
+//     place for them. An abort that resumes the source undoes it.
+#include "migration.hpp"
+
+#include "core/clock.hpp"
+#include "core/log.hpp"
+#include "netlink/links.hpp"
+#include "netlink/netns.hpp"
+
+#include <fmt/format.h>
+
+namespace ferry::migrator {
+
+namespace {
+
+constexpr int arp_ignore_all = 8;
+// Packets held this long before the freeze may not have reached the
+// dumped socket state yet; delivering one twice is harmless to TCP.
+constexpr uint64_t held_before_freeze_ns = 2'000'000;
+
+} // namespace
+
+void migration::hold_packets() {
+    if (!_r.connections_move || _r.moving_links.empty())
+        return;
+    try {
+        _held = std::make_unique<netlink::held_packets>(netlink::netns_of(_opt.pid),
+                                                        _r.moving_links);
+    } catch (const std::exception& e) {
+        _log->warn("packets arriving during the freeze will not be handed over: {}", e.what());
+    }
+}
+
+// `last`: once the copy runs, what came after the first batch; the hold
+// ends. The last batch goes even when empty: the destination waits for it.
+void migration::hand_over_packets(bool last) {
+    if (!_held)
+        return;
+    const uint64_t since = _held_taken_until ? _held_taken_until
+                           : _r.t_freeze > held_before_freeze_ns
+                               ? _r.t_freeze - held_before_freeze_ns
+                               : 0;
+    _held_taken_until = monotonic_ns();
+    if (last)
+        _held->stop();
+    const auto held = _held->take(since);
+    _r.held_packets += held.size();
+    if (last) {
+        _r.held_packets_overflowed = _held->overflowed();
+        _held.reset();
+    }
+    if (held.empty() && !last)
+        return;
+    std::vector<ProtobufCBinaryData> packets;
+    for (const auto& h : held)
+        packets.push_back({h.ipv4.size(), const_cast<uint8_t*>(h.ipv4.data())});
+    FerryControl__HeldPackets m = FERRY_CONTROL__HELD_PACKETS__INIT;
+    m.n_ipv4 = packets.size();
+    m.ipv4 = packets.data();
+    m.has_last = true;
+    m.last = last;
+    if (!control::try_send_message(*_dest, m, net::after(control_timeout)))
+        _log->warn("cannot hand the {} packets held during the freeze to the destination",
+                   held.size());
+}
+
+void migration::silence_source_links() noexcept {
+    if (!_r.connections_move || _r.moving_links.empty())
+        return;
+    try {
+        netlink::in_netns(netlink::netns_of(_opt.pid), [&] {
+            for (const auto& l : _r.moving_links) {
+                _source_arp_ignore[l.name] = netlink::arp_ignore(l.name);
+                netlink::set_arp_ignore(l.name, arp_ignore_all);
+            }
+        });
+    } catch (const std::exception& e) {
+        _log->warn("the source's links still answer ARP: {}", e.what());
+    }
+}
+
+void migration::unsilence_source_links() noexcept {
+    if (_source_arp_ignore.empty())
+        return;
+    try {
+        netlink::in_netns(netlink::netns_of(_opt.pid), [&] {
+            for (const auto& [link, value] : _source_arp_ignore)
+                netlink::set_arp_ignore(link, value);
+        });
+        _source_arp_ignore.clear();
+    } catch (const std::exception& e) {
+        _log->error("the source's links answer no ARP: {}", e.what());
+    }
+}
+
+} // namespace ferry::migrator

@@ -1,0 +1,141 @@
+// A container whose network moves with it (issue 18): its engine gives the
+// copy links of its own (addresses and MACs, engines/engine_restore.hpp).
+// Before the images come, the daemon adds the source's addresses to them,
+// for CRIU to restore the sockets on, but the links ignore ARP until the
+// resume: answering for the addresses would draw the clients' traffic to a
+// copy with no sockets yet, whose kernel would reset their connections. At
+// the resume the copy takes the source's MACs, answers again and tells the
+// segment where they are now.
+// Packets the source's lock dropped during the freeze come from the
+// migrator afterwards, and go in as if they had just arrived.
+#include "incoming_session.hpp"
+
+#include "core/clock.hpp"
+#include "netlink/announce.hpp"
+#include "netlink/links.hpp"
+#include "netlink/netns.hpp"
+#include "netlink/packet_inject.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+
+namespace ferry::pagesrv {
+
+namespace {
+
+// arp_ignore 8: answer no ARP request at all.
+constexpr int arp_ignore_all = 8;
+// From the gate's answer to CRIU's report that the tasks run.
+constexpr auto resumed_report_limit = std::chrono::seconds(2);
+
+// The network namespace runc's bundle puts the container in.
+std::filesystem::path bundle_netns(const std::filesystem::path& bundle) {
+    std::ifstream in(bundle / "config.json");
+    const auto config = nlohmann::json::parse(in);
+    for (const auto& ns : config.at("linux").at("namespaces"))
+        if (ns.value("type", "") == "network" && ns.contains("path"))
+            return ns.at("path").get<std::string>();
+    throw error(fmt::format("{}/config.json names no network namespace to join", bundle.string()));
+}
+
+} // namespace
+
+void incoming_session::quiet_copy_network(const std::filesystem::path& bundle) {
+    if (_moving_links.empty())
+        return;
+    const auto netns = bundle_netns(bundle);
+    netlink::in_netns(netns, [&] {
+        // The engine's network plugin announced the copy's first addresses:
+        // one of the source's among them has drawn its clients here already.
+        for (const auto& copy : netlink::read_links())
+            for (const auto& l : _moving_links)
+                for (const auto& a : l.ipv4)
+                    if (copy.name == l.name &&
+                        std::find(copy.ipv4.begin(), copy.ipv4.end(), a) != copy.ipv4.end())
+                        throw error(fmt::format(
+                            "the copy got the container's own address {} from this host's "
+                            "IPAM, which announced it: the hosts' address pools overlap",
+                            netlink::address_only(a)));
+        for (const auto& l : _moving_links) {
+            _arp_ignore_before[l.name] = netlink::arp_ignore(l.name);
+            netlink::set_arp_ignore(l.name, arp_ignore_all);
+            for (const auto& a : l.ipv4)
+                netlink::add_ipv4(l.name, a);
+        }
+    });
+    _log->info("the copy has the source's addresses, and answers no ARP until the resume: {}",
+               netlink::describe(_moving_links));
+}
+
+// After the gate said resume: errors are logged, the copy runs on (its
+// clients then wait for their ARP entries to expire).
+void incoming_session::take_over_network(pid_t root) noexcept {
+    if (_moving_links.empty())
+        return;
+    const uint64_t t0 = monotonic_ns();
+    try {
+        netlink::in_netns(netlink::netns_of(root), [&] {
+            for (const auto& l : _moving_links) {
+                netlink::set_mac(l.name, l.mac);
+                const auto before = _arp_ignore_before.find(l.name);
+                if (before != _arp_ignore_before.end() || netlink::arp_ignore(l.name) != 0)
+                    netlink::set_arp_ignore(
+                        l.name, before != _arp_ignore_before.end() ? before->second : 0);
+                netlink::announce_ipv4(l);
+            }
+        });
+        _log->info("took over {} ({:.2f} ms)", netlink::describe(_moving_links),
+                   ns_to_ms(monotonic_ns() - t0));
+    } catch (const std::exception& e) {
+        _log->error("the copy could not take over its network: {}", e.what());
+    }
+}
+
+// The first batch comes as the gate lets the copy resume: it goes in once
+// CRIU has unlocked the copy's network and taken its sockets out of repair
+// mode (the plugin reports "resumed" after both), or the lock drops it.
+void incoming_session::deliver_held_packets(const FerryControl__HeldPackets& held) noexcept {
+    if (held.has_last && held.last)
+        _held_packets_done = true;
+    if (_root_pid <= 0 || held.n_ipv4 == 0)
+        return;
+    if (!_d.criu_events().moments(_id).resumed &&
+        !_d.criu_events().wait_for(_id, "resumed", resumed_report_limit).resumed)
+        _log->warn("CRIU did not report the resume; delivering the held packets anyway");
+    std::vector<std::vector<uint8_t>> packets;
+    for (size_t i = 0; i < held.n_ipv4; i++)
+        packets.emplace_back(held.ipv4[i].data, held.ipv4[i].data + held.ipv4[i].len);
+    try {
+        size_t delivered = 0;
+        netlink::in_netns(netlink::netns_of(_root_pid),
+                          [&] { delivered = netlink::inject_ipv4(packets); });
+        _log->info("delivered {} of {} packets the source held during the freeze", delivered,
+                   packets.size());
+    } catch (const std::exception& e) {
+        _log->warn("cannot deliver the packets the source held: {}", e.what());
+    }
+}
+
+// One message from the migrator after the resume: held packets, or its
+// end. False once nothing more is to come.
+bool incoming_session::receive_held_packets() noexcept {
+    try {
+        auto m = control::receive(_conn, net::after(control_timeout));
+        if (m && m->body_case == FERRY_CONTROL__ENVELOPE__BODY_HELD_PACKETS) {
+            deliver_held_packets(*m->held_packets);
+            return !_held_packets_done;
+        }
+        if (m)
+            _log->warn("unexpected message {} from the migrator after the resume",
+                       int(m->body_case));
+    } catch (const std::exception& ex) {
+        _log->warn("the migrator's connection: {}", ex.what());
+    }
+    _held_packets_done = true;
+    return false;
+}
+
+} // namespace ferry::pagesrv
