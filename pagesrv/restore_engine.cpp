@@ -186,7 +186,7 @@ bool incoming_session::restore_with_engine() {
                 continue;
             try {
                 const auto req = engines::read_gate_request(conn.get());
-                if (req.images && !_moving_links.empty() && !gated) {
+                if (req.images && _connections_move && !gated) {
                     // A cold restore whose network moves: before its CRIU.
                     std::string why;
                     try {

@@ -2,21 +2,28 @@
 """Redis in a container, loaded with known data, migrated between the
 testbed's hosts while a client on a third host keeps reading and writing.
 
-  redis_lab.py example [--engine podman|docker] [--mib 1024]
+  redis_lab.py example [--engine podman|docker] [--mib 1024] [--host-network]
       one Ferry migration a -> b, with the client's view and a key check
-  redis_lab.py test [--engine podman|docker] [--mib 64]
+  redis_lab.py test [--engine podman|docker] [--mib 64] [--host-network]
       the same at a reduced size; exits 1 unless every key is intact, no reply
       was wrong, no acknowledged write was lost and the container runs on b
   (the benchmark against podman's checkpoint is `migrator bench --workload
   redis`, migrator/bench/redis.py, which drives this lab)
 
-The container shares its host's network (Redis listens on the host's
-address), so after a migration Redis answers at the destination's address.
-The client (ferry-redis-client) knows both addresses and fails over after a
-20 ms silence; established connections cannot follow the container (their
-addresses stay behind), so Ferry migrates with --tcp-close and the client
-reconnects. Podman's checkpoint has no such option: the benchmark gives the
-baseline the same CRIU options through /etc/criu/runc.conf (restored after).
+By default the container has an address of its own on the testbed's
+container network "ferry" (a macvlan segment every host shares), and its
+network moves with it: the client on c holds one connection throughout, and
+after the migration the same connection goes on to the container on b. Fails
+unless the client never reconnected.
+
+With --host-network the container shares its host's network (Redis listens
+on the host's address), so after a migration Redis answers at the
+destination's address. The client (ferry-redis-client) knows both addresses
+and fails over after a 20 ms silence; established connections cannot follow
+the container (their addresses stay behind), so Ferry migrates with
+--tcp-close and the client reconnects. Podman's checkpoint has no such
+option: the benchmark gives the baseline the same CRIU options through
+/etc/criu/runc.conf (restored after).
 """
 import argparse
 import json
@@ -35,6 +42,9 @@ CLIENT = os.path.join(benchlib.BUILD, "examples", "ferry-redis-client")
 VALUE_BYTES = 4000
 PORT = 6379
 RUNC_CONF = "/etc/criu/runc.conf"
+# The container's own address on the container network (in host a's IPAM
+# pool, examples/testbed.sh).
+CONTAINER_HOST_PART = 70
 
 
 def log(msg):
@@ -42,8 +52,11 @@ def log(msg):
 
 
 class Lab:
-    def __init__(self, engine, mib, name="ferry-redis", net="10.81.0"):
+    def __init__(self, engine, mib, name="ferry-redis", net="10.81.0", host_network=False):
         self.engine = engine
+        self.host_network = host_network
+        n1, n2, n3 = net.split(".")
+        self.container_ip = f"{n1}.{int(n2) + 1}.{n3}.{CONTAINER_HOST_PART}"
         self.keys = max(1024, mib * 1024 * 1024 // VALUE_BYTES)
         self.env = dict(benchlib.ENV, FERRY_TESTBED=name, FERRY_TESTBED_NET=net)
         self.ip = {"a": f"{net}.1", "b": f"{net}.2", "c": f"{net}.3"}
@@ -76,7 +89,9 @@ class Lab:
 
     # --- Redis -----------------------------------------------------------
     def start_redis(self):
-        self.ctr("a", "run", "-d", "--name", "redis", "--network", "host", self.image,
+        network = ["--network", "host"] if self.host_network else \
+            ["--network", "ferry", "--ip", self.container_ip]
+        self.ctr("a", "run", "-d", "--name", "redis", *network, self.image,
                  "redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no",
                  "--port", str(PORT))
         for _ in range(100):
@@ -86,7 +101,8 @@ class Lab:
         raise RuntimeError("redis did not start")
 
     def addr(self, host):
-        return f"{self.ip[host]}:{PORT}"
+        """Where Redis answers when it runs on `host`."""
+        return f"{self.ip[host] if self.host_network else self.container_ip}:{PORT}"
 
     def client(self, *args, **kw):
         return self.on("c", CLIENT, *args, **kw)
@@ -102,14 +118,14 @@ class Lab:
         return json.loads(r.stdout)
 
     def redis_info(self, host, field):
-        r = self.on("c", "redis-cli", "-h", self.ip[host], "-p", str(PORT), "info", "memory")
+        r = self.on("c", "redis-cli", "-h", self.addr(host).split(":")[0], "-p", str(PORT), "info", "memory")
         for line in r.stdout.splitlines():
             if line.startswith(field + ":"):
                 return line.split(":", 1)[1].strip()
         return ""
 
     def counter(self, host):
-        r = self.on("c", "redis-cli", "-h", self.ip[host], "-p", str(PORT), "get", "ferry:counter")
+        r = self.on("c", "redis-cli", "-h", self.addr(host).split(":")[0], "-p", str(PORT), "get", "ferry:counter")
         return int(r.stdout.strip() or 0)
 
     # --- a migration under load -------------------------------------------
@@ -121,10 +137,14 @@ class Lab:
             os.unlink(stop)
         replies = os.path.join(self.work, "replies.log")
         other = "b" if self.where == "a" else "a"
-        cmd = [benchlib.TESTBED, "exec", "c", CLIENT, "run", "--addrs",
-               f"{self.addr(self.where)},{self.addr(other)}", "--keys", str(self.keys),
+        # Host networking: both hosts' addresses, failing over after 20 ms of
+        # silence. Its own address: one connection, which must hold.
+        addrs = f"{self.addr(self.where)},{self.addr(other)}" if self.host_network \
+            else self.addr(self.where)
+        timeout_ms = "20" if self.host_network else "10000"
+        cmd = [benchlib.TESTBED, "exec", "c", CLIENT, "run", "--addrs", addrs, "--keys", str(self.keys),
                "--value-bytes", str(VALUE_BYTES), "--seconds", "300", "--max-ops", "100000000",
-               "--timeout-ms", "20", "--out", replies, "--stop-file", stop]
+               "--timeout-ms", timeout_ms, "--out", replies, "--stop-file", stop]
         proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             time.sleep(settle)
@@ -142,8 +162,9 @@ class Lab:
 
     def ferry(self, src, dst):
         t0 = time.monotonic()
+        tcp_close = ["--tcp-close"] if self.host_network else []
         r = self.on(src, "migrator", "migrate", "--engine", self.engine, "--container", "redis",
-                    "--tcp-close", "--to", self.tb("addr", dst).stdout.strip(), "--json",
+                    *tcp_close, "--to", self.tb("addr", dst).stdout.strip(), "--json",
                     check=False, timeout=900)
         wall = time.monotonic() - t0
         try:
@@ -158,19 +179,23 @@ class Lab:
                 "fault_p99_us": j["fault_p99_us"], "wall_s": wall,
                 "source_removed": j.get("source_container_removed", False),
                 "network_lock": j.get("criu_network_lock", ""),
+                "network": j.get("network", ""), "held_packets": j.get("held_packets", 0),
                 "engine_restore": j.get("engine_restore", "")}
 
     def baseline(self, src, dst):
         """podman's own stop-and-copy: checkpoint --export, copy, restore --import."""
         export = os.path.join(self.work, "redis-checkpoint.tar")
         copy = os.path.join(self.work, "redis-checkpoint-copy.tar")
+        # Its own address: podman keeps it and the connections (the
+        # restore takes the address and MAC from the checkpoint).
+        tcp = [] if self.host_network else ["--tcp-established"]
         t0 = time.monotonic()
-        self.ctr(src, "container", "checkpoint", "--export", export, "--compress", "none",
+        self.ctr(src, "container", "checkpoint", "--export", export, "--compress", "none", *tcp,
                  "redis", engine="podman", timeout=900)
         t1 = time.monotonic()
         sh("cp", export, copy, timeout=900)  # the network copy a real migration makes
         t2 = time.monotonic()
-        self.ctr(dst, "container", "restore", "--import", copy, engine="podman", timeout=900)
+        self.ctr(dst, "container", "restore", "--import", copy, *tcp, engine="podman", timeout=900)
         t3 = time.monotonic()
         self.ctr(src, "rm", "-f", "redis", engine="podman")
         size = os.path.getsize(export)
@@ -225,10 +250,17 @@ def check(lab, before, m, c):
     if counter < c["incr_acked"]:
         bad.append(f"acknowledged INCRs lost: counter {counter} < {c['incr_acked']} acknowledged")
     c["counter"] = counter
-    # --tcp-close: no connection moves, so CRIU locks nothing (the lock's
-    # deletion cost the resume 10-20 ms, and dropped new clients' SYNs).
-    if m.get("method") == "ferry" and not m.get("network_lock", "").startswith("skip"):
-        bad.append(f"CRIU locked the network: {m.get('network_lock')}")
+    if lab.host_network:
+        # --tcp-close: no connection moves, so CRIU locks nothing (the lock's
+        # deletion cost the resume 10-20 ms, and dropped new clients' SYNs).
+        if m.get("method") == "ferry" and not m.get("network_lock", "").startswith("skip"):
+            bad.append(f"CRIU locked the network: {m.get('network_lock')}")
+    else:
+        # Its own address: the one connection held.
+        if c["failovers"]:
+            bad.append(f"the client reconnected {c['failovers']} times: its connection did not move")
+        if m.get("method") == "ferry" and not m.get("network", "").startswith("moves"):
+            bad.append(f"the network did not move: {m.get('network')}")
     return bad, after
 
 
@@ -236,11 +268,11 @@ def summary(m, c):
     return (f"container downtime {m['downtime_ms']:.1f} ms, client-visible downtime "
             f"{c['longest_gap_ms']:.1f} ms (longest gap between replies), replies p99 "
             f"before {c.get('before_p99_us', 0):.0f} us, right after {c.get('after_p99_us', 0):.0f} us "
-            f"over {c.get('after_window_ms', 0):.0f} ms; {c['replies']} replies, {c['failovers']} failovers")
+            f"over {c.get('after_window_ms', 0):.0f} ms; {c['replies']} replies, {c['failovers']} reconnects")
 
 
 def cmd_example(a):
-    lab = Lab(a.engine, a.mib, a.testbed, a.net.rsplit(".", 1)[0])
+    lab = Lab(a.engine, a.mib, a.testbed, a.net.rsplit(".", 1)[0], a.host_network)
     try:
         lab.up()
         lab.start_redis()
@@ -277,6 +309,8 @@ def main():
         s.add_argument("--testbed", default="ferry-redis", help="the testbed's name")
         s.add_argument("--net", default="10.81.0.0", help="the testbed's /24")
         s.add_argument("--engine", choices=("podman", "docker"), default="podman")
+        s.add_argument("--host-network", action="store_true",
+                       help="the container shares its host's network; Ferry migrates it with --tcp-close")
     a = p.parse_args()
     return cmd_example(a)
 
