@@ -33,8 +33,7 @@ struct container_network {
     // container; a bridge behind the host's NAT cannot. ("null": docker's
     // none, loopback only.)
     [[nodiscard]] bool can_move() const noexcept {
-        return driver == "macvlan" || driver == "ipvlan" || driver == "overlay" ||
-               driver == "null";
+        return driver == "macvlan" || driver == "ipvlan" || driver == "overlay" || driver == "null";
     }
 };
 

@@ -86,12 +86,12 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     if (req.wait_for_images)
         req.images_dir = warm ? dir.string() : images.string();
     // The host's cgroup mounts as CRIU's yard: CRIU mounts none of its own.
-    criu::write_config(dir / "criu-restore.conf",
-                       fmt::format("action-script {}\n{}{}", tools.runc_shim,
-                                   tcp_established ? criu::restore_established_options
-                                                   : criu::restore_options,
-                                   criu::cgroup_yard_config_line(criu::host_cgroup_yard())),
-                       tools.criu_plugin_dir);
+    criu::write_config(
+        dir / "criu-restore.conf",
+        fmt::format("action-script {}\n{}{}", tools.runc_shim,
+                    tcp_established ? criu::restore_established_options : criu::restore_options,
+                    criu::cgroup_yard_config_line(criu::host_cgroup_yard())),
+        tools.criu_plugin_dir);
     const auto file = images / engines::restore_request_file;
     engines::write_request(file, req);
     return file;

@@ -112,13 +112,11 @@ namespace engine_restore_detail {
 // the shim (tools.runc_shim) as action script. `devshm_tar` may be empty.
 // A warm restore's request (`warm`) makes the shim wait for the images and
 // take them from `dir`.
-std::filesystem::path write_restore_request(const std::filesystem::path& dir,
-                                            const std::filesystem::path& images,
-                                            const std::string& migration_id,
-                                            const std::string& devshm_tar,
-                                            const std::vector<std::string>& criu_env,
-                                            const host_tools& tools, bool warm = false,
-                                            bool tcp_established = false);
+std::filesystem::path
+write_restore_request(const std::filesystem::path& dir, const std::filesystem::path& images,
+                      const std::string& migration_id, const std::string& devshm_tar,
+                      const std::vector<std::string>& criu_env, const host_tools& tools,
+                      bool warm = false, bool tcp_established = false);
 // The session's engine file `name` ("engine.<name>"); throws if it is missing.
 std::filesystem::path engine_file(const std::filesystem::path& dir, const std::string& name);
 // The container paths the source deleted from its writable layer (the

@@ -206,9 +206,9 @@ void migration::decide_network() {
     netlink::in_netns(netlink::netns_of(_opt.pid),
                       [&] { _r.moving_links = netlink::read_links(); });
     _r.connections_move = true;
-    _r.network = _r.moving_links.empty() ? "its own, loopback only: connections move"
-                                         : "moves with its connections: " +
-                                               netlink::describe(_r.moving_links);
+    _r.network = _r.moving_links.empty()
+                     ? "its own, loopback only: connections move"
+                     : "moves with its connections: " + netlink::describe(_r.moving_links);
 }
 
 // `source_addr` is empty when there is no source (a parked workload).

@@ -106,10 +106,10 @@ struct migration_result {
     // A container whose network moves with it: its links (lib/netlink), which
     // the copy takes over at its resume; empty if nothing moves.
     std::vector<netlink::link_identity> moving_links;
-    bool connections_move = false; // its TCP connections come along (tcp-established)
-    std::string network; // how its network moved, or why it did not
-    size_t held_packets = 0;            // arrived during the freeze, handed to the copy
-    size_t held_packets_overflowed = 0; // let go: the hold's bounds were reached
+    bool connections_move = false;          // its TCP connections come along (tcp-established)
+    std::string network;                    // how its network moved, or why it did not
+    size_t held_packets = 0;                // arrived during the freeze, handed to the copy
+    size_t held_packets_overflowed = 0;     // let go: the hold's bounds were reached
     bool source_removed = false;            // the source container is gone (after the resume)
     uint64_t workload_bytes = 0;            // resident memory of the tree before the freeze
     std::string criu_stop_method;           // hardware breakpoints, or syscall stepping and why

@@ -31,8 +31,8 @@ void migration::hold_packets() {
     if (!_r.connections_move || _r.moving_links.empty())
         return;
     try {
-        _held = std::make_unique<netlink::held_packets>(netlink::netns_of(_opt.pid),
-                                                        _r.moving_links);
+        _held =
+            std::make_unique<netlink::held_packets>(netlink::netns_of(_opt.pid), _r.moving_links);
     } catch (const std::exception& e) {
         _log->warn("packets arriving during the freeze will not be handed over: {}", e.what());
     }

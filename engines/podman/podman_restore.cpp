@@ -76,10 +76,10 @@ void own_addresses(json& c, const std::vector<netlink::link_identity>& links) {
 // `image_ids`: the local ids of image names already looked up (before the
 // freeze: each podman query costs tens of milliseconds of downtime).
 // `links`: the source's, when its network moves with it (else empty).
-std::vector<uint8_t> patched_config(const std::vector<uint8_t>& raw,
-                                    const std::map<std::string, std::string>& image_ids,
-                                    const std::string& podman,
-                                    const std::optional<std::vector<netlink::link_identity>>& links) {
+std::vector<uint8_t>
+patched_config(const std::vector<uint8_t>& raw, const std::map<std::string, std::string>& image_ids,
+               const std::string& podman,
+               const std::optional<std::vector<netlink::link_identity>>& links) {
     json c;
     try {
         c = json::parse(raw);
@@ -142,7 +142,8 @@ class podman_restore final : public engine_restore {
                    std::streamsize(descriptors->data.size()));
         const auto tar_out = dir / "podman-warm.tar";
         tar_writer tar(tar_out);
-        tar.add_bytes("config.dump", patched_config(config->data, _image_ids, _tools.podman, _links));
+        tar.add_bytes("config.dump",
+                      patched_config(config->data, _image_ids, _tools.podman, _links));
         tar.add_bytes("spec.dump", spec->data);
         // Podman only checks that a checkpoint is there; runc restores from
         // `dir`, where the images arrive.

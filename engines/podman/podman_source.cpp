@@ -20,8 +20,9 @@ namespace fs = std::filesystem;
 // The network's driver ("bridge", "macvlan", ...).
 std::string network_driver(const std::string& network, const host_tools& tools) {
     try {
-        auto out = run_capture({tools.podman, "network", "inspect", "--format", "{{.Driver}}", network},
-                               query_timeout);
+        auto out =
+            run_capture({tools.podman, "network", "inspect", "--format", "{{.Driver}}", network},
+                        query_timeout);
         return out.substr(0, out.find('\n'));
     } catch (const std::exception& e) {
         throw error(fmt::format("cannot inspect podman network '{}': {}", network, e.what()));

@@ -28,7 +28,7 @@ struct link_identity {
 };
 
 std::string to_string(const mac_address& mac);
-std::string to_string(const ipv4_address& a); // "10.0.0.5/24"
+std::string to_string(const ipv4_address& a);    // "10.0.0.5/24"
 std::string address_only(const ipv4_address& a); // "10.0.0.5"
 // Parses "a.b.c.d/p" (or "a.b.c.d", /32); nullopt if malformed.
 std::optional<ipv4_address> parse_ipv4(const std::string& text);

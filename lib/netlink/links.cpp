@@ -126,7 +126,8 @@ void set_arp_ignore(const std::string& name, int value) {
     link_ptr change(rtnl_link_alloc());
     if (!change)
         throw error("cannot allocate a link change");
-    if (const int err = rtnl_link_inet_set_conf(change.get(), IPV4_DEVCONF_ARP_IGNORE, uint32_t(value));
+    if (const int err =
+            rtnl_link_inet_set_conf(change.get(), IPV4_DEVCONF_ARP_IGNORE, uint32_t(value));
         err < 0)
         throw error(fmt::format("cannot set arp_ignore of {}: {}", name, nl_error(err)));
     change_link(s.get(), current.get(), change.get(),

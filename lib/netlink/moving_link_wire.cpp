@@ -43,7 +43,8 @@ std::vector<link_identity> from_messages(FerryControl__MovingLink* const* links,
         for (size_t k = 0; k < m.n_ipv4; k++) {
             const auto a = parse_ipv4(m.ipv4[k]);
             if (!a)
-                throw error(fmt::format("moving link {}: malformed address '{}'", l.name, m.ipv4[k]));
+                throw error(
+                    fmt::format("moving link {}: malformed address '{}'", l.name, m.ipv4[k]));
             l.ipv4.push_back(*a);
         }
         out.push_back(std::move(l));

@@ -41,13 +41,14 @@ std::filesystem::path netns_of(pid_t pid) {
 }
 
 bool has_own_netns(pid_t pid) {
-    struct stat theirs {}, ours {};
+    struct stat theirs {
+    }, ours{};
     if (::stat(netns_of(pid).c_str(), &theirs) != 0)
         throw error(fmt::format("cannot see the network namespace of pid {}: {}", pid,
                                 std::strerror(errno)));
     if (::stat("/proc/self/ns/net", &ours) != 0)
-        throw error(fmt::format("cannot see this process's network namespace: {}",
-                                std::strerror(errno)));
+        throw error(
+            fmt::format("cannot see this process's network namespace: {}", std::strerror(errno)));
     return theirs.st_ino != ours.st_ino || theirs.st_dev != ours.st_dev;
 }
 
