@@ -47,9 +47,15 @@ container inspect(const std::string& name, const docker_api::client& api) {
         json networks = json::object();
         if (const auto s = j->find("NetworkSettings"); s != j->end() && s->contains("Networks"))
             networks = s->at("Networks");
-        for (const auto& [net, _] : networks.items())
-            c.networks.push_back(
-                {net, api.call("GET", "/networks/" + docker_api::encode(net)).value("Driver", "")});
+        for (const auto& [net, _] : networks.items()) {
+            // A network dockerd no longer knows (its "bridge" with
+            // "bridge": "none") is nothing that could move.
+            const auto reply = api.request("GET", "/networks/" + docker_api::encode(net));
+            std::string driver = "unknown";
+            if (reply.status == 200)
+                driver = json::parse(reply.body).value("Driver", "unknown");
+            c.networks.push_back({net, driver});
+        }
         c.config = {
             {"Name", c.name}, {"Config", j->at("Config")}, {"HostConfig", j->at("HostConfig")}};
         c.image = j->at("Config").value("Image", "");

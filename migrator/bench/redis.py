@@ -42,7 +42,9 @@ class RedisBench:
     def __init__(self, engine, mib):
         self.engine = engine
         self.mib = mib
-        self.lab = redis_lab.Lab(engine, mib, name="fbench-redis", net="10.82.0")
+        # Docker's containers do not move their addresses yet: host networking.
+        self.lab = redis_lab.Lab(engine, mib, name="fbench-redis", net="10.82.0",
+                                 host_network=engine == "docker")
         self.before = None
         self.saved_runc_conf = None
         self.last_timeline = {}

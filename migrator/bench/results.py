@@ -25,8 +25,8 @@ def redis_summary(raw):
             if not ok:
                 continue
             row = {}
-            for key in ("client_gap_ms", "reply_p99_before_us", "reply_p99_after_us", "post_copy_ms",
-                        "background_mib_per_s", "total_ms", "failovers"):
+            for key in ("client_gap_ms", "client_gap_over_downtime_ms", "downtime_ms", "reply_p99_before_us",
+                        "reply_p99_after_us", "post_copy_ms", "background_mib_per_s", "total_ms", "failovers"):
                 vals = [r[key] for r in ok if key in r]
                 if vals:
                     row[key] = p50_p99(vals)
@@ -37,6 +37,9 @@ def redis_summary(raw):
     if idle and loaded:
         out["loaded_over_idle_throughput_p50"] = loaded["p50"] / idle["p50"]
     f = m.get("ferry", {})
+    base = m.get("podman_checkpoint", {})
+    if "client_gap_ms" in f and "client_gap_ms" in base and f["client_gap_ms"]["p50"]:
+        out["baseline_client_gap_over_ferry_p50"] = base["client_gap_ms"]["p50"] / f["client_gap_ms"]["p50"]
     if "reply_p99_after_us" in f and "reply_p99_before_us" in f and f["reply_p99_before_us"]["p50"]:
         out["reply_p99_during_over_before_p50"] = f["reply_p99_after_us"]["p50"] / f["reply_p99_before_us"]["p50"]
     return out
