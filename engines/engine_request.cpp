@@ -95,7 +95,8 @@ void write_request(const std::filesystem::path& file, const checkpoint_request& 
                       {"criu_config", r.criu_config},
                       {"images_dir", r.images_dir},
                       {"criu_env", r.criu_env},
-                      {"hold_socket", r.hold_socket}});
+                      {"hold_socket", r.hold_socket},
+                      {"tcp_established", r.tcp_established}});
 }
 
 void write_request(const std::filesystem::path& file, const restore_request& r) {
@@ -135,6 +136,7 @@ std::optional<checkpoint_request> read_checkpoint_request(const std::filesystem:
     r.images_dir = j->value("images_dir", "");
     r.criu_env = criu_env_field(*j, file);
     r.hold_socket = j->value("hold_socket", "");
+    r.tcp_established = j->value("tcp_established", false);
     if (r.migrator_pid <= 0 || r.page_server_port == 0 || r.status_fifo.empty())
         throw error(fmt::format("{} holds an invalid request", file.string()));
     return r;

@@ -51,6 +51,10 @@ struct checkpoint_request {
     // "go": by then podman has written the container's configuration, and
     // the destination starts its restore from it (a warm restore).
     std::string hold_socket;
+    // The container's TCP connections move: runc checkpoints with
+    // --tcp-established (docker never passes it, and runc's RPC then says
+    // false, which wins over the CRIU config).
+    bool tcp_established = false;
 };
 
 struct restore_request {
@@ -95,6 +99,10 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
 //   migrator -> shim: "go\n" or "refuse <reason>\n"
 inline constexpr const char* gate_resume = "resume";
 inline constexpr const char* gate_images = "images";
+// "setup-namespaces <pid>": CRIU made the copy's namespaces (and runc's
+// hooks configured its network); answered "go" once the daemon gave the
+// copy the source's addresses (a network that moves), before any socket.
+inline constexpr const char* gate_setup_namespaces = "setup-namespaces";
 inline constexpr const char* hold_request = "hold";
 inline constexpr const char* go_answer = "go";
 

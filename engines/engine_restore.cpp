@@ -150,11 +150,17 @@ gate_request read_gate_request(int conn) {
         r.bundle = line.substr(images.size() - 1);
         return r;
     }
+    const std::string setup = std::string(gate_setup_namespaces) + " ";
     const std::string want = "post-restore ";
-    if (line.rfind(want, 0) != 0)
+    r.setup_namespaces = line.rfind(setup, 0) == 0;
+    if (!r.setup_namespaces && line.rfind(want, 0) != 0)
         throw error(fmt::format("malformed gate request '{}'", line));
     try {
-        r.pid = pid_t(std::stol(line.substr(want.size())));
+        size_t used = 0;
+        const auto digits = line.substr(r.setup_namespaces ? setup.size() : want.size());
+        r.pid = pid_t(std::stol(digits, &used));
+        if (used != digits.size() || (r.setup_namespaces && r.pid <= 0))
+            throw error("not a pid");
         return r;
     } catch (const std::exception&) {
         throw error(fmt::format("malformed gate request '{}'", line));

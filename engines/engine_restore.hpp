@@ -79,6 +79,8 @@ class engine_restore {
     virtual pid_t container_pid() = 0;
 
   protected:
+    // An engine whose copy cannot start with links of its own names
+    // (engines/README.md) refuses here.
     virtual void keep_addresses(const std::vector<netlink::link_identity>& links) {
         if (!links.empty())
             throw error("this engine cannot give a container its addresses back on another host "
@@ -133,12 +135,13 @@ bool is_criu_image(const std::filesystem::path& file);
 // The gate: a unix socket in `dir` the shim connects to at post-restore.
 unique_fd listen_gate(const std::filesystem::path& dir);
 std::filesystem::path gate_path(const std::filesystem::path& dir);
-// The shim's line: "images <bundle>" (a warm restore waits for them) or
-// "post-restore <pid>".
+// The shim's line: "images <bundle>" (a warm restore waits for them),
+// "setup-namespaces <pid>" (a network that moves) or "post-restore <pid>".
 struct gate_request {
     bool images = false;
     std::string bundle; // images: runc's bundle (its config.json names the root)
-    pid_t pid = 0;      // post-restore: the restored root task
+    bool setup_namespaces = false;
+    pid_t pid = 0; // post-restore or setup-namespaces: the restored root task
 };
 gate_request read_gate_request(int conn);
 void answer_gate(int conn, bool resume, const std::string& reason);

@@ -47,7 +47,9 @@
 # segment, the way it would on a real shared VLAN; c has CNET.253 on its eth1
 # and reaches containers wherever they run. Each host keeps its own IPAM
 # state and allocates from a pool of its own: a from CNET.64/26, b from
-# CNET.128/26 (`--ip` must be in the host's pool for podman).
+# CNET.128/26; podman takes `--ip` from either pool (host-local allocates
+# next after the last address it gave, even one asked for: after a podman
+# restore of CNET.70 on b, b's next is CNET.71).
 #
 # Every host gets TLS credentials from the testbed's own cluster CA (STATE/ca,
 # made with `migrator credentials init`): STATE/HOST/credentials holds its
@@ -285,13 +287,18 @@ EOF
   # machine's /var/lib/cni. Each host allocates from a pool of its own
   # (ipam_pool), as a segment's hosts must when their IPAM is per host: a
   # copy arriving on b gets a first address of its own, never its source's.
-  local pool
+  # The other host's pool comes second: an address it gave may be asked for
+  # here (podman's own restore of a container from there keeps it), but
+  # this host allocates from its own first.
+  local pool other
   pool=$(ipam_pool "$h")
+  other=$(ipam_pool "$([ "$h" = a ] && echo b || echo a)")
   cat >"$dir/cni/net.d/ferry.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "ferry",
  "plugins": [{"type": "macvlan", "master": "eth1", "mode": "bridge",
    "ipam": {"type": "host-local", "dataDir": "$dir/cni/ipam",
-     "ranges": [[{"subnet": "$cnet.0/24", "rangeStart": "$cnet.$pool", "rangeEnd": "$cnet.$((pool + 63))"}]]}}]}
+     "ranges": [[{"subnet": "$cnet.0/24", "rangeStart": "$cnet.$pool", "rangeEnd": "$cnet.$((pool + 63))"},
+                 {"subnet": "$cnet.0/24", "rangeStart": "$cnet.$other", "rangeEnd": "$cnet.$((other + 63))"}]]}}]}
 EOF
   cat >"$dir/storage.conf" <<EOF
 [storage]

@@ -111,6 +111,8 @@ class incoming_session {
     void send_restore_failure(const std::string& why);
     void kill_restored(const std::string& why);
     void quiet_copy_network(const std::filesystem::path& bundle);
+    void quiet_copy_network_of(pid_t root);
+    void quiet_netns(const std::filesystem::path& netns);
     void take_over_network(pid_t root) noexcept;
     void deliver_held_packets(const FerryControl__HeldPackets& held) noexcept;
     bool receive_held_packets() noexcept;
@@ -136,6 +138,7 @@ class incoming_session {
     bool _connections_move = false;
     std::map<std::string, int> _arp_ignore_before;
     bool _held_packets_done = false; // the migrator's last batch came (or never will)
+    bool _copy_quiet = false;        // the copy has the source's addresses, unannounced
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;

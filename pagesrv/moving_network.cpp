@@ -31,22 +31,41 @@ constexpr int arp_ignore_all = 8;
 // From the gate's answer to CRIU's report that the tasks run.
 constexpr auto resumed_report_limit = std::chrono::seconds(2);
 
-// The network namespace runc's bundle puts the container in.
+// The network namespace runc's bundle puts the container in; empty when
+// runc makes a new one (docker), whose links CRIU then restores from the
+// images, the source's addresses and MACs included.
 std::filesystem::path bundle_netns(const std::filesystem::path& bundle) {
     std::ifstream in(bundle / "config.json");
     const auto config = nlohmann::json::parse(in);
     for (const auto& ns : config.at("linux").at("namespaces"))
-        if (ns.value("type", "") == "network" && ns.contains("path"))
-            return ns.at("path").get<std::string>();
-    throw error(fmt::format("{}/config.json names no network namespace to join", bundle.string()));
+        if (ns.value("type", "") == "network")
+            return ns.value("path", "");
+    throw error(fmt::format("{}/config.json gives the container no network namespace of its own",
+                            bundle.string()));
 }
 
 } // namespace
 
 void incoming_session::quiet_copy_network(const std::filesystem::path& bundle) {
-    if (_moving_links.empty())
+    if (_moving_links.empty() || _copy_quiet)
         return;
     const auto netns = bundle_netns(bundle);
+    if (netns.empty()) {
+        // Made as CRIU restores (docker): at setup-namespaces, once runc's
+        // hooks have configured it (quiet_copy_network_of).
+        _log->info("the copy's network namespace is made during the restore");
+        return;
+    }
+    quiet_netns(netns);
+}
+
+void incoming_session::quiet_copy_network_of(pid_t root) {
+    if (_moving_links.empty() || _copy_quiet)
+        return;
+    quiet_netns(netlink::netns_of(root));
+}
+
+void incoming_session::quiet_netns(const std::filesystem::path& netns) {
     netlink::in_netns(netns, [&] {
         // The engine's network plugin announced the copy's first addresses:
         // one of the source's among them has drawn its clients here already.
@@ -66,6 +85,7 @@ void incoming_session::quiet_copy_network(const std::filesystem::path& bundle) {
                 netlink::add_ipv4(l.name, a);
         }
     });
+    _copy_quiet = true;
     _log->info("the copy has the source's addresses, and answers no ARP until the resume: {}",
                netlink::describe(_moving_links));
 }

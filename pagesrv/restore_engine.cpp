@@ -186,13 +186,18 @@ bool incoming_session::restore_with_engine() {
                 continue;
             try {
                 const auto req = engines::read_gate_request(conn.get());
-                if (req.images && _connections_move && !gated) {
-                    // A cold restore whose network moves: before its CRIU.
+                if ((req.images || req.setup_namespaces) && _connections_move && !gated) {
+                    // A restore whose network moves: before its CRIU, or
+                    // once CRIU made the namespaces (docker's).
                     std::string why;
                     try {
-                        quiet_copy_network(req.bundle);
+                        if (req.images)
+                            quiet_copy_network(req.bundle);
+                        else
+                            quiet_copy_network_of(req.pid);
                     } catch (const std::exception& ex) {
                         why = ex.what();
+                        _log->error("the copy cannot take the source's addresses: {}", why);
                     }
                     engines::answer_images(conn.get(), why.empty(), why);
                     continue;

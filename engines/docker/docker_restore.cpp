@@ -149,6 +149,12 @@ class docker_restore final : public engine_restore {
         // it makes dockerd skip the container's /etc/hosts and resolv.conf,
         // which the dumped mount namespace has.
         body.erase("NetworkDisabled");
+        // A network that moves: the copy starts with an address and a MAC of
+        // its own (the source's address is not in the configuration; dockerd
+        // allocates from this host's pool), and the daemon gives it the
+        // source's (engine_restore.hpp).
+        if (_links_move)
+            body.erase("MacAddress");
         require_image(_api, body.value("Image", ""));
         body["HostConfig"]["Runtime"] = ferry_runtime(_api);
         const auto reply =
@@ -158,6 +164,12 @@ class docker_restore final : public engine_restore {
             throw error("dockerd created the container but gave no id");
     }
 
+  protected:
+    void keep_addresses(const std::vector<netlink::link_identity>& links) override {
+        _links_move = !links.empty();
+    }
+
+  private:
     // The source's writable-layer changes, onto this container's layer.
     void apply_rootfs_diff(const fs::path& dir) {
         const auto j = _api.inspect_container(_id);
@@ -189,8 +201,9 @@ class docker_restore final : public engine_restore {
     std::string _name;
     host_tools _tools;
     docker_api::client _api;
-    std::string _id;  // once created
-    fs::path _record; // the reservation record, while it stands
+    std::string _id;          // once created
+    fs::path _record;         // the reservation record, while it stands
+    bool _links_move = false; // keep_addresses: the source's network moves
 };
 
 } // namespace

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -245,6 +246,9 @@ void lazy_checkpoint(std::vector<std::string>& args, size_t cmd) {
                                            "127.0.0.1:" + std::to_string(req->page_server_port),
                                            "--status-fd", std::to_string(fd)};
     args.insert(args.begin() + long(cmd) + 1, lazy.begin(), lazy.end());
+    if (req->tcp_established &&
+        std::find(args.begin(), args.end(), "--tcp-established") == args.end())
+        args.insert(args.begin() + long(cmd) + 1, "--tcp-established");
     export_for_criu(req->migration_id, req->criu_config, req->criu_env);
 }
 
@@ -290,8 +294,10 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     // for the post-mortem (engines remove their own work dirs).
     set_option(args, cmd, "--work-path", fs::path(req->lazy_socket).parent_path().string());
     args.insert(args.begin() + long(cmd) + 1, "--lazy-pages");
-    if (req->tcp_established)
+    if (req->tcp_established) {
         args.insert(args.begin() + long(cmd) + 1, "--tcp-established");
+        ::setenv("FERRY_NETWORK_MOVES", "1", 1); // for setup-namespaces (action_script)
+    }
     ::setenv("FERRY_GATE", req->gate_socket.c_str(), 1);
     export_for_criu(req->migration_id, req->criu_config, req->criu_env);
     if (!req->wait_for_images) {
@@ -357,12 +363,27 @@ int criu_after_images(int argc, char** argv) {
     return 127;
 }
 
-// As CRIU's action script. Only post-restore of a Ferry restore matters.
+// As CRIU's action script. Post-restore of a Ferry restore asks whether the
+// tasks may resume; setup-namespaces of one whose network moves lets the
+// daemon give the copy its addresses before CRIU restores the sockets.
 int action_script(const std::string& action) {
     const char* gate = std::getenv("FERRY_GATE");
+    const char* pid = std::getenv("CRTOOLS_INIT_PID");
+    if (action == "setup-namespaces" && gate && std::getenv("FERRY_NETWORK_MOVES")) {
+        try {
+            const auto answer = engines::ask_line(
+                gate, std::string(engines::gate_setup_namespaces) + " " + (pid ? pid : "0"),
+                gate_timeout);
+            if (answer == engines::go_answer)
+                return 0;
+            say("the copy's network is not ready: " + (answer.empty() ? "no answer" : answer));
+        } catch (const std::exception& e) {
+            say(std::string("gate: ") + e.what());
+        }
+        return 1; // CRIU's restore fails: nothing ran
+    }
     if (action != "post-restore" || !gate)
         return 0;
-    const char* pid = std::getenv("CRTOOLS_INIT_PID");
     try {
         const auto answer =
             engines::ask_line(gate, std::string("post-restore ") + (pid ? pid : "0"), gate_timeout);

@@ -278,7 +278,8 @@ nlohmann::json run(const run_options& o) {
     const uint64_t start = now_ns();
     const uint64_t end = start + uint64_t(o.seconds * 1e9);
     const uint64_t timeout = o.timeout_ms * ms_ns;
-    while (ops < o.max_ops && now_ns() < end) {
+    bool stopped = false;
+    while (ops < o.max_ops && now_ns() < end && !stopped) {
         if (!o.stop_file.empty() && (ops & 255) == 0 && ::access(o.stop_file.c_str(), F_OK) == 0)
             break;
         const bool incr = o.incr_every && ops % o.incr_every == o.incr_every - 1;
@@ -289,6 +290,11 @@ nlohmann::json run(const run_options& o) {
         for (;;) {
             if (now_ns() >= end)
                 break;
+            // A server that stays away must not keep the run past its stop.
+            if (errors && !o.stop_file.empty() && ::access(o.stop_file.c_str(), F_OK) == 0) {
+                stopped = true;
+                break;
+            }
             const uint64_t t0 = now_ns();
             try {
                 if (!conn)

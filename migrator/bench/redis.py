@@ -42,9 +42,7 @@ class RedisBench:
     def __init__(self, engine, mib):
         self.engine = engine
         self.mib = mib
-        # Docker's containers do not move their addresses yet: host networking.
-        self.lab = redis_lab.Lab(engine, mib, name="fbench-redis", net="10.82.0",
-                                 host_network=engine == "docker")
+        self.lab = redis_lab.Lab(engine, mib, name="fbench-redis", net="10.82.0")
         self.before = None
         self.saved_runc_conf = None
         self.last_timeline = {}

@@ -7,8 +7,9 @@
 # FERRY_TEST_ENGINE picks the engine: podman (default) or docker.
 # Podman: the container has its own address on the container network and
 # the client's one connection must move with it. Docker: the container
-# shares its host's network and moves with --tcp-close (Ferry does not move
-# a docker container's addresses yet), the client failing over.
+# shares its host's network and moves with --tcp-close, the client failing
+# over (the --tcp-close path stays tested; live-network-docker moves a
+# docker container's connections).
 source "$(dirname "$0")/lib.sh"
 engine=${FERRY_TEST_ENGINE:-podman}
 network=()
