@@ -1,7 +1,7 @@
 // A container whose network moves with it (issue 18): its engine gives the
 // copy links of its own (addresses and MACs, engines/engine_restore.hpp).
-// Before the images come, the daemon adds the source's addresses to them,
-// for CRIU to restore the sockets on, but the links ignore ARP until the
+// Before CRIU restores a socket, the daemon adds the source's addresses to
+// them, for CRIU to restore the sockets on, but the links ignore ARP until the
 // resume: answering for the addresses would draw the clients' traffic to a
 // copy with no sockets yet, whose kernel would reset their connections. At
 // the resume the copy takes the source's MACs, answers again and tells the
@@ -32,8 +32,8 @@ constexpr int arp_ignore_all = 8;
 constexpr auto resumed_report_limit = std::chrono::seconds(2);
 
 // The network namespace runc's bundle puts the container in; empty when
-// runc makes a new one (docker), whose links CRIU then restores from the
-// images, the source's addresses and MACs included.
+// runc makes a new one (docker's, which libnetwork's hook configures at
+// CRIU's setup-namespaces).
 std::filesystem::path bundle_netns(const std::filesystem::path& bundle) {
     std::ifstream in(bundle / "config.json");
     const auto config = nlohmann::json::parse(in);
