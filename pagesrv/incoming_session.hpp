@@ -15,8 +15,11 @@
 #include "criu/criu_rpc.hpp"
 #include "daemon.hpp"
 #include "engine_restore.hpp"
+#include "netlink/announce.hpp"
 #include "netlink/link_identity.hpp"
+#include "netlink/links.hpp"
 #include "netlink/moving_link_wire.hpp"
+#include "netlink/packet_inject.hpp"
 #include "sys/subprocess.hpp"
 #include "wire/control.hpp"
 
@@ -139,6 +142,10 @@ class incoming_session {
     std::map<std::string, int> _arp_ignore_before;
     bool _held_packets_done = false; // the migrator's last batch came (or never will)
     bool _copy_quiet = false;        // the copy has the source's addresses, unannounced
+    // Sockets inside the copy's namespace, from the quiet step to the end.
+    std::unique_ptr<netlink::link_control> _copy_links;
+    std::unique_ptr<netlink::announcer> _copy_announcer;
+    unique_fd _copy_injector; // netlink/packet_inject.hpp
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;

@@ -66,25 +66,30 @@ void incoming_session::quiet_copy_network_of(pid_t root) {
 }
 
 void incoming_session::quiet_netns(const std::filesystem::path& netns) {
+    // Sockets opened inside stay there: the takeover then needs no trip
+    // into the namespace, and no packet socket closes in its way.
     netlink::in_netns(netns, [&] {
-        // The engine's network plugin announced the copy's first addresses:
-        // one of the source's among them has drawn its clients here already.
-        for (const auto& copy : netlink::read_links())
-            for (const auto& l : _moving_links)
-                for (const auto& a : l.ipv4)
-                    if (copy.name == l.name &&
-                        std::find(copy.ipv4.begin(), copy.ipv4.end(), a) != copy.ipv4.end())
-                        throw error(fmt::format(
-                            "the copy got the container's own address {} from this host's "
-                            "IPAM, which announced it: the hosts' address pools overlap",
-                            netlink::address_only(a)));
-        for (const auto& l : _moving_links) {
-            _arp_ignore_before[l.name] = netlink::arp_ignore(l.name);
-            netlink::set_arp_ignore(l.name, arp_ignore_all);
-            for (const auto& a : l.ipv4)
-                netlink::add_ipv4(l.name, a);
-        }
+        _copy_links = std::make_unique<netlink::link_control>();
+        _copy_announcer = std::make_unique<netlink::announcer>();
+        _copy_injector = netlink::open_injector();
     });
+    // The engine's network plugin announced the copy's first addresses:
+    // one of the source's among them has drawn its clients here already.
+    for (const auto& copy : _copy_links->read_links())
+        for (const auto& l : _moving_links)
+            for (const auto& a : l.ipv4)
+                if (copy.name == l.name &&
+                    std::find(copy.ipv4.begin(), copy.ipv4.end(), a) != copy.ipv4.end())
+                    throw error(fmt::format(
+                        "the copy got the container's own address {} from this host's IPAM, "
+                        "which announced it: the hosts' address pools overlap",
+                        netlink::address_only(a)));
+    for (const auto& l : _moving_links) {
+        _arp_ignore_before[l.name] = _copy_links->arp_ignore(l.name);
+        _copy_links->set_arp_ignore(l.name, arp_ignore_all);
+        for (const auto& a : l.ipv4)
+            _copy_links->add_ipv4(l.name, a);
+    }
     _copy_quiet = true;
     _log->info("the copy has the source's addresses, and answers no ARP until the resume: {}",
                netlink::describe(_moving_links));
@@ -96,27 +101,35 @@ void incoming_session::take_over_network(pid_t root) noexcept {
     if (_moving_links.empty())
         return;
     const uint64_t t0 = monotonic_ns();
+    uint64_t t_mac = 0, t_arp = 0;
     try {
-        netlink::in_netns(netlink::netns_of(root), [&] {
-            for (const auto& l : _moving_links) {
-                netlink::set_mac(l.name, l.mac);
-                const auto before = _arp_ignore_before.find(l.name);
-                if (before != _arp_ignore_before.end() || netlink::arp_ignore(l.name) != 0)
-                    netlink::set_arp_ignore(
-                        l.name, before != _arp_ignore_before.end() ? before->second : 0);
-                netlink::announce_ipv4(l);
-            }
-        });
-        _log->info("took over {} ({:.2f} ms)", netlink::describe(_moving_links),
-                   ns_to_ms(monotonic_ns() - t0));
+        if (!_copy_links) // not quieted (a cold restore that never asked): open them now
+            netlink::in_netns(netlink::netns_of(root), [&] {
+                _copy_links = std::make_unique<netlink::link_control>();
+                _copy_announcer = std::make_unique<netlink::announcer>();
+                _copy_injector = netlink::open_injector();
+            });
+        const uint64_t t_open = monotonic_ns();
+        for (const auto& l : _moving_links) {
+            _copy_links->set_mac(l.name, l.mac);
+            t_mac = monotonic_ns();
+            const auto before = _arp_ignore_before.find(l.name);
+            if (before != _arp_ignore_before.end() || _copy_links->arp_ignore(l.name) != 0)
+                _copy_links->set_arp_ignore(
+                    l.name, before != _arp_ignore_before.end() ? before->second : 0);
+            t_arp = monotonic_ns();
+            _copy_announcer->announce(l);
+        }
+        const uint64_t t1 = monotonic_ns();
+        _log->info("took over {} in {:.2f} ms (opening {:.2f}, MAC {:.2f}, arp_ignore {:.2f}, "
+                   "announcing {:.2f})",
+                   netlink::describe(_moving_links), ns_to_ms(t1 - t0), ns_to_ms(t_open - t0),
+                   ns_to_ms(t_mac - t_open), ns_to_ms(t_arp - t_mac), ns_to_ms(t1 - t_arp));
     } catch (const std::exception& e) {
         _log->error("the copy could not take over its network: {}", e.what());
     }
 }
 
-// The first batch comes as the gate lets the copy resume: it goes in once
-// CRIU has unlocked the copy's network and taken its sockets out of repair
-// mode (the plugin reports "resumed" after both), or the lock drops it.
 void incoming_session::deliver_held_packets(const FerryControl__HeldPackets& held) noexcept {
     if (held.has_last && held.last)
         _held_packets_done = true;
@@ -130,8 +143,11 @@ void incoming_session::deliver_held_packets(const FerryControl__HeldPackets& hel
         packets.emplace_back(held.ipv4[i].data, held.ipv4[i].data + held.ipv4[i].len);
     try {
         size_t delivered = 0;
-        netlink::in_netns(netlink::netns_of(_root_pid),
-                          [&] { delivered = netlink::inject_ipv4(packets); });
+        if (_copy_injector)
+            delivered = netlink::inject_ipv4(_copy_injector.get(), packets);
+        else
+            netlink::in_netns(netlink::netns_of(_root_pid),
+                              [&] { delivered = netlink::inject_ipv4(packets); });
         _log->info("delivered {} of {} packets the source held during the freeze", delivered,
                    packets.size());
     } catch (const std::exception& e) {

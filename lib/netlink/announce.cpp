@@ -9,6 +9,7 @@
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <net/if_arp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -34,19 +35,23 @@ static_assert(sizeof(arp_packet) == 28);
 
 } // namespace
 
-void announce_ipv4(const link_identity& link, int rounds) {
+announcer::announcer() : _sock(::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ARP))) {
+    if (!_sock)
+        throw error(fmt::format("cannot open a packet socket: {}", std::strerror(errno)));
+}
+
+void announcer::announce(const link_identity& link, int rounds) {
     if (link.ipv4.empty())
         return;
-    const unsigned index = ::if_nametoindex(link.name.c_str());
-    if (index == 0)
+    // The socket's own namespace names the link, whichever thread asks.
+    ifreq req{};
+    std::strncpy(req.ifr_name, link.name.c_str(), IFNAMSIZ - 1);
+    if (::ioctl(_sock.get(), SIOCGIFINDEX, &req) != 0)
         throw error(fmt::format("no link {} to announce from", link.name));
-    unique_fd s(::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ARP)));
-    if (!s)
-        throw error(fmt::format("cannot open a packet socket: {}", std::strerror(errno)));
     sockaddr_ll to{};
     to.sll_family = AF_PACKET;
     to.sll_protocol = htons(ETH_P_ARP);
-    to.sll_ifindex = int(index);
+    to.sll_ifindex = req.ifr_ifindex;
     to.sll_halen = 6;
     std::memset(to.sll_addr, 0xff, 6);
     int sent = 0;
@@ -59,7 +64,7 @@ void announce_ipv4(const link_identity& link, int rounds) {
             std::memcpy(p.sender_mac, link.mac.data(), 6);
             p.sender_ip = a.addr;
             p.target_ip = a.addr;
-            if (::sendto(s.get(), &p, sizeof p, 0, reinterpret_cast<const sockaddr*>(&to),
+            if (::sendto(_sock.get(), &p, sizeof p, 0, reinterpret_cast<const sockaddr*>(&to),
                          sizeof to) == ssize_t(sizeof p))
                 sent++;
             else
@@ -68,6 +73,10 @@ void announce_ipv4(const link_identity& link, int rounds) {
     if (sent == 0)
         throw error(fmt::format("cannot announce {} on {}: {}", address_only(link.ipv4.front()),
                                 link.name, last_error));
+}
+
+void announce_ipv4(const link_identity& link, int rounds) {
+    announcer().announce(link, rounds);
 }
 
 } // namespace ferry::netlink

@@ -72,11 +72,17 @@ void change_link(nl_sock* s, rtnl_link* current, rtnl_link* change, const std::s
 
 } // namespace
 
-std::vector<link_identity> read_links() {
-    auto s = route_socket();
-    auto links = link_cache(s.get());
+link_control::link_control() : _sock(route_socket().release()) {}
+
+link_control::~link_control() {
+    nl_socket_free(_sock);
+}
+
+std::vector<link_identity> link_control::read_links() {
+    nl_sock* s = _sock;
+    auto links = link_cache(s);
     nl_cache* addrs_raw = nullptr;
-    if (const int err = rtnl_addr_alloc_cache(s.get(), &addrs_raw); err < 0)
+    if (const int err = rtnl_addr_alloc_cache(s, &addrs_raw); err < 0)
         throw error(fmt::format("cannot list addresses: {}", nl_error(err)));
     cache_ptr addrs(addrs_raw);
     std::vector<std::pair<int, link_identity>> found;
@@ -111,18 +117,16 @@ std::vector<link_identity> read_links() {
     return out;
 }
 
-int arp_ignore(const std::string& name) {
-    auto s = route_socket();
-    auto l = find_link(s.get(), name);
+int link_control::arp_ignore(const std::string& name) {
+    auto l = find_link(_sock, name);
     uint32_t value = 0;
     if (const int err = rtnl_link_inet_get_conf(l.get(), IPV4_DEVCONF_ARP_IGNORE, &value); err < 0)
         throw error(fmt::format("cannot read arp_ignore of {}: {}", name, nl_error(err)));
     return int(value);
 }
 
-void set_arp_ignore(const std::string& name, int value) {
-    auto s = route_socket();
-    auto current = find_link(s.get(), name);
+void link_control::set_arp_ignore(const std::string& name, int value) {
+    auto current = find_link(_sock, name);
     link_ptr change(rtnl_link_alloc());
     if (!change)
         throw error("cannot allocate a link change");
@@ -130,13 +134,12 @@ void set_arp_ignore(const std::string& name, int value) {
             rtnl_link_inet_set_conf(change.get(), IPV4_DEVCONF_ARP_IGNORE, uint32_t(value));
         err < 0)
         throw error(fmt::format("cannot set arp_ignore of {}: {}", name, nl_error(err)));
-    change_link(s.get(), current.get(), change.get(),
+    change_link(_sock, current.get(), change.get(),
                 fmt::format("set arp_ignore {} on {}", value, name));
 }
 
-void add_ipv4(const std::string& name, const ipv4_address& address) {
-    auto s = route_socket();
-    auto link = find_link(s.get(), name);
+void link_control::add_ipv4(const std::string& name, const ipv4_address& address) {
+    auto link = find_link(_sock, name);
     std::unique_ptr<rtnl_addr, void (*)(rtnl_addr*)> a(rtnl_addr_alloc(), rtnl_addr_put);
     std::unique_ptr<nl_addr, addr_put> local(nl_addr_build(AF_INET, &address.addr, 4));
     if (!a || !local)
@@ -146,14 +149,13 @@ void add_ipv4(const std::string& name, const ipv4_address& address) {
     rtnl_addr_set_family(a.get(), AF_INET);
     if (const int err = rtnl_addr_set_local(a.get(), local.get()); err < 0)
         throw error(fmt::format("cannot set address {}: {}", to_string(address), nl_error(err)));
-    if (const int err = rtnl_addr_add(s.get(), a.get(), 0); err < 0 && err != -NLE_EXIST)
+    if (const int err = rtnl_addr_add(_sock, a.get(), 0); err < 0 && err != -NLE_EXIST)
         throw error(fmt::format("cannot give {} the address {}: {}", name, to_string(address),
                                 nl_error(err)));
 }
 
-void set_mac(const std::string& name, const mac_address& mac) {
-    auto s = route_socket();
-    auto current = find_link(s.get(), name);
+void link_control::set_mac(const std::string& name, const mac_address& mac) {
+    auto current = find_link(_sock, name);
     if (nl_addr* now = rtnl_link_get_addr(current.get());
         now && nl_addr_get_len(now) == mac.size() &&
         std::memcmp(nl_addr_get_binary_addr(now), mac.data(), mac.size()) == 0)
@@ -163,8 +165,28 @@ void set_mac(const std::string& name, const mac_address& mac) {
     if (!change || !lladdr)
         throw error("cannot allocate a link change");
     rtnl_link_set_addr(change.get(), lladdr.get());
-    change_link(s.get(), current.get(), change.get(),
+    change_link(_sock, current.get(), change.get(),
                 fmt::format("give {} the MAC {}", name, to_string(mac)));
+}
+
+std::vector<link_identity> read_links() {
+    return link_control().read_links();
+}
+
+int arp_ignore(const std::string& link) {
+    return link_control().arp_ignore(link);
+}
+
+void set_arp_ignore(const std::string& link, int value) {
+    link_control().set_arp_ignore(link, value);
+}
+
+void add_ipv4(const std::string& link, const ipv4_address& address) {
+    link_control().add_ipv4(link, address);
+}
+
+void set_mac(const std::string& link, const mac_address& mac) {
+    link_control().set_mac(link, mac);
 }
 
 } // namespace ferry::netlink

@@ -1,14 +1,35 @@
-// The links of the calling thread's network namespace, through libnl
-// (rtnetlink): what they are, and the two changes a moving network needs.
-// Run these inside the namespace (netns.hpp's in_netns).
+// The links of a network namespace, through libnl (rtnetlink): what they
+// are, and the changes a moving network needs. The free functions act in
+// the calling thread's namespace (run them inside it: netns.hpp's
+// in_netns); a link_control opened inside one acts there from any thread.
 #pragma once
 
 #include "netlink/link_identity.hpp"
 
+#include <memory>
 #include <string>
 #include <vector>
 
+struct nl_sock;
+
 namespace ferry::netlink {
+
+class link_control {
+  public:
+    link_control(); // in the calling thread's namespace; throws if it cannot
+    ~link_control();
+    link_control(const link_control&) = delete;
+    link_control& operator=(const link_control&) = delete;
+
+    std::vector<link_identity> read_links();
+    int arp_ignore(const std::string& link);
+    void set_arp_ignore(const std::string& link, int value);
+    void add_ipv4(const std::string& link, const ipv4_address& address);
+    void set_mac(const std::string& link, const mac_address& mac);
+
+  private:
+    nl_sock* _sock;
+};
 
 // Every link but loopback, with its MAC and IPv4 addresses, in ifindex order.
 std::vector<link_identity> read_links();

@@ -52,10 +52,14 @@ bool fix_tcp_checksum(std::span<uint8_t> packet) {
     return true;
 }
 
-size_t inject_ipv4(std::vector<std::vector<uint8_t>>& packets) {
+unique_fd open_injector() {
     unique_fd raw(::socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW));
     if (!raw)
         throw sys_error("socket IPPROTO_RAW");
+    return raw;
+}
+
+size_t inject_ipv4(int injector, std::vector<std::vector<uint8_t>>& packets) {
     size_t delivered = 0;
     for (auto& p : packets) {
         if (!fix_tcp_checksum(p))
@@ -66,11 +70,15 @@ size_t inject_ipv4(std::vector<std::vector<uint8_t>>& packets) {
         to.sin_family = AF_INET;
         to.sin_addr.s_addr = ip.daddr;
         const size_t total = ntohs(ip.tot_len);
-        if (::sendto(raw.get(), p.data(), total, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) ==
+        if (::sendto(injector, p.data(), total, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) ==
             ssize_t(total))
             delivered++;
     }
     return delivered;
+}
+
+size_t inject_ipv4(std::vector<std::vector<uint8_t>>& packets) {
+    return inject_ipv4(open_injector().get(), packets);
 }
 
 } // namespace ferry::netlink

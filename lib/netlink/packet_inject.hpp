@@ -4,6 +4,8 @@
 // it in as if it had just arrived. Run inside the namespace (in_netns).
 #pragma once
 
+#include "core/unique_fd.hpp"
+
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -15,8 +17,14 @@ namespace ferry::netlink {
 // False if it is not a whole TCP/IPv4 packet.
 bool fix_tcp_checksum(std::span<uint8_t> packet);
 
-// Delivers each TCP/IPv4 packet; returns how many went in. Malformed ones
-// are skipped.
+// A raw IPv4 socket of the calling thread's namespace, which delivers there
+// from any thread.
+unique_fd open_injector();
+
+// Delivers each TCP/IPv4 packet through `injector`; returns how many went
+// in. Malformed ones are skipped.
+size_t inject_ipv4(int injector, std::vector<std::vector<uint8_t>>& packets);
+// The same through a socket of the calling thread's namespace.
 size_t inject_ipv4(std::vector<std::vector<uint8_t>>& packets);
 
 } // namespace ferry::netlink
