@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
+#include <linux/ip.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <netinet/ip.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>

@@ -4,8 +4,8 @@
 #include "core/unique_fd.hpp"
 
 #include <arpa/inet.h>
+#include <linux/ip.h>
 #include <netinet/in.h>
-#include <netinet/ip.h>
 #include <sys/socket.h>
 
 #include <cstring>
