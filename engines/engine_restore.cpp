@@ -63,6 +63,15 @@ void remove_stale_reservations(const fs::path& incoming_root, const host_tools& 
     }
 }
 
+fs::path engine_restore::write_restore_request(const fs::path& dir, const fs::path& images,
+                                               const std::string& migration_id,
+                                               const std::string& devshm_tar,
+                                               const std::vector<std::string>& criu_env,
+                                               const host_tools& tools, bool warm) const {
+    return engine_restore_detail::write_restore_request(dir, images, migration_id, devshm_tar,
+                                                        criu_env, tools, warm, _connections_move);
+}
+
 namespace engine_restore_detail {
 
 fs::path write_restore_request(const fs::path& dir, const fs::path& images,

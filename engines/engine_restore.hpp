@@ -86,8 +86,14 @@ class engine_restore {
             throw error("this engine cannot give a container its addresses back on another host "
                         "yet: migrate it with --tcp-close");
     }
-    // keep_network() was called: the restore's CRIU needs tcp-established.
-    [[nodiscard]] bool connections_move() const noexcept { return _connections_move; }
+    // engine_restore_detail::write_restore_request, with tcp_established
+    // once keep_network() was called.
+    std::filesystem::path write_restore_request(const std::filesystem::path& dir,
+                                                const std::filesystem::path& images,
+                                                const std::string& migration_id,
+                                                const std::string& devshm_tar,
+                                                const std::vector<std::string>& criu_env,
+                                                const host_tools& tools, bool warm = false) const;
 
   private:
     bool _connections_move = false;

@@ -204,7 +204,7 @@ void migration::decide_network() {
         return;
     }
     netlink::in_netns(netlink::netns_of(_opt.pid),
-                      [&] { _r.moving_links = netlink::read_links(); });
+                      [&] { _r.moving_links = netlink::link_control().read_links(); });
     _r.connections_move = true;
     _r.network = _r.moving_links.empty()
                      ? "its own, loopback only: connections move"

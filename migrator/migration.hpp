@@ -145,7 +145,6 @@ class migration {
     bool _daemon_told_abort = false;
     bool _committing = false;                      // the commit was sent (or is about to be)
     std::unique_ptr<netlink::held_packets> _held;  // from before the freeze to the resume
-    uint64_t _held_taken_until = 0;                // what went in the first batch
     std::map<std::string, int> _source_arp_ignore; // the links' own, while silenced
 };
 

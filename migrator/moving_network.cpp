@@ -9,7 +9,6 @@
 //     place for them. An abort that resumes the source undoes it.
 #include "migration.hpp"
 
-#include "core/clock.hpp"
 #include "core/log.hpp"
 #include "netlink/links.hpp"
 #include "netlink/netns.hpp"
@@ -20,7 +19,6 @@ namespace ferry::migrator {
 
 namespace {
 
-constexpr int arp_ignore_all = 8;
 // Packets held this long before the freeze may not have reached the
 // dumped socket state yet; delivering one twice is harmless to TCP.
 constexpr uint64_t held_before_freeze_ns = 2'000'000;
@@ -40,14 +38,13 @@ void migration::hold_packets() {
 
 // `last`: once the copy runs, what came after the first batch; the hold
 // ends. The last batch goes even when empty: the destination waits for it.
+// (A batch takes every packet held so far: only the first finds any from
+// before the freeze.)
 void migration::hand_over_packets(bool last) {
     if (!_held)
         return;
-    const uint64_t since = _held_taken_until ? _held_taken_until
-                           : _r.t_freeze > held_before_freeze_ns
-                               ? _r.t_freeze - held_before_freeze_ns
-                               : 0;
-    _held_taken_until = monotonic_ns();
+    const uint64_t since =
+        _r.t_freeze > held_before_freeze_ns ? _r.t_freeze - held_before_freeze_ns : 0;
     if (last)
         _held->stop();
     const auto held = _held->take(since);
@@ -76,9 +73,10 @@ void migration::silence_source_links() noexcept {
         return;
     try {
         netlink::in_netns(netlink::netns_of(_opt.pid), [&] {
+            netlink::link_control links;
             for (const auto& l : _r.moving_links) {
-                _source_arp_ignore[l.name] = netlink::arp_ignore(l.name);
-                netlink::set_arp_ignore(l.name, arp_ignore_all);
+                _source_arp_ignore[l.name] = links.arp_ignore(l.name);
+                links.set_arp_ignore(l.name, netlink::arp_ignore_all);
             }
         });
     } catch (const std::exception& e) {
@@ -91,8 +89,9 @@ void migration::unsilence_source_links() noexcept {
         return;
     try {
         netlink::in_netns(netlink::netns_of(_opt.pid), [&] {
+            netlink::link_control links;
             for (const auto& [link, value] : _source_arp_ignore)
-                netlink::set_arp_ignore(link, value);
+                links.set_arp_ignore(link, value);
         });
         _source_arp_ignore.clear();
     } catch (const std::exception& e) {

@@ -114,11 +114,11 @@ class incoming_session {
     void send_restore_failure(const std::string& why);
     void kill_restored(const std::string& why);
     void quiet_copy_network(const std::filesystem::path& bundle);
-    void quiet_copy_network_of(pid_t root);
     void quiet_netns(const std::filesystem::path& netns);
+    void open_copy_sockets(const std::filesystem::path& netns);
     void take_over_network(pid_t root) noexcept;
     void deliver_held_packets(const FerryControl__HeldPackets& held) noexcept;
-    bool receive_held_packets() noexcept;
+    void receive_held_packets() noexcept;
 
     daemon& _d;
     net::stream& _conn;

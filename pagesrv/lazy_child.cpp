@@ -145,7 +145,7 @@ void incoming_session::relay_transfer() {
         if (fds[1].revents)
             _lazy.take_uffds();
         if (fds[2].revents || buffered)
-            (void)receive_held_packets();
+            receive_held_packets();
         if (!fds[0].revents)
             continue;
         control::envelope_ptr e;
@@ -192,7 +192,7 @@ void incoming_session::relay_transfer() {
            std::chrono::steady_clock::now() < held_until) {
         pollfd p{_conn.fd(), POLLIN, 0};
         if (_conn.buffered() || ::poll(&p, 1, 100) > 0)
-            (void)receive_held_packets();
+            receive_held_packets();
     }
     // Every page is in place (or the tree is dead): release the uffds, or
     // the tasks would block on their next non-cooperative event.

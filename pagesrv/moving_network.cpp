@@ -26,8 +26,6 @@ namespace ferry::pagesrv {
 
 namespace {
 
-// arp_ignore 8: answer no ARP request at all.
-constexpr int arp_ignore_all = 8;
 // From the gate's answer to CRIU's report that the tasks run.
 constexpr auto resumed_report_limit = std::chrono::seconds(2);
 
@@ -52,27 +50,27 @@ void incoming_session::quiet_copy_network(const std::filesystem::path& bundle) {
     const auto netns = bundle_netns(bundle);
     if (netns.empty()) {
         // Made as CRIU restores (docker): at setup-namespaces, once runc's
-        // hooks have configured it (quiet_copy_network_of).
+        // hooks have configured it.
         _log->info("the copy's network namespace is made during the restore");
         return;
     }
     quiet_netns(netns);
 }
 
-void incoming_session::quiet_copy_network_of(pid_t root) {
-    if (_moving_links.empty() || _copy_quiet)
-        return;
-    quiet_netns(netlink::netns_of(root));
-}
-
-void incoming_session::quiet_netns(const std::filesystem::path& netns) {
-    // Sockets opened inside stay there: the takeover then needs no trip
-    // into the namespace, and no packet socket closes in its way.
+// Sockets opened inside stay there: the takeover then needs no trip into
+// the namespace, and no packet socket closes in its way.
+void incoming_session::open_copy_sockets(const std::filesystem::path& netns) {
     netlink::in_netns(netns, [&] {
         _copy_links = std::make_unique<netlink::link_control>();
         _copy_announcer = std::make_unique<netlink::announcer>();
         _copy_injector = netlink::open_injector();
     });
+}
+
+void incoming_session::quiet_netns(const std::filesystem::path& netns) {
+    if (_moving_links.empty() || _copy_quiet)
+        return;
+    open_copy_sockets(netns);
     // The engine's network plugin announced the copy's first addresses:
     // one of the source's among them has drawn its clients here already.
     for (const auto& copy : _copy_links->read_links())
@@ -86,7 +84,7 @@ void incoming_session::quiet_netns(const std::filesystem::path& netns) {
                         netlink::address_only(a)));
     for (const auto& l : _moving_links) {
         _arp_ignore_before[l.name] = _copy_links->arp_ignore(l.name);
-        _copy_links->set_arp_ignore(l.name, arp_ignore_all);
+        _copy_links->set_arp_ignore(l.name, netlink::arp_ignore_all);
         for (const auto& a : l.ipv4)
             _copy_links->add_ipv4(l.name, a);
     }
@@ -103,20 +101,16 @@ void incoming_session::take_over_network(pid_t root) noexcept {
     const uint64_t t0 = monotonic_ns();
     uint64_t t_mac = 0, t_arp = 0;
     try {
-        if (!_copy_links) // not quieted (a cold restore that never asked): open them now
-            netlink::in_netns(netlink::netns_of(root), [&] {
-                _copy_links = std::make_unique<netlink::link_control>();
-                _copy_announcer = std::make_unique<netlink::announcer>();
-                _copy_injector = netlink::open_injector();
-            });
+        if (!_copy_links) // never quieted (its restore did not ask): open them now
+            open_copy_sockets(netlink::netns_of(root));
         const uint64_t t_open = monotonic_ns();
         for (const auto& l : _moving_links) {
             _copy_links->set_mac(l.name, l.mac);
             t_mac = monotonic_ns();
             const auto before = _arp_ignore_before.find(l.name);
-            if (before != _arp_ignore_before.end() || _copy_links->arp_ignore(l.name) != 0)
-                _copy_links->set_arp_ignore(
-                    l.name, before != _arp_ignore_before.end() ? before->second : 0);
+            const int value = before != _arp_ignore_before.end() ? before->second : 0;
+            if (_copy_links->arp_ignore(l.name) != value)
+                _copy_links->set_arp_ignore(l.name, value);
             t_arp = monotonic_ns();
             _copy_announcer->announce(l);
         }
@@ -141,28 +135,24 @@ void incoming_session::deliver_held_packets(const FerryControl__HeldPackets& hel
     std::vector<std::vector<uint8_t>> packets;
     for (size_t i = 0; i < held.n_ipv4; i++)
         packets.emplace_back(held.ipv4[i].data, held.ipv4[i].data + held.ipv4[i].len);
-    try {
-        size_t delivered = 0;
-        if (_copy_injector)
-            delivered = netlink::inject_ipv4(_copy_injector.get(), packets);
-        else
-            netlink::in_netns(netlink::netns_of(_root_pid),
-                              [&] { delivered = netlink::inject_ipv4(packets); });
-        _log->info("delivered {} of {} packets the source held during the freeze", delivered,
+    if (!_copy_injector) {
+        _log->warn("no way into the copy's namespace: the {} packets the source held are lost",
                    packets.size());
-    } catch (const std::exception& e) {
-        _log->warn("cannot deliver the packets the source held: {}", e.what());
+        return;
     }
+    const size_t delivered = netlink::inject_ipv4(_copy_injector.get(), packets);
+    _log->info("delivered {} of {} packets the source held during the freeze", delivered,
+               packets.size());
 }
 
 // One message from the migrator after the resume: held packets, or its
-// end. False once nothing more is to come.
-bool incoming_session::receive_held_packets() noexcept {
+// end (_held_packets_done once nothing more is to come).
+void incoming_session::receive_held_packets() noexcept {
     try {
         auto m = control::receive(_conn, net::after(control_timeout));
         if (m && m->body_case == FERRY_CONTROL__ENVELOPE__BODY_HELD_PACKETS) {
             deliver_held_packets(*m->held_packets);
-            return !_held_packets_done;
+            return;
         }
         if (m)
             _log->warn("unexpected message {} from the migrator after the resume",
@@ -171,7 +161,6 @@ bool incoming_session::receive_held_packets() noexcept {
         _log->warn("the migrator's connection: {}", ex.what());
     }
     _held_packets_done = true;
-    return false;
 }
 
 } // namespace ferry::pagesrv

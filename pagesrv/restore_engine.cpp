@@ -8,6 +8,7 @@
 #include "criu/criu_image.hpp"
 #include "engine_request.hpp"
 #include "image_names.hpp"
+#include "netlink/netns.hpp"
 #include "pool/pool_layout.hpp"
 #include "sys/proc.hpp"
 #include "transport/fabric.hpp"
@@ -166,7 +167,7 @@ bool incoming_session::restore_with_engine() {
         if (::poll(fds, 4, buffered ? 0 : 1000) < 0 && errno != EINTR)
             throw sys_error("poll engine restore");
         if (fds[3].revents || buffered)
-            (void)receive_held_packets();
+            receive_held_packets();
         _lazy.take_uffds();
         if (std::chrono::steady_clock::now() > until) {
             engine_cmd.signal(SIGKILL);
@@ -194,7 +195,7 @@ bool incoming_session::restore_with_engine() {
                         if (req.images)
                             quiet_copy_network(req.bundle);
                         else
-                            quiet_copy_network_of(req.pid);
+                            quiet_netns(netlink::netns_of(req.pid));
                     } catch (const std::exception& ex) {
                         why = ex.what();
                         _log->error("the copy cannot take the source's addresses: {}", why);

@@ -104,8 +104,7 @@ class docker_restore final : public engine_restore {
                 fs::copy_file(entry.path(), images / entry.path().filename());
         const auto shm = devshm_tar(dir);
         write_restore_request(dir, images, migration_id,
-                              fs::exists(shm) ? shm.string() : std::string(), criu_env, _tools,
-                              false, connections_move());
+                              fs::exists(shm) ? shm.string() : std::string(), criu_env, _tools);
         return {_tools.docker, "start", "--checkpoint", checkpoint, _id};
     }
 

@@ -149,7 +149,7 @@ class podman_restore final : public engine_restore {
         // `dir`, where the images arrive.
         tar.add_bytes("checkpoint/inventory.img", std::span<const uint8_t>());
         const auto req = write_restore_request(dir, dir, migration_id, devshm_tar(dir).string(),
-                                               criu_env, _tools, true, connections_move());
+                                               criu_env, _tools, true);
         tar.add_path(std::string("checkpoint/") + engines::restore_request_file, req);
         tar.close();
         _created = true;
@@ -204,8 +204,7 @@ class podman_restore final : public engine_restore {
                 tar.add_path("checkpoint/" + name, entry.path());
             }
         }
-        const auto req = write_restore_request(dir, dir, migration_id, "", criu_env, _tools, false,
-                                               connections_move());
+        const auto req = write_restore_request(dir, dir, migration_id, "", criu_env, _tools);
         tar.add_path(std::string("checkpoint/") + engines::restore_request_file, req);
         tar.close();
         _created = true;

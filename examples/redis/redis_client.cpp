@@ -11,6 +11,7 @@
 //             Writes one line per reply to --out ("t_ns latency_ns addr_index
 //             op") and prints a JSON summary: replies, wrong values, failovers,
 //             acknowledged INCRs, the longest gap between replies.
+#include "../workloads/reply_gaps.hpp"
 #include "core/unique_fd.hpp"
 #include "sys/net.hpp"
 
@@ -274,8 +275,8 @@ nlohmann::json run(const run_options& o) {
     std::optional<connection> conn;
     size_t at = 0; // index of the address in use
     uint64_t replies = 0, wrong = 0, failovers = 0, errors = 0, incr_acked = 0, ops = 0;
-    uint64_t last_reply = 0, longest_gap = 0, gap_start = 0;
     const uint64_t start = now_ns();
+    examples::reply_gaps gaps(start);
     const uint64_t end = start + uint64_t(o.seconds * 1e9);
     const uint64_t timeout = o.timeout_ms * ms_ns;
     bool stopped = false;
@@ -311,11 +312,7 @@ nlohmann::json run(const run_options& o) {
                            r.str != expected_value(o.seed, key, o.bytes)) {
                     wrong++;
                 }
-                if (last_reply && t1 - last_reply > longest_gap) {
-                    longest_gap = t1 - last_reply;
-                    gap_start = last_reply;
-                }
-                last_reply = t1;
+                gaps.reply(t1);
                 replies++;
                 std::fprintf(out, "%llu %llu %zu %c\n", (unsigned long long)(t1 - start),
                              (unsigned long long)(t1 - t0), at, incr ? 'i' : 'g');
@@ -333,16 +330,16 @@ nlohmann::json run(const run_options& o) {
         ops++;
     }
     std::fclose(out);
-    return {{"ops", ops},
-            {"replies", replies},
-            {"wrong_values", wrong},
-            {"errors", errors},
-            {"failovers", failovers},
-            {"incr_acked", incr_acked},
-            {"longest_gap_ms", double(longest_gap) / 1e6},
-            {"longest_gap_start_ms", double(gap_start ? gap_start - start : 0) / 1e6},
-            {"last_address", at},
-            {"seconds", double(now_ns() - start) / 1e9}};
+    nlohmann::json result = {{"ops", ops},
+                             {"replies", replies},
+                             {"wrong_values", wrong},
+                             {"errors", errors},
+                             {"failovers", failovers},
+                             {"incr_acked", incr_acked},
+                             {"last_address", at},
+                             {"seconds", double(now_ns() - start) / 1e9}};
+    gaps.report(result);
+    return result;
 }
 
 std::vector<net::endpoint> parse_addrs(const std::string& text) {

@@ -6,6 +6,7 @@
 // summary: requests, replies, wrong replies, reconnects, the longest gap
 // between replies and when it started.
 #include "core/unique_fd.hpp"
+#include "reply_gaps.hpp"
 #include "sys/net.hpp"
 
 #include <CLI/CLI.hpp>
@@ -97,9 +98,9 @@ nlohmann::json run(const options& o) {
     std::optional<unique_fd> conn;
     std::string pending;
     uint64_t requests = 0, replies = 0, wrong = 0, reconnects = 0, connects = 0;
-    uint64_t last_reply = 0, longest_gap = 0, gap_start = 0;
     std::string first_error;
     const uint64_t start = now_ns();
+    examples::reply_gaps gaps(start);
     const uint64_t end = start + uint64_t(o.seconds * 1e9);
     uint64_t next_send = start;
     bool broken = false;
@@ -135,11 +136,7 @@ nlohmann::json run(const options& o) {
             continue;
         }
         const uint64_t t1 = now_ns();
-        if (last_reply && t1 - last_reply > longest_gap) {
-            longest_gap = t1 - last_reply;
-            gap_start = last_reply;
-        }
-        last_reply = t1;
+        gaps.reply(t1);
         replies++;
         if (out)
             std::fprintf(out, "%llu %llu\n", (unsigned long long)(t1 - start),
@@ -147,15 +144,15 @@ nlohmann::json run(const options& o) {
     }
     if (out)
         std::fclose(out);
-    return {{"requests", requests},
-            {"replies", replies},
-            {"wrong_replies", wrong},
-            {"reconnects", reconnects},
-            {"connection_broke", broken},
-            {"first_error", first_error},
-            {"longest_gap_ms", double(longest_gap) / 1e6},
-            {"longest_gap_start_ms", double(gap_start ? gap_start - start : 0) / 1e6},
-            {"seconds", double(now_ns() - start) / 1e9}};
+    nlohmann::json out_json = {{"requests", requests},
+                               {"replies", replies},
+                               {"wrong_replies", wrong},
+                               {"reconnects", reconnects},
+                               {"connection_broke", broken},
+                               {"first_error", first_error},
+                               {"seconds", double(now_ns() - start) / 1e9}};
+    gaps.report(out_json);
+    return out_json;
 }
 
 } // namespace

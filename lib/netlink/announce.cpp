@@ -75,8 +75,4 @@ void announcer::announce(const link_identity& link, int rounds) {
                                 link.name, last_error));
 }
 
-void announce_ipv4(const link_identity& link, int rounds) {
-    announcer().announce(link, rounds);
-}
-
 } // namespace ferry::netlink

@@ -1,6 +1,6 @@
 // Telling a segment that an address has moved: gratuitous ARP from the link
 // that now has it, so neighbours and switches send to it at once rather
-// than after their caches expire. Run inside the namespace (in_netns).
+// than after their caches expire.
 #pragma once
 
 #include "core/unique_fd.hpp"
@@ -21,8 +21,5 @@ class announcer {
   private:
     unique_fd _sock;
 };
-
-// The same once, in the calling thread's namespace.
-void announce_ipv4(const link_identity& link, int rounds = 2);
 
 } // namespace ferry::netlink

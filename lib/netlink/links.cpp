@@ -169,24 +169,4 @@ void link_control::set_mac(const std::string& name, const mac_address& mac) {
                 fmt::format("give {} the MAC {}", name, to_string(mac)));
 }
 
-std::vector<link_identity> read_links() {
-    return link_control().read_links();
-}
-
-int arp_ignore(const std::string& link) {
-    return link_control().arp_ignore(link);
-}
-
-void set_arp_ignore(const std::string& link, int value) {
-    link_control().set_arp_ignore(link, value);
-}
-
-void add_ipv4(const std::string& link, const ipv4_address& address) {
-    link_control().add_ipv4(link, address);
-}
-
-void set_mac(const std::string& link, const mac_address& mac) {
-    link_control().set_mac(link, mac);
-}
-
 } // namespace ferry::netlink

@@ -1,18 +1,21 @@
 // The links of a network namespace, through libnl (rtnetlink): what they
-// are, and the changes a moving network needs. The free functions act in
-// the calling thread's namespace (run them inside it: netns.hpp's
-// in_netns); a link_control opened inside one acts there from any thread.
+// are, and the changes a moving network needs. A link_control acts in the
+// namespace it was opened in (open it inside: netns.hpp's in_netns), from
+// any thread.
 #pragma once
 
 #include "netlink/link_identity.hpp"
 
-#include <memory>
 #include <string>
 #include <vector>
 
 struct nl_sock;
 
 namespace ferry::netlink {
+
+// arp_ignore 8: answer no ARP request at all, which a copy of an address
+// still in use elsewhere needs until it takes the address over.
+inline constexpr int arp_ignore_all = 8;
 
 class link_control {
   public:
@@ -21,30 +24,19 @@ class link_control {
     link_control(const link_control&) = delete;
     link_control& operator=(const link_control&) = delete;
 
+    // Every link but loopback, with its MAC and IPv4 addresses, in ifindex order.
     std::vector<link_identity> read_links();
+    // The link's IPv4 arp_ignore (net.ipv4.conf.LINK.arp_ignore).
     int arp_ignore(const std::string& link);
     void set_arp_ignore(const std::string& link, int value);
+    // Gives the link this IPv4 address (no-op if it has it). With
+    // arp_ignore_all set first, nobody on the segment learns of it.
     void add_ipv4(const std::string& link, const ipv4_address& address);
+    // Gives the link this MAC (no-op if it has it).
     void set_mac(const std::string& link, const mac_address& mac);
 
   private:
     nl_sock* _sock;
 };
-
-// Every link but loopback, with its MAC and IPv4 addresses, in ifindex order.
-std::vector<link_identity> read_links();
-
-// The link's IPv4 arp_ignore (net.ipv4.conf.LINK.arp_ignore). 8: answer no
-// ARP request at all, which a copy of an address still in use elsewhere
-// needs until it takes the address over.
-int arp_ignore(const std::string& link);
-void set_arp_ignore(const std::string& link, int value);
-
-// Gives the link this IPv4 address (no-op if it has it). With arp_ignore
-// 8 set first, nobody on the segment learns of it.
-void add_ipv4(const std::string& link, const ipv4_address& address);
-
-// Gives the link this MAC (no-op if it has it).
-void set_mac(const std::string& link, const mac_address& mac);
 
 } // namespace ferry::netlink

@@ -77,8 +77,4 @@ size_t inject_ipv4(int injector, std::vector<std::vector<uint8_t>>& packets) {
     return delivered;
 }
 
-size_t inject_ipv4(std::vector<std::vector<uint8_t>>& packets) {
-    return inject_ipv4(open_injector().get(), packets);
-}
-
 } // namespace ferry::netlink

@@ -24,7 +24,5 @@ unique_fd open_injector();
 // Delivers each TCP/IPv4 packet through `injector`; returns how many went
 // in. Malformed ones are skipped.
 size_t inject_ipv4(int injector, std::vector<std::vector<uint8_t>>& packets);
-// The same through a socket of the calling thread's namespace.
-size_t inject_ipv4(std::vector<std::vector<uint8_t>>& packets);
 
 } // namespace ferry::netlink

@@ -160,21 +160,25 @@ TEST_CASE("a move's kernel steps between two namespaces") {
     veth_pair net;
     const auto addr_a = *parse_ipv4("10.9.0.1/24");
     const auto addr_b = *parse_ipv4("10.9.0.2/24");
-    in_netns(net.path(net.a), [&] { add_ipv4("v0", addr_a); });
-    in_netns(net.path(net.b), [&] {
-        add_ipv4("v1", addr_b);
-        add_ipv4("v1", addr_b); // again: nothing changes
-        set_mac("v1", *parse_mac("02:00:00:00:0b:01"));
-        CHECK(arp_ignore("v1") == 0);
-        set_arp_ignore("v1", 8);
-        CHECK(arp_ignore("v1") == 8);
-        set_arp_ignore("v1", 0);
-        const auto links = read_links();
+    in_netns(net.path(net.a), [&] { link_control().add_ipv4("v0", addr_a); });
+    // Opened inside b, it acts there from this thread.
+    std::unique_ptr<link_control> in_b;
+    in_netns(net.path(net.b), [&] { in_b = std::make_unique<link_control>(); });
+    {
+        auto& b = *in_b;
+        b.add_ipv4("v1", addr_b);
+        b.add_ipv4("v1", addr_b); // again: nothing changes
+        b.set_mac("v1", *parse_mac("02:00:00:00:0b:01"));
+        CHECK(b.arp_ignore("v1") == 0);
+        b.set_arp_ignore("v1", arp_ignore_all);
+        CHECK(b.arp_ignore("v1") == arp_ignore_all);
+        b.set_arp_ignore("v1", 0);
+        const auto links = b.read_links();
         REQUIRE(links.size() == 1);
         CHECK(links[0].name == "v1");
         CHECK(to_string(links[0].mac) == "02:00:00:00:0b:01");
         CHECK(links[0].ipv4 == std::vector{addr_b});
-    });
+    }
 
     // A listener in b; a holds what arrives for its address. A SYN crafted
     // as if from a, with a wrong checksum, is delivered inside b: b's kernel
@@ -195,7 +199,7 @@ TEST_CASE("a move's kernel steps between two namespaces") {
             REQUIRE(::listen(listener.get(), 4) == 0);
             std::vector<std::vector<uint8_t>> packets = {
                 syn("10.9.0.1", "10.9.0.2", 40000, 7000, 12345)};
-            CHECK(inject_ipv4(packets) == 1);
+            CHECK(inject_ipv4(open_injector().get(), packets) == 1);
             for (int i = 0; i < 100 && held.empty(); i++) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
                 auto got = hold.take(0);
