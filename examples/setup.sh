@@ -45,7 +45,10 @@ ferry_packages=(
   libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils rdmacm-utils
   qemu-system-x86 cpio busybox-static file
   iproute2 procps util-linux psmisc python3 xz-utils clang-format patch tcpdump systemd
+  nftables
 )
+# nftables: a CRIU that had to be killed leaves its network lock (an nftables
+# table in the workload's namespace); the migrator removes it with nft.
 # Container engines and the workloads users migrate (issue: containers).
 # crun is not used: it fails on this machine kind's cgroup setup; runc works.
 engine_packages=(

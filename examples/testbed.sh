@@ -3,7 +3,7 @@
 # network namespaces joined by a bridge that lives in a namespace of its own
 # (NAME-sw), each running its own pagesrv; pool hosts run it as a pool node.
 #
-#   testbed.sh up [--pool N] [--engines] [--client]
+#   testbed.sh up [--pool N] [--engines] [--container-net] [--client]
 #                               create the hosts and start their daemons
 #                               (N pool hosts p1..pN, N <= 8); --client adds
 #                               host c, which runs no daemon (a workload's
@@ -12,7 +12,9 @@
 #                               podman (own root, runroot, storage) and a
 #                               dockerd (own data root, socket, containerd),
 #                               and a container network "ferry" shared by
-#                               a, b and c (see below)
+#                               a, b and c (see below); --container-net
+#                               makes only that network's segment (a
+#                               process tree's macvlan links sit on eth1)
 #   testbed.sh up --vm          hosts a and b are virtual machines instead
 #                               (examples/vm/host.sh: qemu TCG, Debian 12's
 #                               kernel, this machine's root read-only at the
@@ -40,7 +42,7 @@
 #   testbed.sh stop HOST        SIGKILL HOST's daemon (to inject a failure)
 #   testbed.sh start HOST       start HOST's daemon again
 #
-# The container network (up --engines): a second bridge in NAME-sw, with an
+# The container network (up --engines or --container-net): a second bridge in NAME-sw, with an
 # eth1 from a, b and c on it: one L2 segment, subnet CNET.0/24. In a and b,
 # podman's and dockerd's network "ferry" is a macvlan on eth1, so a container
 # run with `--network ferry --ip CNET.X` owns its address and MAC on the
@@ -365,7 +367,7 @@ stop_engines() {
 
 up() {
   [ "$(id -u)" = 0 ] || die "must run as root"
-  local pools=0 engines=0 client=0 i
+  local pools=0 engines=0 segment=0 client=0 i
   while [ $# -gt 0 ]; do
     case "$1" in
       --pool)
@@ -373,7 +375,8 @@ up() {
         [[ "$pools" =~ ^[0-8]$ ]] || die "--pool takes a count from 0 to 8"
         shift 2
         ;;
-      --engines) engines=1; shift ;;
+      --engines) engines=1; segment=1; shift ;;
+      --container-net) segment=1; shift ;;
       --client) client=1; shift ;;
       *) die "unknown option to up: $1" ;;
     esac
@@ -396,7 +399,7 @@ up() {
     ip -n "$(ns "$h")" addr add "$net.$(host_index "$h")/24" dev eth0
     ip -n "$(ns "$h")" link set eth0 up
   done
-  if [ "$engines" = 1 ]; then
+  if [ "$segment" = 1 ]; then
     # The container network's segment: eth1 of a, b and c on br1.
     ip -n "$(ns sw)" link add br1 type bridge
     ip -n "$(ns sw)" link set br1 up
@@ -407,6 +410,8 @@ up() {
       ip -n "$(ns "$h")" link set eth1 up
     done
     [ "$client" = 0 ] || ip -n "$(ns c)" addr add "$cnet.253/24" dev eth1
+  fi
+  if [ "$engines" = 1 ]; then
     for h in "${engine_hosts[@]}"; do write_engine_config "$h"; done
   fi
   for h in "${hosts[@]}"; do issue_credentials "$h"; done
@@ -420,7 +425,7 @@ up() {
   for h in "${hosts[@]}"; do
     if [ "$h" = c ]; then summary+=" c=$net.3"; else summary+=" $h=$(addr "$h")"; fi
   done
-  [ "$engines" = 0 ] || summary+=", containers on $cnet.0/24"
+  [ "$segment" = 0 ] || summary+=", containers on $cnet.0/24"
   echo "testbed $name up:$summary"
 }
 
@@ -517,5 +522,5 @@ case "$cmd" in
     ;;
   stop) [ $# = 1 ] || die "usage: $0 stop HOST"; stop_daemon "$1" KILL ;;
   start) [ $# = 1 ] || die "usage: $0 start HOST"; start_daemon "$1" ;;
-  *) die "usage: $0 up [--pool N] [--engines] [--client]|up --vm [--pool N]|down|exec HOST CMD...|addr HOST|ip HOST|container-net|stop HOST|start HOST|shared-dir|dir HOST" ;;
+  *) die "usage: $0 up [--pool N] [--engines] [--container-net] [--client]|up --vm [--pool N]|down|exec HOST CMD...|addr HOST|ip HOST|container-net|stop HOST|start HOST|shared-dir|dir HOST" ;;
 esac

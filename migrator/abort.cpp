@@ -64,7 +64,14 @@ bool migration::abort_gracefully(const std::string& reason) {
                 a.has_destination_never_ran = _r.committed;
                 a.destination_never_ran = _r.committed;
                 control::send_message(*_src, a, net::after(control_timeout));
-                auto e = control::receive(*_src, net::after(_deadlines.abort + control_timeout));
+                // The daemon waits for CRIU to end, and CRIU may first ask
+                // this migrator something (its network-unlock).
+                const auto until = net::after(_deadlines.abort + control_timeout);
+                while (!_src->buffered() &&
+                       !net::wait_readable(_src->fd(), std::min(until, net::after(abort_poll))) &&
+                       std::chrono::steady_clock::now() < until)
+                    _dump->answer_notifications();
+                auto e = control::receive(*_src, until);
                 control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORTED,
                                 "local daemon");
                 _daemon_told_abort = true;

@@ -130,7 +130,6 @@ void migration::check_source() {
             throw error(fmt::format("container '{}' is not running", _opt.container));
         refuse_named_volumes(_container->named_volumes);
         _opt.pid = _container->pid;
-        decide_network();
     }
     _r.source_pid = _opt.pid;
     const auto pids = proc::ns_pids(_opt.pid);
@@ -143,6 +142,8 @@ void migration::check_source() {
             _opt.pid));
     if (!process_running(_opt.pid))
         throw error(fmt::format("pid {} is not running (stopped, traced or a zombie)", _opt.pid));
+    if (_opt.mode == migrate_mode::migrate)
+        decide_network();
     // A paused workload is not Ferry's to thaw, and CRIU would thaw it.
     _cgroup_was_frozen = criu::cgroup_frozen(_opt.pid);
     if (_cgroup_was_frozen)
@@ -177,13 +178,15 @@ void migration::check_source() {
     }
 }
 
-// A container with a network namespace of its own on networks that span
-// the hosts takes its addresses and MACs along, and with them its TCP
+// A workload with a network namespace of its own on networks that span the
+// hosts takes its addresses and MACs along, and with them its TCP
 // connections: the destination's copy gets the same addresses and takes
 // over the MACs when it resumes. Elsewhere nothing can move: in the host's
 // namespace the addresses are the host's, and behind a host's NAT bridge
 // they mean nothing on another host. Established connections there need
-// --tcp-close.
+// --tcp-close. A container's networks are its engine's to say; a process
+// tree's links are macvlan links on a host link (the destination makes them
+// anew on its link of that name).
 void migration::decide_network() {
     if (_opt.tcp_close) {
         _r.network = "connections closed (--tcp-close)";
@@ -193,22 +196,25 @@ void migration::decide_network() {
         _r.network = "the host's: nothing moves (established connections need --tcp-close)";
         return;
     }
-    std::string local;
-    for (const auto& n : _container->networks)
-        if (!n.can_move())
-            local += fmt::format("{}{} ({})", local.empty() ? "" : ", ", n.name, n.driver);
-    if (!local.empty()) {
-        _r.network = fmt::format("{}: host-local, nothing moves (established connections need "
-                                 "--tcp-close)",
-                                 local);
-        return;
+    if (_container) {
+        std::string local;
+        for (const auto& n : _container->networks)
+            if (!n.can_move())
+                local += fmt::format("{}{} ({})", local.empty() ? "" : ", ", n.name, n.driver);
+        if (!local.empty()) {
+            _r.network = fmt::format("{}: host-local, nothing moves (established connections "
+                                     "need --tcp-close)",
+                                     local);
+            return;
+        }
     }
-    netlink::in_netns(netlink::netns_of(_opt.pid),
-                      [&] { _r.moving_links = netlink::link_control().read_links(); });
+    read_moving_links();
     _r.connections_move = true;
     _r.network = _r.moving_links.empty()
                      ? "its own, loopback only: connections move"
                      : "moves with its connections: " + netlink::describe(_r.moving_links);
+    for (const auto& route : _r.moving_routes)
+        _r.network += "; " + netlink::to_string(route);
 }
 
 // `source_addr` is empty when there is no source (a parked workload).
@@ -235,6 +241,9 @@ void migration::connect_destination(const std::string& source_addr) {
     prep.moving_links = links.pointers.data();
     prep.has_connections_move = true;
     prep.connections_move = _r.connections_move;
+    netlink::moving_route_messages routes(_r.moving_routes);
+    prep.n_moving_routes = routes.pointers.size();
+    prep.moving_routes = routes.pointers.data();
     if (_container) {
         prep.engine = const_cast<char*>(_opt.engine.c_str());
         prep.container_name = const_cast<char*>(_container->name.c_str());
@@ -257,15 +266,16 @@ void migration::connect_destination(const std::string& source_addr) {
     const auto& p = *ok->prepare_ok;
     auto& f = _r.criu_features;
     _destination_starts_warm = p.has_starts_warm && p.starts_warm;
+    const bool own_netns = _container || _source_netns;
     _r.criu_features.network_lock_nftables =
-        _container && p.has_restores_nftables_lock && p.restores_nftables_lock &&
+        own_netns && p.has_restores_nftables_lock && p.restores_nftables_lock &&
         criu::supports_feature(_opt.tools.criu, "network_lock_nftables");
     // No lock where no connection moves: with --tcp-close, or with no TCP
-    // socket at all in the container's network namespace.
+    // socket at all in the workload's network namespace.
     if (_container && _opt.tcp_close) {
         f.network_lock_skip = true;
         f.network_lock_skip_because = "tcp-close: no connection moves";
-    } else if (_container && proc::tcp_sockets(_opt.pid) == size_t(0)) {
+    } else if (own_netns && proc::tcp_sockets(_opt.pid) == size_t(0)) {
         f.network_lock_skip = true;
         f.network_lock_skip_because = "no TCP socket in the container's network namespace";
     }
@@ -359,6 +369,7 @@ migration_result migration::run() {
         }
         if (!_r.handed_off)
             finish_source();
+        remove_source_links();
         _r.ok = true;
         if (_container)
             _r.source_removed = _dump->remove_source();

@@ -103,9 +103,11 @@ struct migration_result {
     std::string engine_restore;
     // Where CRIU found the cgroup hierarchies at the dump (criu/cgroup_yard.hpp).
     std::string criu_cgroup_yard;
-    // A container whose network moves with it: its links (lib/netlink), which
-    // the copy takes over at its resume; empty if nothing moves.
+    // A workload whose network moves with it: its links (lib/netlink), which
+    // the copy takes over at its resume; empty if nothing moves. A process
+    // tree's routes too: the destination makes its namespace anew.
     std::vector<netlink::link_identity> moving_links;
+    std::vector<netlink::ipv4_route> moving_routes;
     bool connections_move = false;          // its TCP connections come along (tcp-established)
     std::string network;                    // how its network moved, or why it did not
     size_t held_packets = 0;                // arrived during the freeze, handed to the copy

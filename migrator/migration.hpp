@@ -42,6 +42,8 @@ inline constexpr auto restore_margin = std::chrono::seconds(60);
 // How long an abort waits for CRIU's page server, through which CRIU resumes
 // the tasks itself, before it kills CRIU instead.
 inline constexpr auto abort_page_server_grace = std::chrono::seconds(5);
+// How often an abort's wait on the local daemon answers CRIU meanwhile.
+inline constexpr auto abort_poll = std::chrono::milliseconds(20);
 // A podman checkpoint reaches its runc (where it holds for the destination's
 // warm start) in a few hundred ms; the destination's podman creates the
 // container and starts its restore in about a second.
@@ -111,11 +113,13 @@ class migration {
     void tell_daemon_aborted(const std::string& reason);
     void set_phase(const char* phase);
     void cleanup();
-    // A container whose network moves (moving_network.cpp).
+    // A workload whose network moves (moving_network.cpp).
+    void read_moving_links();
     void hold_packets();
     void hand_over_packets(bool last);
     void silence_source_links() noexcept;
     void unsilence_source_links() noexcept;
+    void remove_source_links() noexcept;
 
     migrate_options _opt;
     std::shared_ptr<spdlog::logger> _log;
@@ -146,6 +150,10 @@ class migration {
     bool _committing = false;                      // the commit was sent (or is about to be)
     std::unique_ptr<netlink::held_packets> _held;  // from before the freeze to the resume
     std::map<std::string, int> _source_arp_ignore; // the links' own, while silenced
+    // A process tree's network namespace, whose links move: held from the
+    // check to the end, when the links left behind are removed.
+    unique_fd _source_netns;
+    uint64_t _source_netns_inode = 0; // CRIU's external net[INODE]
 };
 
 } // namespace ferry::migrator

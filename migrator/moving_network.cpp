@@ -1,19 +1,29 @@
-// A container whose network moves with it, on the source side (the
+// A workload whose network moves with it, on the source side (the
 // destination's part is pagesrv/moving_network.cpp):
+//   - its links, and for a process tree its routes, for the destination to
+//     give the copy (a process tree's macvlan links are made anew there, on
+//     the host link of the same name);
 //   - from before the freeze, the packets that arrive for its addresses are
 //     held (CRIU's network lock drops them here during the freeze) and,
 //     once the copy runs, handed to the destination, which delivers them:
 //     their senders need not wait out a retransmission timeout;
 //   - at the commit its links stop answering ARP: the copy is about to
 //     take over their MACs and addresses, and the segment must learn one
-//     place for them. An abort that resumes the source undoes it.
+//     place for them. An abort that resumes the source undoes it;
+//   - a process tree's links are removed once it is gone: a namespace that
+//     outlives it (a named one) must not keep the MAC on the segment.
 #include "migration.hpp"
 
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "netlink/links.hpp"
 #include "netlink/netns.hpp"
+#include "netlink/new_netns.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <net/if.h>
+#include <sys/stat.h>
 
 namespace ferry::migrator {
 
@@ -24,6 +34,37 @@ namespace {
 constexpr uint64_t held_before_freeze_ns = 2'000'000;
 
 } // namespace
+
+void migration::read_moving_links() {
+    const auto netns = netlink::netns_of(_opt.pid);
+    netlink::in_netns(netns, [&] {
+        netlink::link_control links;
+        _r.moving_links = links.read_links();
+        if (!_container)
+            _r.moving_routes = links.read_routes();
+    });
+    if (_container)
+        return;
+    for (auto& l : _r.moving_links) {
+        if (l.kind != "macvlan")
+            throw error(fmt::format(
+                "pid {}'s network namespace has {}, a {} link: Ferry moves a process tree's "
+                "macvlan links only (with --tcp-close the connections close instead)",
+                _opt.pid, l.name, l.kind.empty() ? "physical" : l.kind));
+        // The parent is in the namespace the link was made in: the host's,
+        // where the migrator runs.
+        char parent[IF_NAMESIZE];
+        if (l.parent_index <= 0 || !::if_indextoname(unsigned(l.parent_index), parent))
+            throw error(fmt::format("cannot find the host link that {} of pid {} sits on", l.name,
+                                    _opt.pid));
+        l.parent = parent;
+    }
+    _source_netns.reset(::open(netns.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st {};
+    if (!_source_netns || ::fstat(_source_netns.get(), &st) != 0)
+        throw sys_error("open " + netns.string());
+    _source_netns_inode = st.st_ino;
+}
 
 void migration::hold_packets() {
     if (!_r.connections_move || _r.moving_links.empty())
@@ -97,6 +138,21 @@ void migration::unsilence_source_links() noexcept {
     } catch (const std::exception& e) {
         _log->error("the source's links answer no ARP: {}", e.what());
     }
+}
+
+void migration::remove_source_links() noexcept {
+    if (!_source_netns)
+        return;
+    try {
+        netlink::in_netns(netlink::netns_path(_source_netns.get()), [&] {
+            netlink::link_control links;
+            for (const auto& l : _r.moving_links)
+                links.delete_link(l.name);
+        });
+    } catch (const std::exception& e) {
+        _log->warn("the source's links stay behind (they answer no ARP): {}", e.what());
+    }
+    _source_netns.reset();
 }
 
 } // namespace ferry::migrator

@@ -6,6 +6,7 @@
 #include "core/fault_inject.hpp"
 #include "core/log.hpp"
 #include "criu/cgroup_yard.hpp"
+#include "criu/criu_config.hpp"
 #include "criu/criu_features.hpp"
 #include "criu/criu_image.hpp"
 #include "criu/criu_page_server.hpp"
@@ -89,6 +90,11 @@ void migration::start_dump() {
     settings.criu_options = _opt.tcp_close ? "tcp-close\nskip-in-flight\n" : "";
     if (_r.connections_move)
         settings.criu_options += "tcp-established\n";
+    // A process tree's namespace is made anew by the destination: CRIU
+    // dumps none of it (its sockets still go), and restores into that one.
+    if (_source_netns)
+        settings.criu_options +=
+            fmt::format("external net[{}]:{}\n", _source_netns_inode, criu::moving_netns_key);
     settings.tcp_established = _r.connections_move;
     settings.criu_options += _r.criu_features.config_lines();
     settings.network_lock_nftables = _r.criu_features.network_lock_nftables;

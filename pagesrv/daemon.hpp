@@ -52,6 +52,9 @@ struct daemon_config {
     size_t max_connections = 256;
     // IP:PORT for Prometheus' /metrics (empty: none).
     std::string metrics_listen;
+    // The link a moving process tree's macvlan links sit on here (empty:
+    // the same name as on the source host).
+    std::string macvlan_parent;
 };
 
 class daemon {

@@ -69,7 +69,10 @@ void incoming_session::prepare() {
         // Ferry's CRIU plugin tags its reports with the migration id.
         auto env = _criu_env;
         env.push_back("FERRY_MIGRATION_ID=" + _id);
-        _criu.emplace(criu::service::start(_d.config().tools.criu, env));
+        std::vector<int> inherited;
+        if (_copy_netns)
+            inherited.push_back(_copy_netns.get());
+        _criu.emplace(criu::service::start(_d.config().tools.criu, env, inherited));
     }
     FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
     ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
@@ -93,8 +96,8 @@ void incoming_session::check_prepare() {
     _dir = _d.config().state_dir / "incoming" / _id;
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
-    if (_engine.empty() && (_connections_move || !_moving_links.empty()))
-        throw error("this daemon moves the network of containers only (use --tcp-close)");
+    if (_engine.empty() && _connections_move)
+        make_copy_netns();
     if (!_engine.empty()) {
         _engine_restore = engines::make_engine_restore(_engine, _container, _d.config().tools);
         if (_connections_move)

@@ -5,7 +5,7 @@
 //   restore_criu.cpp    restoring a process tree through CRIU's RPC
 //   restore_engine.cpp  restoring a container through its engine
 //   commit_gate.cpp     asking the migrator whether the tasks may resume
-//   moving_network.cpp  a container whose addresses and connections move
+//   moving_network.cpp  a workload whose addresses and connections move
 // Internal to the daemon.
 #pragma once
 
@@ -64,6 +64,7 @@ class incoming_session {
                                 : std::vector<uint8_t>()),
           _moving_links(netlink::from_messages(prepare.moving_links, prepare.n_moving_links)),
           _connections_move(prepare.has_connections_move && prepare.connections_move),
+          _moving_routes(netlink::from_messages(prepare.moving_routes, prepare.n_moving_routes)),
           _log(make_logger("pagesrv", _id)) {
         const double scale =
             prepare.has_deadline_scale && prepare.deadline_scale > 0 ? prepare.deadline_scale : 1.0;
@@ -114,6 +115,7 @@ class incoming_session {
     void send_restore_failure(const std::string& why);
     void kill_restored(const std::string& why);
     void quiet_copy_network(const std::filesystem::path& bundle);
+    void make_copy_netns();
     void quiet_netns(const std::filesystem::path& netns);
     void open_copy_sockets(const std::filesystem::path& netns);
     void take_over_network(pid_t root) noexcept;
@@ -135,10 +137,14 @@ class incoming_session {
     unique_fd _gate;
     std::optional<child_process> _warm_cmd;
     unique_fd _warm_shim;
-    // A network that moves with the container (moving_network.cpp): the
+    // A network that moves with the workload (moving_network.cpp): the
     // source's links, and the copy's arp_ignore before it was silenced.
     std::vector<netlink::link_identity> _moving_links;
     bool _connections_move = false;
+    // A process tree's: the routes its namespace had, and the namespace
+    // made for it here, which CRIU restores it into.
+    std::vector<netlink::ipv4_route> _moving_routes;
+    unique_fd _copy_netns;
     std::map<std::string, int> _arp_ignore_before;
     bool _held_packets_done = false; // the migrator's last batch came (or never will)
     bool _copy_quiet = false;        // the copy has the source's addresses, unannounced

@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
     app.add_option("--metrics", metrics,
                    "serve Prometheus metrics at http://IP:PORT/metrics (a local address: they "
                    "are not authenticated)");
+    std::string macvlan_parent;
+    app.add_option("--macvlan-parent", macvlan_parent,
+                   "the link that a migrated process tree's macvlan links sit on here (default: "
+                   "the link of the same name as on the source host)");
     CLI11_PARSE(app, argc, argv);
 
     // One thread per connection: without a cap, glibc gives threads arenas
@@ -80,6 +84,7 @@ int main(int argc, char** argv) {
             ferry::tls::credentials::load(ferry::tls::credentials_dir(credentials_dir));
         cfg.peers.names = allowed_peers;
         cfg.metrics_listen = metrics;
+        cfg.macvlan_parent = macvlan_parent;
         log->info("this host is {} (credentials in {}); {}", cfg.credentials->identity(),
                   cfg.credentials->dir().string(),
                   allowed_peers.empty()

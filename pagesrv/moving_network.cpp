@@ -1,5 +1,8 @@
-// A container whose network moves with it (issue 18): its engine gives the
-// copy links of its own (addresses and MACs, engines/engine_restore.hpp).
+// A workload whose network moves with it (issue 18). A container's engine
+// gives the copy links of its own (addresses and MACs,
+// engines/engine_restore.hpp); for a process tree the daemon makes its
+// namespace before the freeze: the source's macvlan links anew on this
+// host's link, with MACs of their own, and its routes.
 // Before CRIU restores a socket, the daemon adds the source's addresses to
 // them, for CRIU to restore the sockets on, but the links ignore ARP until the
 // resume: answering for the addresses would draw the clients' traffic to a
@@ -14,6 +17,7 @@
 #include "netlink/announce.hpp"
 #include "netlink/links.hpp"
 #include "netlink/netns.hpp"
+#include "netlink/new_netns.hpp"
 #include "netlink/packet_inject.hpp"
 
 #include <fmt/format.h>
@@ -55,6 +59,26 @@ void incoming_session::quiet_copy_network(const std::filesystem::path& bundle) {
         return;
     }
     quiet_netns(netns);
+}
+
+// CRIU restores the tree into this namespace (an external one: restore_criu.cpp).
+void incoming_session::make_copy_netns() {
+    _copy_netns = netlink::make_netns();
+    const auto& parent = _d.config().macvlan_parent;
+    for (const auto& l : _moving_links) {
+        if (parent.empty() && l.parent.empty())
+            throw error(fmt::format("the source did not say which link {} sits on; start this "
+                                    "daemon with --macvlan-parent",
+                                    l.name));
+        netlink::add_macvlan(_copy_netns.get(), l, parent.empty() ? l.parent : parent);
+    }
+    quiet_netns(netlink::netns_path(_copy_netns.get()));
+    // Routes need their links' addresses, which the quiet step gave.
+    for (const auto& r : _moving_routes)
+        _copy_links->add_route(r);
+    _log->info("made the process tree's network namespace: {}{}",
+               _moving_links.empty() ? "loopback only" : netlink::describe(_moving_links),
+               _moving_routes.empty() ? "" : fmt::format(" ({} routes)", _moving_routes.size()));
 }
 
 // Sockets opened inside stay there: the takeover then needs no trip into

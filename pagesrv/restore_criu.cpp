@@ -41,10 +41,22 @@ bool incoming_session::restore_with_criu() {
     opts.lazy_pages = true;
     opts.has_notify_scripts = true;
     opts.notify_scripts = true;
-    const auto config = criu::write_config(_dir / "criu-restore.conf", criu::restore_options,
-                                           _d.config().tools.criu_plugin_dir)
-                            .string();
+    // A tree whose network moves goes into the namespace made for it
+    // (moving_network.cpp), with its connections.
+    const auto config =
+        criu::write_config(_dir / "criu-restore.conf",
+                           _connections_move ? criu::restore_established_options : criu::restore_options,
+                           _d.config().tools.criu_plugin_dir)
+            .string();
     opts.config_file = const_cast<char*>(config.c_str());
+    InheritFd netns = INHERIT_FD__INIT;
+    InheritFd* inherited[] = {&netns};
+    if (_copy_netns) {
+        netns.key = const_cast<char*>(criu::moving_netns_key);
+        netns.fd = _copy_netns.get();
+        opts.n_inherit_fd = 1;
+        opts.inherit_fd = inherited;
+    }
     CriuReq req = CRIU_REQ__INIT;
     req.type = CRIU_REQ_TYPE__RESTORE;
     req.opts = &opts;
@@ -86,6 +98,8 @@ bool incoming_session::restore_with_criu() {
             if (r->notify->has_pid)
                 _root_pid = r->notify->pid;
             ok = ask_to_resume();
+            if (ok)
+                take_over_network(_root_pid);
         } else if (script == "post-resume") {
             report_resumed(monotonic_ns() - t0, std::nullopt);
         }

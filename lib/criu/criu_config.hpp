@@ -12,6 +12,9 @@ namespace ferry::criu {
 // `--tcp-close` dump left out come back closed (CRIU insists on the option
 // for such images; other images have no such connections).
 inline constexpr const char* restore_options = "tcp-close\n";
+// The key a process tree's network namespace goes by when the destination
+// makes it (CRIU's external net[INODE]:KEY, then its inherit_fd).
+inline constexpr const char* moving_netns_key = "ferry-netns";
 // A restore whose connections move with it (the images were dumped with
 // tcp-established): tcp-close would shut them.
 inline constexpr const char* restore_established_options = "tcp-established\n";

@@ -23,14 +23,16 @@ std::string version::to_string() const {
     return fmt::format("{}.{}.{}", major, minor, sublevel);
 }
 
-service service::start(const std::string& criu, const std::vector<std::string>& extra_env) {
+service service::start(const std::string& criu, const std::vector<std::string>& extra_env,
+                       const std::vector<int>& inherited) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
         throw sys_error("socketpair");
     unique_fd ours(sv[0]), theirs(sv[1]);
     child_process::options o;
     o.extra_env = extra_env;
-    o.keep_fds = {theirs.get()}; // only the service socket stays open across exec
+    o.keep_fds = {theirs.get()}; // only these stay open across exec
+    o.keep_fds.insert(o.keep_fds.end(), inherited.begin(), inherited.end());
     o.own_process_group = true;  // a Ctrl-C for Ferry must not kill CRIU mid-parasite
     auto proc = child_process::spawn({criu, "swrk", std::to_string(theirs.get())}, o);
     return service(std::move(proc), std::move(ours));

@@ -33,8 +33,10 @@ class service {
   public:
     // Starts `CRIU swrk` (CRIU: the binary, host_tools::criu). Throws if it
     // cannot be started. `extra_env` entries (NAME=VALUE) are added to
-    // CRIU's environment.
-    static service start(const std::string& criu, const std::vector<std::string>& extra_env = {});
+    // CRIU's environment; `inherited` fds stay open in CRIU under the same
+    // numbers (for its inherit_fd).
+    static service start(const std::string& criu, const std::vector<std::string>& extra_env = {},
+                         const std::vector<int>& inherited = {});
 
     service(service&&) noexcept = default;
     service& operator=(service&&) = delete;

@@ -105,6 +105,11 @@ class dump_driver {
     // most `bound`; throws criu_timeout.
     virtual void wait_page_server(std::chrono::milliseconds bound) = 0;
     [[nodiscard]] virtual bool page_server_ready() const = 0;
+    // While the migrator waits on the local daemon's abort: answers what
+    // CRIU asks meanwhile, at once (its network-unlock notification, for a
+    // namespace it locked: CRIU waits for the answer, the daemon for CRIU
+    // to end). Never blocks, never throws.
+    virtual void answer_notifications() noexcept {}
     // After CLOSE or an abort: until the dump is over, at most `bound`. True
     // if it succeeded; false if it failed or did not end (then stuck()).
     virtual bool wait_end(std::chrono::milliseconds bound) = 0;

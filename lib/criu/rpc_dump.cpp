@@ -121,13 +121,32 @@ class rpc_dump final : public dump_driver {
 
     bool page_server_ready() const override { return _status_ready; }
 
+    void answer_notifications() noexcept override {
+        if (!_criu || _ended || _stuck)
+            return;
+        try {
+            while (net::wait_readable(_criu->fd(), net::after(milliseconds(0)))) {
+                auto r = _criu->receive(net::after(milliseconds(1000)));
+                if (r->type != CRIU_REQ_TYPE__NOTIFY) {
+                    end_with(*r);
+                    return;
+                }
+                if (r->notify && r->notify->script)
+                    _last_notify = r->notify->script;
+                _criu->ack_notify(true);
+            }
+        } catch (const std::exception&) {
+            // wait_end finds out
+        }
+    }
+
     bool wait_end(milliseconds bound) override {
         if (!_criu)
             return _succeeded;
         if (_stuck)
             return false;
         const auto until = std::chrono::steady_clock::now() + bound;
-        for (;;) {
+        while (!_ended) {
             resp_ptr r;
             try {
                 r = next(until, "end its dump");
@@ -139,11 +158,7 @@ class rpc_dump final : public dump_driver {
                 _criu->ack_notify(true);
                 continue;
             }
-            _ended = true;
-            _succeeded = r->success;
-            if (!r->success)
-                _end_error = describe_failure(*r, log_path());
-            break;
+            end_with(*r);
         }
         // CRIU exits right after its answer; a bounded reap.
         _criu->reap(milliseconds(5000));
@@ -170,6 +185,14 @@ class rpc_dump final : public dump_driver {
 
   private:
     std::string log_path() const { return (_dir / "dump.log").string(); }
+
+    // CRIU's final response.
+    void end_with(const CriuResp& r) {
+        _ended = true;
+        _succeeded = r.success;
+        if (!r.success)
+            _end_error = describe_failure(r, log_path());
+    }
 
     // The next message from CRIU before `until`, looking at the interrupt
     // flag meanwhile. Running out marks the dump stuck.

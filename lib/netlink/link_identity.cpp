@@ -65,4 +65,16 @@ std::string describe(const std::vector<link_identity>& links) {
     return out;
 }
 
+std::string to_string(const ipv4_route& r) {
+    std::string out = r.destination.addr == 0 && r.destination.prefix == 0
+                          ? std::string("default")
+                          : to_string(r.destination);
+    if (r.gateway)
+        out += " via " + address_only({r.gateway, 32});
+    out += " dev " + r.link;
+    if (r.metric)
+        out += fmt::format(" metric {}", r.metric);
+    return out;
+}
+
 } // namespace ferry::netlink

@@ -10,6 +10,8 @@
 #include <netlink/route/addr.h>
 #include <netlink/route/link.h>
 #include <netlink/route/link/inet.h>
+#include <netlink/route/link/macvlan.h>
+#include <netlink/route/route.h>
 
 #include <sys/socket.h>
 
@@ -94,6 +96,15 @@ std::vector<link_identity> link_control::read_links() {
         id.name = rtnl_link_get_name(l);
         if (nl_addr* mac = rtnl_link_get_addr(l); mac && nl_addr_get_len(mac) == id.mac.size())
             std::memcpy(id.mac.data(), nl_addr_get_binary_addr(mac), id.mac.size());
+        if (const char* kind = rtnl_link_get_type(l))
+            id.kind = kind;
+        id.mtu = rtnl_link_get_mtu(l);
+        id.parent_index = rtnl_link_get_link(l);
+        if (rtnl_link_is_macvlan(l)) {
+            char mode[32];
+            id.macvlan_mode =
+                rtnl_link_macvlan_mode2str(int(rtnl_link_macvlan_get_mode(l)), mode, sizeof mode);
+        }
         const int index = rtnl_link_get_ifindex(l);
         for (nl_object* a = nl_cache_get_first(addrs.get()); a; a = nl_cache_get_next(a)) {
             auto* addr = reinterpret_cast<rtnl_addr*>(a);
@@ -115,6 +126,69 @@ std::vector<link_identity> link_control::read_links() {
     for (auto& f : found)
         out.push_back(std::move(f.second));
     return out;
+}
+
+std::vector<ipv4_route> link_control::read_routes() {
+    nl_cache* routes_raw = nullptr;
+    if (const int err = rtnl_route_alloc_cache(_sock, AF_INET, 0, &routes_raw); err < 0)
+        throw error(fmt::format("cannot list routes: {}", nl_error(err)));
+    cache_ptr routes(routes_raw);
+    auto links = link_cache(_sock);
+    std::vector<ipv4_route> out;
+    for (nl_object* o = nl_cache_get_first(routes.get()); o; o = nl_cache_get_next(o)) {
+        auto* r = reinterpret_cast<rtnl_route*>(o);
+        if (rtnl_route_get_table(r) != RT_TABLE_MAIN || rtnl_route_get_type(r) != RTN_UNICAST ||
+            rtnl_route_get_protocol(r) == RTPROT_KERNEL || rtnl_route_get_nnexthops(r) != 1)
+            continue;
+        ipv4_route route;
+        if (nl_addr* dst = rtnl_route_get_dst(r)) {
+            if (nl_addr_get_len(dst) == 4)
+                std::memcpy(&route.destination.addr, nl_addr_get_binary_addr(dst), 4);
+            route.destination.prefix = uint8_t(nl_addr_get_prefixlen(dst));
+        } else {
+            route.destination.prefix = 0;
+        }
+        rtnl_nexthop* nh = rtnl_route_nexthop_n(r, 0);
+        if (nl_addr* gw = rtnl_route_nh_get_gateway(nh); gw && nl_addr_get_len(gw) == 4)
+            std::memcpy(&route.gateway, nl_addr_get_binary_addr(gw), 4);
+        char name[IFNAMSIZ];
+        if (!rtnl_link_i2name(links.get(), rtnl_route_nh_get_ifindex(nh), name, sizeof name))
+            continue;
+        route.link = name;
+        route.metric = rtnl_route_get_priority(r);
+        out.push_back(std::move(route));
+    }
+    return out;
+}
+
+void link_control::add_route(const ipv4_route& route) {
+    auto link = find_link(_sock, route.link);
+    std::unique_ptr<rtnl_route, void (*)(rtnl_route*)> r(rtnl_route_alloc(), rtnl_route_put);
+    std::unique_ptr<nl_addr, addr_put> dst(nl_addr_build(AF_INET, &route.destination.addr, 4));
+    rtnl_nexthop* nh = rtnl_route_nh_alloc();
+    if (!r || !dst || !nh) {
+        if (nh)
+            rtnl_route_nh_free(nh);
+        throw error("cannot allocate a route");
+    }
+    nl_addr_set_prefixlen(dst.get(), route.destination.prefix);
+    rtnl_route_set_family(r.get(), AF_INET);
+    rtnl_route_set_table(r.get(), RT_TABLE_MAIN);
+    rtnl_route_set_dst(r.get(), dst.get());
+    rtnl_route_set_priority(r.get(), route.metric);
+    rtnl_route_set_scope(r.get(), route.gateway ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK);
+    rtnl_route_nh_set_ifindex(nh, rtnl_link_get_ifindex(link.get()));
+    if (route.gateway) {
+        std::unique_ptr<nl_addr, addr_put> gw(nl_addr_build(AF_INET, &route.gateway, 4));
+        if (!gw) {
+            rtnl_route_nh_free(nh);
+            throw error("cannot allocate a route's gateway");
+        }
+        rtnl_route_nh_set_gateway(nh, gw.get());
+    }
+    rtnl_route_add_nexthop(r.get(), nh); // the route owns it now
+    if (const int err = rtnl_route_add(_sock, r.get(), NLM_F_CREATE); err < 0 && err != -NLE_EXIST)
+        throw error(fmt::format("cannot add the route {}: {}", to_string(route), nl_error(err)));
 }
 
 int link_control::arp_ignore(const std::string& name) {
@@ -167,6 +241,23 @@ void link_control::set_mac(const std::string& name, const mac_address& mac) {
     rtnl_link_set_addr(change.get(), lladdr.get());
     change_link(_sock, current.get(), change.get(),
                 fmt::format("give {} the MAC {}", name, to_string(mac)));
+}
+
+void link_control::set_up(const std::string& name) {
+    auto current = find_link(_sock, name);
+    if (rtnl_link_get_flags(current.get()) & IFF_UP)
+        return;
+    link_ptr change(rtnl_link_alloc());
+    if (!change)
+        throw error("cannot allocate a link change");
+    rtnl_link_set_flags(change.get(), IFF_UP);
+    change_link(_sock, current.get(), change.get(), fmt::format("bring {} up", name));
+}
+
+void link_control::delete_link(const std::string& name) {
+    auto current = find_link(_sock, name);
+    if (const int err = rtnl_link_delete(_sock, current.get()); err < 0)
+        throw error(fmt::format("cannot delete {}: {}", name, nl_error(err)));
 }
 
 } // namespace ferry::netlink

@@ -24,8 +24,12 @@ class link_control {
     link_control(const link_control&) = delete;
     link_control& operator=(const link_control&) = delete;
 
-    // Every link but loopback, with its MAC and IPv4 addresses, in ifindex order.
+    // Every link but loopback, with its MAC, IPv4 addresses, kind, MTU and
+    // parent's ifindex, in ifindex order.
     std::vector<link_identity> read_links();
+    // The IPv4 routes of the main table that are not the kernel's own.
+    std::vector<ipv4_route> read_routes();
+    void add_route(const ipv4_route& route);
     // The link's IPv4 arp_ignore (net.ipv4.conf.LINK.arp_ignore).
     int arp_ignore(const std::string& link);
     void set_arp_ignore(const std::string& link, int value);
@@ -34,6 +38,8 @@ class link_control {
     void add_ipv4(const std::string& link, const ipv4_address& address);
     // Gives the link this MAC (no-op if it has it).
     void set_mac(const std::string& link, const mac_address& mac);
+    void set_up(const std::string& link);
+    void delete_link(const std::string& link);
 
   private:
     nl_sock* _sock;
