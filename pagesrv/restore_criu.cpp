@@ -43,11 +43,11 @@ bool incoming_session::restore_with_criu() {
     opts.notify_scripts = true;
     // A tree whose network moves goes into the namespace made for it
     // (moving_network.cpp), with its connections.
-    const auto config =
-        criu::write_config(_dir / "criu-restore.conf",
-                           _connections_move ? criu::restore_established_options : criu::restore_options,
-                           _d.config().tools.criu_plugin_dir)
-            .string();
+    const auto config = criu::write_config(_dir / "criu-restore.conf",
+                                           _connections_move ? criu::restore_established_options
+                                                             : criu::restore_options,
+                                           _d.config().tools.criu_plugin_dir)
+                            .string();
     opts.config_file = const_cast<char*>(config.c_str());
     InheritFd netns = INHERIT_FD__INIT;
     InheritFd* inherited[] = {&netns};
