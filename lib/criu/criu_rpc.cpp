@@ -33,7 +33,7 @@ service service::start(const std::string& criu, const std::vector<std::string>& 
     o.extra_env = extra_env;
     o.keep_fds = {theirs.get()}; // only these stay open across exec
     o.keep_fds.insert(o.keep_fds.end(), inherited.begin(), inherited.end());
-    o.own_process_group = true;  // a Ctrl-C for Ferry must not kill CRIU mid-parasite
+    o.own_process_group = true; // a Ctrl-C for Ferry must not kill CRIU mid-parasite
     auto proc = child_process::spawn({criu, "swrk", std::to_string(theirs.get())}, o);
     return service(std::move(proc), std::move(ours));
 }

@@ -101,8 +101,8 @@ std::vector<ipv4_route> from_messages(FerryControl__MovingRoute* const* routes, 
         ipv4_route r;
         const auto dst = parse_ipv4(m.destination);
         if (!dst)
-            throw error(fmt::format("a moving route has a malformed destination '{}'",
-                                    m.destination));
+            throw error(
+                fmt::format("a moving route has a malformed destination '{}'", m.destination));
         r.destination = *dst;
         if (m.gateway) {
             const auto gw = parse_ipv4(m.gateway);

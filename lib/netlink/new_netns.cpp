@@ -61,8 +61,7 @@ void add_macvlan(int netns, const link_identity& source, const std::string& pare
                                 nl_geterror(err)));
     const int parent_index = rtnl_link_get_ifindex(host_link);
     rtnl_link_put(host_link);
-    std::unique_ptr<rtnl_link, void (*)(rtnl_link*)> link(rtnl_link_macvlan_alloc(),
-                                                          rtnl_link_put);
+    std::unique_ptr<rtnl_link, void (*)(rtnl_link*)> link(rtnl_link_macvlan_alloc(), rtnl_link_put);
     if (!link)
         throw error("cannot allocate a macvlan link");
     rtnl_link_set_name(link.get(), source.name.c_str());
@@ -72,8 +71,8 @@ void add_macvlan(int netns, const link_identity& source, const std::string& pare
     if (!source.macvlan_mode.empty()) {
         const int mode = rtnl_link_macvlan_str2mode(source.macvlan_mode.c_str());
         if (mode < 0)
-            throw error(fmt::format("{}: unknown macvlan mode '{}'", source.name,
-                                    source.macvlan_mode));
+            throw error(
+                fmt::format("{}: unknown macvlan mode '{}'", source.name, source.macvlan_mode));
         rtnl_link_macvlan_set_mode(link.get(), uint32_t(mode));
     }
     // Made straight inside the namespace: its name never meets the host's.
