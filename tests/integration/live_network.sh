@@ -1,38 +1,121 @@
 #!/usr/bin/env bash
-# A container's network moves with it (issue 18): a TCP echo server in a
-# container with its own address on the testbed's container network
-# ("ferry", a macvlan segment hosts a, b and c share), and a client on host
-# c holding ONE connection with a request every 5 ms throughout.
+# A workload's network moves with it (issue 18): a TCP echo server with its
+# own address on the testbed's container network (a macvlan segment hosts
+# a, b and c share), and a client on host c holding ONE connection with a
+# request every 5 ms throughout.
 #   1. Migrated a -> b: the same connection goes on (no reconnect, no broken
 #      connection, every request answered with its own line), the copy on
 #      b has the source's address and MAC, a new connection from c reaches
-#      it there, and the source container is gone.
+#      it there, and the source is gone.
 #   2. A migration stopped at the last moment before the commit (the copy
 #      is restored on b, with the same address, waiting to resume): the
 #      source keeps its address and its connection, which goes on, and
 #      nothing is left on b.
-# FERRY_TEST_ENGINE picks the engine: podman (default) or docker.
+# FERRY_TEST_ENGINE picks the workload: a podman (default) or docker
+# container on the network "ferry", or `tree`: a bare process tree (the
+# init of its own PID namespace) in a network namespace of its own, with a
+# macvlan link on the host's eth1 and a route; the destination makes that
+# namespace anew.
 . "$(dirname "$0")/lib.sh"
 
 engine=${FERRY_TEST_ENGINE:-podman}
 ctr() { local h=$1; shift; on "$h" "$engine" "$@"; }
-state() {
-  local s
-  s=$(ctr "$1" inspect "$2" --format '{{.State.Status}}' 2>/dev/null) && echo "$s" || echo absent
+client=$FERRY_BUILD/examples/ferry-echo-client
+server_script=$work/echo.pl
+# Echoes every line on port 7000 (a restore interrupts its blocking calls:
+# EINTR is retried). Its argument names the server.
+cat >"$server_script" <<'PERL'
+use IO::Socket::INET;
+$s = IO::Socket::INET->new(Listen => 5, LocalPort => 7000, ReuseAddr => 1) or die;
+while (1) { my $c = $s->accept or next; while (1) { my $l = <$c>; if (!defined $l) { last if !$!{EINTR}; next } print $c $l } }
+PERL
+
+# tree_pids NAME: the processes of the process tree NAME, the source's and
+# any copy's (their command line names the server).
+tree_pids() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)" = "perl $server_script $1 " ] && echo "${p#/proc/}"
+  done
+  return 0
+}
+test_cleanup() {
+  local p
+  [ "$engine" = tree ] || return 0
+  for p in $(tree_pids e1) $(tree_pids e2); do kill -9 "$p" 2>/dev/null || true; done
+  umount "$work/e1.netns" 2>/dev/null || true
 }
 
-"$testbed" up --engines --client >&2
-image=$(engine_image "$engine")
+if [ "$engine" = tree ]; then
+  "$testbed" up --container-net --client >&2
+else
+  "$testbed" up --engines --client >&2
+  image=$(engine_image "$engine")
+fi
 cnet=$("$testbed" container-net)
 cnet=${cnet%.0/24}
-client=$FERRY_BUILD/examples/ferry-echo-client
 
-# echo_server HOST NAME IP: a container on the ferry network whose perl
-# echoes every line on port 7000 (a restore interrupts its blocking calls:
-# EINTR is retried).
+# pid_of HOST NAME: the process in whose network namespace NAME runs on
+# HOST (empty if none).
+pid_of() {
+  if [ "$engine" != tree ]; then
+    ctr "$1" inspect "$2" --format '{{.State.Pid}}' 2>/dev/null || true
+    return 0
+  fi
+  local src p
+  src=$(cat "$work/$2.pid")
+  for p in $(tree_pids "$2"); do
+    running "$p" || continue
+    if [ "$1" = a ] && [ "$p" = "$src" ]; then echo "$p"; fi
+    if [ "$1" = b ] && [ "$p" != "$src" ]; then echo "$p"; fi
+  done
+  return 0
+}
+state() {
+  local s
+  if [ "$engine" = tree ]; then
+    [ -n "$(pid_of "$1" "$2")" ] && echo running || echo absent
+    return 0
+  fi
+  s=$(ctr "$1" inspect "$2" --format '{{.State.Status}}' 2>/dev/null) && echo "$s" || echo absent
+}
+# migrate NAME ARGS...: migrates NAME from a to b; the JSON goes to $work/NAME.json.
+migrate() {
+  local name=$1
+  shift
+  if [ "$engine" = tree ]; then
+    on a migrator migrate --pid "$(cat "$work/$name.pid")" --to "$(addr b)" --json "$@" >"$work/$name.json" 2>"$work/$name.err"
+  else
+    on a migrator migrate --engine "$engine" --container "$name" --to "$(addr b)" --json "$@" >"$work/$name.json" 2>"$work/$name.err"
+  fi
+}
+
+# echo_server HOST NAME IP: the echo server NAME at IP, a container on the
+# ferry network, or a process tree whose namespace has a macvlan eth0 on
+# the host's eth1 with IP and a route to 10.99.0.0/24 via c.
 echo_server() {
-  ctr "$1" run -d --name "$2" --network ferry --ip "$3" "$image" sh -c \
-    "perl -MIO::Socket::INET -e '\$s = IO::Socket::INET->new(Listen => 5, LocalPort => 7000, ReuseAddr => 1) or die; while (1) { my \$c = \$s->accept or next; while (1) { my \$l = <\$c>; if (!defined \$l) { last if !\$!{EINTR}; next } print \$c \$l } }'" >/dev/null
+  if [ "$engine" = tree ]; then
+    local launcher pid=""
+    # The tree's init leads its own session (CRIU wants the session inside).
+    # testbed.sh execs its way down to unshare, so $! is unshare's pid.
+    "$testbed" exec "$1" setsid unshare --pid --fork --net setsid perl "$server_script" "$2" </dev/null >"$work/$2.out" 2>&1 &
+    launcher=$!
+    for _ in $(seq 1 100); do
+      read -r pid _ <"/proc/$launcher/task/$launcher/children" 2>/dev/null || true
+      [ -n "$pid" ] && break
+      sleep 0.05
+    done
+    [ -n "$pid" ] || fail "cannot find the pid of the tree $2"
+    echo "$pid" >"$work/$2.pid"
+    on "$1" ip link add link eth1 name "mv-$2" type macvlan mode bridge
+    on "$1" ip link set "mv-$2" netns "$pid"
+    nsenter -t "$pid" -n sh -c "ip link set mv-$2 name eth0 && ip addr add $3/24 dev eth0 &&
+      ip link set eth0 up && ip link set lo up && ip route add 10.99.0.0/24 via $cnet.253" ||
+      fail "cannot configure the network of the tree $2"
+  else
+    ctr "$1" run -d --name "$2" --network ferry --ip "$3" "$image" sh -c \
+      "perl -e '$(cat "$server_script")' $2" >/dev/null
+  fi
   for _ in $(seq 1 100); do
     on c "$client" --addr "$3:7000" --max-requests 1 --seconds 2 --no-reconnect >/dev/null 2>&1 && return 0
     sleep 0.1
@@ -57,21 +140,22 @@ stop_client() {
   [ "$(json "$j" replies)" = "$(json "$j" requests)" ] ||
     fail "$1 answered $(json "$j" replies) of $(json "$j" requests) requests"
 }
-# mac_in HOST NAME: the MAC of eth0 in the container's network namespace.
-mac_in() {
-  nsenter -t "$(ctr "$1" inspect "$2" --format '{{.State.Pid}}')" -n cat /sys/class/net/eth0/address
-}
-addresses_in() {
-  nsenter -t "$(ctr "$1" inspect "$2" --format '{{.State.Pid}}')" -n ip -4 -o addr show dev eth0
-}
+# mac_in HOST NAME: the MAC of eth0 in the workload's network namespace.
+mac_in() { nsenter -t "$(pid_of "$1" "$2")" -n cat /sys/class/net/eth0/address; }
+addresses_in() { nsenter -t "$(pid_of "$1" "$2")" -n ip -4 -o addr show dev eth0; }
 
 log "1. migrate a $engine echo server on the container network while a client on c holds one connection"
 ip1=$cnet.70
 echo_server a e1 "$ip1"
 mac_a=$(mac_in a e1)
+if [ "$engine" = tree ]; then
+  # A name that outlives the tree (as `ip netns add` makes): its moved link
+  # must go, or the MAC would stay on the segment twice.
+  touch "$work/e1.netns"
+  mount --bind "/proc/$(pid_of a e1)/ns/net" "$work/e1.netns"
+fi
 start_client e1 "$ip1"
-on a migrator migrate --engine "$engine" --container e1 --to "$(addr b)" --json >"$work/e1.json" 2>"$work/e1.err" ||
-  fail "migration failed: $(cat "$work/e1.json" "$work/e1.err")"
+migrate e1 || fail "migration failed: $(cat "$work/e1.json" "$work/e1.err")"
 [ "$(json "$work/e1.json" ok)" = true ] || fail "not ok"
 case "$(json "$work/e1.json" network)" in
   "moves with its connections: eth0 $ip1/24"*) ;;
@@ -92,15 +176,20 @@ addresses_in b e1 | grep -q " $ip1/24 " || fail "the copy has no $ip1: $(address
 on c "$client" --addr "$ip1:7000" --max-requests 20 --seconds 5 --no-reconnect >"$work/e1.new.json" ||
   fail "a new connection to $ip1 failed"
 [ "$(json "$work/e1.new.json" replies)" = 20 ] || fail "a new connection got $(json "$work/e1.new.json" replies) of 20 replies"
-log "   container downtime $(json "$work/e1.json" downtime_ms) ms, the client's longest gap $gap ms," \
+if [ "$engine" = tree ]; then
+  routes=$(nsenter -t "$(pid_of b e1)" -n ip -4 route show 10.99.0.0/24)
+  case "$routes" in "10.99.0.0/24 via $cnet.253 dev eth0"*) ;; *) fail "the copy lacks the tree's route: '$routes'" ;; esac
+  ! nsenter --net="$work/e1.netns" ip link show eth0 >/dev/null 2>&1 ||
+    fail "the source's namespace still has its moved eth0"
+fi
+log "   downtime $(json "$work/e1.json" downtime_ms) ms, the client's longest gap $gap ms," \
   "$(json "$work/e1.json" held_packets) packets held at the source and delivered on b"
 
 log "2. a migration stopped right before the commit: the source keeps its address and its connection"
 ip2=$cnet.71
 echo_server a e2 "$ip2"
 start_client e2 "$ip2"
-if FERRY_FAULT=interrupt-before-commit on a migrator migrate --engine "$engine" --container e2 --to "$(addr b)" \
-  --json >"$work/e2.json" 2>"$work/e2.err"; then
+if FERRY_FAULT=interrupt-before-commit migrate e2; then
   fail "the interrupted migration succeeded"
 fi
 [ "$(json "$work/e2.json" ok)" = false ] || fail "the interrupted migration says ok"
