@@ -9,6 +9,7 @@
 #include "netlink/links.hpp"
 #include "netlink/moving_link_wire.hpp"
 #include "netlink/netns.hpp"
+#include "netlink/new_netns.hpp"
 #include "netlink/packet_inject.hpp"
 #include "sys/subprocess.hpp"
 
@@ -149,6 +150,114 @@ TEST_CASE("a held packet's TCP checksum is made whole before delivery") {
     auto short_one = p;
     short_one.resize(30);
     CHECK_FALSE(fix_tcp_checksum(short_one));
+}
+
+TEST_CASE("a process tree's links and routes survive the control connection") {
+    link_identity l;
+    l.name = "eth0";
+    l.mac = *parse_mac("02:00:00:00:00:08");
+    l.ipv4 = {*parse_ipv4("10.78.0.80/24")};
+    l.kind = "macvlan";
+    l.parent = "eth1";
+    l.macvlan_mode = "bridge";
+    l.mtu = 1400;
+    moving_link_messages links({l});
+    CHECK(from_messages(links.pointers.data(), links.pointers.size()) == std::vector{l});
+    char bad_parent[] = "a/b";
+    links.pointers[0]->parent = bad_parent;
+    CHECK_THROWS_AS(from_messages(links.pointers.data(), 1), error);
+
+    ipv4_route via{*parse_ipv4("10.99.0.0/24"), parse_ipv4("10.78.0.253")->addr, "eth0", 5};
+    ipv4_route fallback{*parse_ipv4("0.0.0.0/0"), parse_ipv4("10.78.0.1")->addr, "eth0", 0};
+    ipv4_route on_link{*parse_ipv4("10.98.0.0/16"), 0, "eth0", 0};
+    CHECK(to_string(via) == "10.99.0.0/24 via 10.78.0.253 dev eth0 metric 5");
+    CHECK(to_string(fallback) == "default via 10.78.0.1 dev eth0");
+    CHECK(to_string(on_link) == "10.98.0.0/16 dev eth0");
+    const std::vector routes{via, fallback, on_link};
+    moving_route_messages out(routes);
+    CHECK(from_messages(out.pointers.data(), out.pointers.size()) == routes);
+    char bad_gateway[] = "10.78.0.0/24";
+    out.pointers[0]->gateway = bad_gateway;
+    CHECK_THROWS_AS(from_messages(out.pointers.data(), 1), error);
+    char bad_destination[] = "10.99.0.0/40";
+    out.pointers[1]->destination = bad_destination;
+    CHECK_THROWS_AS(from_messages(out.pointers.data() + 1, 1), error);
+    char bad_link[] = "..";
+    out.pointers[2]->link = bad_link;
+    CHECK_THROWS_AS(from_messages(out.pointers.data() + 2, 1), error);
+}
+
+// Needs root, veth and macvlan, as the integration tests do.
+TEST_CASE("a process tree's namespace is made anew: a macvlan copy of its link, and its routes") {
+    if (::geteuid() != 0) {
+        WARN("needs root: skipped");
+        return;
+    }
+    veth_pair net; // v0 in a is the host link the links sit on
+    // The source: a namespace with a macvlan on v0, an address and a route.
+    const auto source_ns = make_netns();
+    in_netns(net.path(net.a), [&] {
+        link_identity made;
+        made.name = "eth0";
+        made.kind = "macvlan";
+        made.macvlan_mode = "private";
+        made.mtu = 1400;
+        add_macvlan(source_ns.get(), made, "v0");
+    });
+    link_identity source;
+    std::vector<ipv4_route> source_routes;
+    in_netns(netns_path(source_ns.get()), [&] {
+        link_control c;
+        c.add_ipv4("eth0", *parse_ipv4("10.9.1.5/24"));
+        c.add_route({*parse_ipv4("10.99.0.0/24"), parse_ipv4("10.9.1.254")->addr, "eth0", 7});
+        const auto links = c.read_links();
+        REQUIRE(links.size() == 1);
+        source = links[0];
+        source_routes = c.read_routes();
+    });
+    CHECK(source.name == "eth0");
+    CHECK(source.kind == "macvlan");
+    CHECK(source.macvlan_mode == "private");
+    CHECK(source.mtu == 1400);
+    CHECK(source.parent_index > 0); // v0's index, in a
+    // Only the route its owner added: not the kernel's for the subnet.
+    REQUIRE(source_routes.size() == 1);
+    CHECK(to_string(source_routes[0]) == "10.99.0.0/24 via 10.9.1.254 dev eth0 metric 7");
+
+    // The copy: same name, kind, mode and MTU, its own MAC, no address yet.
+    const auto copy_ns = make_netns();
+    in_netns(net.path(net.a), [&] { add_macvlan(copy_ns.get(), source, "v0"); });
+    in_netns(netns_path(copy_ns.get()), [&] {
+        link_control c;
+        const auto links = c.read_links();
+        REQUIRE(links.size() == 1);
+        CHECK(links[0].name == "eth0");
+        CHECK(links[0].kind == "macvlan");
+        CHECK(links[0].macvlan_mode == "private");
+        CHECK(links[0].mtu == 1400);
+        CHECK(links[0].mac != source.mac);
+        CHECK(links[0].ipv4.empty());
+        c.add_ipv4("eth0", source.ipv4[0]);
+        c.add_route(source_routes[0]);
+        CHECK(c.read_routes() == source_routes);
+    });
+    // A parent this host lacks, and a link that is no macvlan, are refused.
+    CHECK_THROWS_AS(add_macvlan(copy_ns.get(), source, "no-such-link"), error);
+    auto veth = source;
+    veth.kind = "veth";
+    CHECK_THROWS_AS(add_macvlan(copy_ns.get(), veth, "v0"), error);
+    // Removing the source's link leaves its namespace with loopback only;
+    // then the copy may take its MAC (one host link carries a MAC once).
+    in_netns(netns_path(source_ns.get()), [&] {
+        link_control c;
+        c.delete_link("eth0");
+        CHECK(c.read_links().empty());
+    });
+    in_netns(netns_path(copy_ns.get()), [&] {
+        link_control c;
+        c.set_mac("eth0", source.mac);
+        CHECK(c.read_links()[0].mac == source.mac);
+    });
 }
 
 // Needs root and veth, as the integration tests do.
