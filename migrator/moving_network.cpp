@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "netlink/announce.hpp"
 #include "netlink/links.hpp"
 #include "netlink/netns.hpp"
 #include "netlink/new_netns.hpp"
@@ -129,10 +130,15 @@ void migration::unsilence_source_links() noexcept {
     if (_source_arp_ignore.empty())
         return;
     try {
+        // And it says where it is: the copy had its MACs for a moment
+        // (pagesrv's begin_taking_macs), which a switch may have seen.
         netlink::in_netns(netlink::netns_of(_opt.pid), [&] {
             netlink::link_control links;
             for (const auto& [link, value] : _source_arp_ignore)
                 links.set_arp_ignore(link, value);
+            netlink::announcer announce;
+            for (const auto& l : _r.moving_links)
+                announce.announce(l);
         });
         _source_arp_ignore.clear();
     } catch (const std::exception& e) {

@@ -30,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ferry::pagesrv {
@@ -118,6 +119,7 @@ class incoming_session {
     void make_copy_netns();
     void quiet_netns(const std::filesystem::path& netns);
     void open_copy_sockets(const std::filesystem::path& netns);
+    void begin_taking_macs() noexcept;
     void take_over_network(pid_t root) noexcept;
     void deliver_held_packets(const FerryControl__HeldPackets& held) noexcept;
     void receive_held_packets() noexcept;
@@ -146,12 +148,17 @@ class incoming_session {
     std::vector<netlink::ipv4_route> _moving_routes;
     unique_fd _copy_netns;
     std::map<std::string, int> _arp_ignore_before;
+    std::map<std::string, int> _arp_notify_before;
     bool _held_packets_done = false; // the migrator's last batch came (or never will)
     bool _copy_quiet = false;        // the copy has the source's addresses, unannounced
     // Sockets inside the copy's namespace, from the quiet step to the end.
     std::unique_ptr<netlink::link_control> _copy_links;
     std::unique_ptr<netlink::announcer> _copy_announcer;
     unique_fd _copy_injector; // netlink/packet_inject.hpp
+    // Gives the quiet copy the source's MACs while the migrator decides
+    // (joined at the takeover, or here, before what it uses goes).
+    std::string _taking_macs_failed;
+    std::jthread _taking_macs;
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;

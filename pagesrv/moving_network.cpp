@@ -106,15 +106,35 @@ void incoming_session::quiet_netns(const std::filesystem::path& netns) {
                         "the copy got the container's own address {} from this host's IPAM, "
                         "which announced it: the hosts' address pools overlap",
                         netlink::address_only(a)));
+    // arp_notify off too: the MAC change ahead must not announce anything.
     for (const auto& l : _moving_links) {
         _arp_ignore_before[l.name] = _copy_links->arp_ignore(l.name);
         _copy_links->set_arp_ignore(l.name, netlink::arp_ignore_all);
+        _arp_notify_before[l.name] = _copy_links->arp_notify(l.name);
+        _copy_links->set_arp_notify(l.name, 0);
         for (const auto& a : l.ipv4)
             _copy_links->add_ipv4(l.name, a);
     }
     _copy_quiet = true;
     _log->info("the copy has the source's addresses, and answers no ARP until the resume: {}",
                netlink::describe(_moving_links));
+}
+
+// The copy is quiet (arp_ignore 8, arp_notify 0) and its tasks cannot run
+// before the gate's answer, so it may take the MACs before the decision:
+// the kernel sends nothing for the change itself. If the migrator refuses,
+// the copy is killed with them.
+void incoming_session::begin_taking_macs() noexcept {
+    if (!_copy_quiet || _taking_macs.joinable())
+        return;
+    _taking_macs = std::jthread([this] {
+        try {
+            for (const auto& l : _moving_links)
+                _copy_links->set_mac(l.name, l.mac);
+        } catch (const std::exception& e) {
+            _taking_macs_failed = e.what();
+        }
+    });
 }
 
 // After the gate said resume: errors are logged, the copy runs on (its
@@ -127,20 +147,27 @@ void incoming_session::take_over_network(pid_t root) noexcept {
     try {
         if (!_copy_links) // never quieted (its restore did not ask): open them now
             open_copy_sockets(netlink::netns_of(root));
+        if (_taking_macs.joinable())
+            _taking_macs.join();
+        if (!_taking_macs_failed.empty())
+            _log->warn("the early MAC change failed ({}); changing them now", _taking_macs_failed);
         const uint64_t t_open = monotonic_ns();
         for (const auto& l : _moving_links) {
-            _copy_links->set_mac(l.name, l.mac);
+            _copy_links->set_mac(l.name, l.mac); // done already, unless the early change failed
             t_mac = monotonic_ns();
-            const auto before = _arp_ignore_before.find(l.name);
-            const int value = before != _arp_ignore_before.end() ? before->second : 0;
-            if (_copy_links->arp_ignore(l.name) != value)
-                _copy_links->set_arp_ignore(l.name, value);
+            const auto ignore = _arp_ignore_before.find(l.name);
+            const int ignore_value = ignore != _arp_ignore_before.end() ? ignore->second : 0;
+            if (_copy_links->arp_ignore(l.name) != ignore_value)
+                _copy_links->set_arp_ignore(l.name, ignore_value);
+            if (const auto notify = _arp_notify_before.find(l.name);
+                notify != _arp_notify_before.end() && notify->second != 0)
+                _copy_links->set_arp_notify(l.name, notify->second);
             t_arp = monotonic_ns();
             _copy_announcer->announce(l);
         }
         const uint64_t t1 = monotonic_ns();
-        _log->info("took over {} in {:.2f} ms (opening {:.2f}, MAC {:.2f}, arp_ignore {:.2f}, "
-                   "announcing {:.2f})",
+        _log->info("took over {} in {:.2f} ms (opening and the early MAC change {:.2f}, MAC "
+                   "{:.2f}, arp_ignore and arp_notify {:.2f}, announcing {:.2f})",
                    netlink::describe(_moving_links), ns_to_ms(t1 - t0), ns_to_ms(t_open - t0),
                    ns_to_ms(t_mac - t_open), ns_to_ms(t_arp - t_mac), ns_to_ms(t1 - t_arp));
     } catch (const std::exception& e) {

@@ -192,24 +192,38 @@ void link_control::add_route(const ipv4_route& route) {
 }
 
 int link_control::arp_ignore(const std::string& name) {
-    auto l = find_link(_sock, name);
-    uint32_t value = 0;
-    if (const int err = rtnl_link_inet_get_conf(l.get(), IPV4_DEVCONF_ARP_IGNORE, &value); err < 0)
-        throw error(fmt::format("cannot read arp_ignore of {}: {}", name, nl_error(err)));
-    return int(value);
+    return ipv4_conf(name, IPV4_DEVCONF_ARP_IGNORE, "arp_ignore");
 }
 
 void link_control::set_arp_ignore(const std::string& name, int value) {
+    set_ipv4_conf(name, IPV4_DEVCONF_ARP_IGNORE, "arp_ignore", value);
+}
+
+int link_control::arp_notify(const std::string& name) {
+    return ipv4_conf(name, IPV4_DEVCONF_ARP_NOTIFY, "arp_notify");
+}
+
+void link_control::set_arp_notify(const std::string& name, int value) {
+    set_ipv4_conf(name, IPV4_DEVCONF_ARP_NOTIFY, "arp_notify", value);
+}
+
+int link_control::ipv4_conf(const std::string& name, int id, const char* what) {
+    auto l = find_link(_sock, name);
+    uint32_t value = 0;
+    if (const int err = rtnl_link_inet_get_conf(l.get(), id, &value); err < 0)
+        throw error(fmt::format("cannot read {} of {}: {}", what, name, nl_error(err)));
+    return int(value);
+}
+
+void link_control::set_ipv4_conf(const std::string& name, int id, const char* what, int value) {
     auto current = find_link(_sock, name);
     link_ptr change(rtnl_link_alloc());
     if (!change)
         throw error("cannot allocate a link change");
-    if (const int err =
-            rtnl_link_inet_set_conf(change.get(), IPV4_DEVCONF_ARP_IGNORE, uint32_t(value));
-        err < 0)
-        throw error(fmt::format("cannot set arp_ignore of {}: {}", name, nl_error(err)));
+    if (const int err = rtnl_link_inet_set_conf(change.get(), id, uint32_t(value)); err < 0)
+        throw error(fmt::format("cannot set {} of {}: {}", what, name, nl_error(err)));
     change_link(_sock, current.get(), change.get(),
-                fmt::format("set arp_ignore {} on {}", value, name));
+                fmt::format("set {} {} on {}", what, value, name));
 }
 
 void link_control::add_ipv4(const std::string& name, const ipv4_address& address) {

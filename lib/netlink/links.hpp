@@ -33,6 +33,9 @@ class link_control {
     // The link's IPv4 arp_ignore (net.ipv4.conf.LINK.arp_ignore).
     int arp_ignore(const std::string& link);
     void set_arp_ignore(const std::string& link, int value);
+    // Its arp_notify: 1 announces the link's addresses when its MAC changes.
+    int arp_notify(const std::string& link);
+    void set_arp_notify(const std::string& link, int value);
     // Gives the link this IPv4 address (no-op if it has it). With
     // arp_ignore_all set first, nobody on the segment learns of it.
     void add_ipv4(const std::string& link, const ipv4_address& address);
@@ -42,6 +45,8 @@ class link_control {
     void delete_link(const std::string& link);
 
   private:
+    int ipv4_conf(const std::string& link, int id, const char* what);
+    void set_ipv4_conf(const std::string& link, int id, const char* what, int value);
     nl_sock* _sock;
 };
 

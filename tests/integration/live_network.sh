@@ -42,7 +42,7 @@ tree_pids() {
 test_cleanup() {
   local p
   [ "$engine" = tree ] || return 0
-  for p in $(tree_pids e1) $(tree_pids e2); do kill -9 "$p" 2>/dev/null || true; done
+  for p in $(tree_pids e1) $(tree_pids e2) $(tree_pids e3); do kill -9 "$p" 2>/dev/null || true; done
   umount "$work/e1.netns" 2>/dev/null || true
 }
 
@@ -90,23 +90,32 @@ migrate() {
   fi
 }
 
+# start_tree HOST NAME: the echo server NAME as a process tree on HOST, the
+# init of its own PID namespace, in a network namespace of its own with
+# nothing but loopback yet; its pid goes to $work/NAME.pid.
+start_tree() {
+  local launcher pid=""
+  # testbed.sh execs its way down to unshare, so $! is unshare's pid. The
+  # tree's init leads its own session (CRIU wants the session inside).
+  "$testbed" exec "$1" setsid unshare --pid --fork --net setsid perl "$server_script" "$2" </dev/null >"$work/$2.out" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 100); do
+    read -r pid _ <"/proc/$launcher/task/$launcher/children" 2>/dev/null || true
+    [ -n "$pid" ] && break
+    sleep 0.05
+  done
+  [ -n "$pid" ] || fail "cannot find the pid of the tree $2"
+  echo "$pid" >"$work/$2.pid"
+}
+
 # echo_server HOST NAME IP: the echo server NAME at IP, a container on the
 # ferry network, or a process tree whose namespace has a macvlan eth0 on
 # the host's eth1 with IP and a route to 10.99.0.0/24 via c.
 echo_server() {
   if [ "$engine" = tree ]; then
-    local launcher pid=""
-    # The tree's init leads its own session (CRIU wants the session inside).
-    # testbed.sh execs its way down to unshare, so $! is unshare's pid.
-    "$testbed" exec "$1" setsid unshare --pid --fork --net setsid perl "$server_script" "$2" </dev/null >"$work/$2.out" 2>&1 &
-    launcher=$!
-    for _ in $(seq 1 100); do
-      read -r pid _ <"/proc/$launcher/task/$launcher/children" 2>/dev/null || true
-      [ -n "$pid" ] && break
-      sleep 0.05
-    done
-    [ -n "$pid" ] || fail "cannot find the pid of the tree $2"
-    echo "$pid" >"$work/$2.pid"
+    local pid
+    start_tree "$1" "$2"
+    pid=$(cat "$work/$2.pid")
     on "$1" ip link add link eth1 name "mv-$2" type macvlan mode bridge
     on "$1" ip link set "mv-$2" netns "$pid"
     nsenter -t "$pid" -n sh -c "ip link set mv-$2 name eth0 && ip addr add $3/24 dev eth0 &&
@@ -202,4 +211,19 @@ stop_client e2
 on c "$client" --addr "$ip2:7000" --max-requests 20 --seconds 5 --no-reconnect >"$work/e2.new.json" ||
   fail "a new connection to $ip2 on a failed"
 log "   the connection held; its longest gap $(json "$work/e2.client.json" longest_gap_ms) ms"
+
+if [ "$engine" = tree ]; then
+  log "3. a tree whose namespace has a veth (to a host-local bridge) is refused before the freeze"
+  start_tree a e3
+  pid=$(cat "$work/e3.pid")
+  on a ip link add v-e3 type veth peer name eth0 netns "$pid"
+  if migrate e3; then fail "a tree with a veth link was migrated"; fi
+  case "$(json "$work/e3.json" error)" in
+    *"has eth0, a veth link: Ferry moves a process tree's macvlan links only"*) ;;
+    *) fail "unclear refusal: $(json "$work/e3.json" error)" ;;
+  esac
+  running "$pid" || fail "the refused tree does not run"
+  [ "$(json "$work/e3.json" downtime_ms)" = 0.0 ] || fail "the refused tree was frozen"
+  log "   refused: $(json "$work/e3.json" error)"
+fi
 log "PASS"
