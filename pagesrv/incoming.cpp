@@ -10,6 +10,7 @@
 #include "criu/criu_config.hpp"
 #include "criu/criu_features.hpp"
 #include "criu/criu_image.hpp"
+#include "criu/restore_network_lock.hpp"
 #include "engine_request.hpp"
 #include "pool/pool_layout.hpp"
 #include "sys/proc.hpp"
@@ -155,6 +156,10 @@ bool incoming_session::receive_images() {
     }
     try {
         (void)criu::image_set::load(_dir);
+        // Its copy is unreachable until the takeover (moving_network.cpp):
+        // CRIU's own lock would only cost its removal before the resume.
+        if (_connections_move)
+            criu::skip_restore_network_lock(_dir);
     } catch (const criu::image_error& ex) {
         send_restore_failure(fmt::format("the images are corrupt: {}", ex.what()));
         return false;
