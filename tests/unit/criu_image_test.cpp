@@ -2,6 +2,8 @@
 // CRIU itself writes while this test runs.
 #include "criu/criu_image.hpp"
 #include "criu/criu_images.pb-c.h"
+#include "criu/restore_network_lock.hpp"
+#include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 #include <fcntl.h>
@@ -11,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -146,6 +149,49 @@ TEST_CASE("lazy ranges split at VMA boundaries", "[images]") {
         std::vector<vma> vdso = {{0x1000, 0x9000, 3, anon_private, vma_area_vdso}};
         REQUIRE_THROWS(compute_lazy_ranges(pm, vdso, "p"));
     }
+}
+
+TEST_CASE("a restore whose copy Ferry keeps unreachable locks nothing", "[images]") {
+    ferry::test::temp_dir dir;
+    CriuImage__InventoryEntry ie = CRIU_IMAGE__INVENTORY_ENTRY__INIT;
+    ie.img_version = 2;
+    ie.has_network_lock_method = true;
+    ie.network_lock_method = 2; // nftables
+    std::vector<uint8_t> entry(criu_image__inventory_entry__get_packed_size(&ie));
+    criu_image__inventory_entry__pack(&ie, entry.data());
+    // Fields of CRIU's inventory that Ferry's schema lacks: lsmtype (6) = 1
+    // and dump_criu_run_id (13) = "abc". They must come through unchanged.
+    const std::vector<uint8_t> unknown = {0x30, 0x01, 0x6a, 0x03, 'a', 'b', 'c'};
+    entry.insert(entry.end(), unknown.begin(), unknown.end());
+    image_writer inv(inventory_magic);
+    inv.put_u32(uint32_t(entry.size()));
+    inv.bytes.insert(inv.bytes.end(), entry.begin(), entry.end());
+    {
+        std::ofstream out(dir.path / "inventory.img", std::ios::binary);
+        out.write(reinterpret_cast<const char*>(inv.bytes.data()),
+                  std::streamsize(inv.bytes.size()));
+    }
+    skip_restore_network_lock(dir.path);
+    std::ifstream in(dir.path / "inventory.img", std::ios::binary);
+    const std::vector<uint8_t> file{std::istreambuf_iterator<char>(in),
+                                    std::istreambuf_iterator<char>()};
+    const auto entries = split_entries(file, inventory_magic, "inventory.img");
+    REQUIRE(entries.size() == 1);
+    auto* back = criu_image__inventory_entry__unpack(nullptr, entries[0].size(), entries[0].data());
+    REQUIRE(back);
+    CHECK(back->img_version == 2);
+    CHECK(back->has_network_lock_method);
+    CHECK(back->network_lock_method == 3); // CRIU's skip
+    criu_image__inventory_entry__free_unpacked(back, nullptr);
+    CHECK(std::search(entries[0].begin(), entries[0].end(), unknown.begin(), unknown.begin() + 2) !=
+          entries[0].end());
+    CHECK(std::search(entries[0].begin(), entries[0].end(), unknown.begin() + 2, unknown.end()) !=
+          entries[0].end());
+    CHECK(parse_inventory(file).img_version == 2);
+    CHECK_FALSE(fs::exists(dir.path / "inventory.img.ferry"));
+
+    std::ofstream(dir.path / "inventory.img", std::ios::binary | std::ios::trunc) << "garbage";
+    CHECK_THROWS_AS(skip_restore_network_lock(dir.path), image_error);
 }
 
 TEST_CASE("inventory and pstree images", "[images]") {
