@@ -44,6 +44,12 @@ void migration::read_moving_links() {
         if (!_container)
             _r.moving_routes = links.read_routes();
     });
+    // The addresses an earlier move brought in are the workload's; the one
+    // the engine gave the copy on arrival stays behind, or each move would
+    // add one (and this host's IPAM may hand an old one out again).
+    for (auto& l : _r.moving_links)
+        if (!l.moved_in.empty())
+            l.ipv4 = l.moved_in;
     if (_container)
         return;
     for (auto& l : _r.moving_links) {

@@ -113,7 +113,7 @@ void incoming_session::quiet_netns(const std::filesystem::path& netns) {
         _arp_notify_before[l.name] = _copy_links->arp_notify(l.name);
         _copy_links->set_arp_notify(l.name, 0);
         for (const auto& a : l.ipv4)
-            _copy_links->add_ipv4(l.name, a);
+            _copy_links->add_ipv4(l.name, a, true);
     }
     _copy_quiet = true;
     _log->info("the copy has the source's addresses, and answers no ARP until the resume: {}",

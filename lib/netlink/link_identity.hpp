@@ -33,6 +33,9 @@ struct link_identity {
     std::string macvlan_mode;
     uint32_t mtu = 0;
     int parent_index = 0; // the parent's ifindex as read (not sent: it means nothing elsewhere)
+    // Of `ipv4`, those an earlier move brought in (links.hpp's label), as
+    // read; not sent.
+    std::vector<ipv4_address> moved_in;
     bool operator==(const link_identity&) const = default;
 };
 

@@ -117,6 +117,9 @@ std::vector<link_identity> link_control::read_links() {
             std::memcpy(&v4.addr, nl_addr_get_binary_addr(local), 4);
             v4.prefix = uint8_t(rtnl_addr_get_prefixlen(addr));
             id.ipv4.push_back(v4);
+            if (const char* label = rtnl_addr_get_label(addr);
+                label && label == id.name + moved_in_suffix)
+                id.moved_in.push_back(v4);
         }
         found.emplace_back(index, std::move(id));
     }
@@ -226,7 +229,7 @@ void link_control::set_ipv4_conf(const std::string& name, int id, const char* wh
                 fmt::format("set {} {} on {}", what, value, name));
 }
 
-void link_control::add_ipv4(const std::string& name, const ipv4_address& address) {
+void link_control::add_ipv4(const std::string& name, const ipv4_address& address, bool moved_in) {
     auto link = find_link(_sock, name);
     std::unique_ptr<rtnl_addr, void (*)(rtnl_addr*)> a(rtnl_addr_alloc(), rtnl_addr_put);
     std::unique_ptr<nl_addr, addr_put> local(nl_addr_build(AF_INET, &address.addr, 4));
@@ -237,6 +240,11 @@ void link_control::add_ipv4(const std::string& name, const ipv4_address& address
     rtnl_addr_set_family(a.get(), AF_INET);
     if (const int err = rtnl_addr_set_local(a.get(), local.get()); err < 0)
         throw error(fmt::format("cannot set address {}: {}", to_string(address), nl_error(err)));
+    // A label must fit a link name; a longer one goes unlabelled (a later
+    // move then takes every address along).
+    if (const std::string label = name + moved_in_suffix; moved_in && label.size() < IFNAMSIZ)
+        if (const int err = rtnl_addr_set_label(a.get(), label.c_str()); err < 0)
+            throw error(fmt::format("cannot label {}: {}", to_string(address), nl_error(err)));
     if (const int err = rtnl_addr_add(_sock, a.get(), 0); err < 0 && err != -NLE_EXIST)
         throw error(fmt::format("cannot give {} the address {}: {}", name, to_string(address),
                                 nl_error(err)));

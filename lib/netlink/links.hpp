@@ -16,6 +16,8 @@ namespace ferry::netlink {
 // arp_ignore 8: answer no ARP request at all, which a copy of an address
 // still in use elsewhere needs until it takes the address over.
 inline constexpr int arp_ignore_all = 8;
+// The label suffix of an address a move brought in (LINK:ferry).
+inline constexpr const char* moved_in_suffix = ":ferry";
 
 class link_control {
   public:
@@ -38,7 +40,9 @@ class link_control {
     void set_arp_notify(const std::string& link, int value);
     // Gives the link this IPv4 address (no-op if it has it). With
     // arp_ignore_all set first, nobody on the segment learns of it.
-    void add_ipv4(const std::string& link, const ipv4_address& address);
+    // `moved_in` labels it LINK:ferry: an address a move brought in, which
+    // read_links reports as such.
+    void add_ipv4(const std::string& link, const ipv4_address& address, bool moved_in = false);
     // Gives the link this MAC (no-op if it has it).
     void set_mac(const std::string& link, const mac_address& mac);
     void set_up(const std::string& link);

@@ -101,7 +101,7 @@ class RedisBench:
                "post_copy_ms": m.get("post_copy_ms", 0.0), "total_ms": m.get("total_ms", m["downtime_ms"])}
         if "pages_total" in m and out["post_copy_ms"] > 0:
             out["background_mib_per_s"] = m["pages_total"] * 4096 / 2**20 / (out["post_copy_ms"] / 1e3)
-        for k in ("fault_p99_us", "pages_faulted"):
+        for k in ("fault_p99_us", "pages_faulted", "engine_restore"):
             if k in m:
                 out[k] = m[k]
         if c:

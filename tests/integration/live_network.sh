@@ -108,6 +108,15 @@ start_tree() {
   echo "$pid" >"$work/$2.pid"
 }
 
+# migrate_back NAME: migrates NAME from b to a; the JSON goes to $work/NAME.back.json.
+migrate_back() {
+  if [ "$engine" = tree ]; then
+    on b migrator migrate --pid "$(pid_of b "$1")" --to "$(addr a)" --json >"$work/$1.back.json" 2>"$work/$1.back.err"
+  else
+    on b migrator migrate --engine "$engine" --container "$1" --to "$(addr a)" --json >"$work/$1.back.json" 2>"$work/$1.back.err"
+  fi
+}
+
 # echo_server HOST NAME IP: the echo server NAME at IP, a container on the
 # ferry network, or a process tree whose namespace has a macvlan eth0 on
 # the host's eth1 with IP and a route to 10.99.0.0/24 via c.
@@ -191,11 +200,23 @@ if [ "$engine" = tree ]; then
   ! nsenter --net="$work/e1.netns" ip link show eth0 >/dev/null 2>&1 ||
     fail "the source's namespace still has its moved eth0"
 fi
+# Back to a: only the address the workload came with moves, not the one
+# b's engine gave the copy on arrival (else each move adds one, and a's
+# IPAM may hand an old one out again).
+migrate_back e1 || fail "the move back failed: $(cat "$work/e1.back.json" "$work/e1.back.err")"
+case "$(json "$work/e1.back.json" network)" in
+  "moves with its connections: eth0 $ip1/24 ("*) ;;
+  *) fail "the move back took more than $ip1: $(json "$work/e1.back.json" network)" ;;
+esac
+[ "$engine" = tree ] || [ "$(state a e1)" = running ] || fail "e1 is not running on a after the move back"
+on c "$client" --addr "$ip1:7000" --max-requests 20 --seconds 5 --no-reconnect >"$work/e1.back.new.json" ||
+  fail "a new connection to $ip1 failed after the move back"
 log "   downtime $(json "$work/e1.json" downtime_ms) ms, the client's longest gap $gap ms," \
   "$(json "$work/e1.json" held_packets) packets held at the source and delivered on b"
 
 log "2. a migration stopped right before the commit: the source keeps its address and its connection"
-ip2=$cnet.71
+# Far from .70: the IPAM of a gave the copy that came back an address after it.
+ip2=$cnet.110
 echo_server a e2 "$ip2"
 start_client e2 "$ip2"
 if FERRY_FAULT=interrupt-before-commit migrate e2; then

@@ -237,7 +237,14 @@ TEST_CASE("a process tree's namespace is made anew: a macvlan copy of its link, 
         CHECK(links[0].mtu == 1400);
         CHECK(links[0].mac != source.mac);
         CHECK(links[0].ipv4.empty());
-        c.add_ipv4("eth0", source.ipv4[0]);
+        // The engine's own address, and the source's brought in by the move:
+        // only the latter reads back as moved in (its label).
+        c.add_ipv4("eth0", *parse_ipv4("10.9.1.77/24"));
+        c.add_ipv4("eth0", source.ipv4[0], true);
+        const auto labelled = c.read_links();
+        CHECK(labelled[0].ipv4.size() == 2);
+        CHECK(labelled[0].moved_in == source.ipv4);
+        CHECK(source.moved_in.empty());
         c.add_route(source_routes[0]);
         CHECK(c.read_routes() == source_routes);
     });
