@@ -277,7 +277,7 @@ void migration::connect_destination(const std::string& source_addr) {
         f.network_lock_skip_because = "tcp-close: no connection moves";
     } else if (own_netns && proc::tcp_sockets(_opt.pid) == size_t(0)) {
         f.network_lock_skip = true;
-        f.network_lock_skip_because = "no TCP socket in the container's network namespace";
+        f.network_lock_skip_because = "no TCP socket in the workload's network namespace";
     }
 }
 

@@ -147,8 +147,11 @@ class incoming_session {
     // made for it here, which CRIU restores it into.
     std::vector<netlink::ipv4_route> _moving_routes;
     unique_fd _copy_netns;
-    std::map<std::string, int> _arp_ignore_before;
-    std::map<std::string, int> _arp_notify_before;
+    struct arp_settings {
+        int ignore = 0;
+        int notify = 0;
+    };
+    std::map<std::string, arp_settings> _arp_before; // the copy's, per link, before the quiet step
     bool _held_packets_done = false; // the migrator's last batch came (or never will)
     bool _copy_quiet = false;        // the copy has the source's addresses, unannounced
     // Sockets inside the copy's namespace, from the quiet step to the end.

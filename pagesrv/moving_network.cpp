@@ -108,9 +108,8 @@ void incoming_session::quiet_netns(const std::filesystem::path& netns) {
                         netlink::address_only(a)));
     // arp_notify off too: the MAC change ahead must not announce anything.
     for (const auto& l : _moving_links) {
-        _arp_ignore_before[l.name] = _copy_links->arp_ignore(l.name);
+        _arp_before[l.name] = {_copy_links->arp_ignore(l.name), _copy_links->arp_notify(l.name)};
         _copy_links->set_arp_ignore(l.name, netlink::arp_ignore_all);
-        _arp_notify_before[l.name] = _copy_links->arp_notify(l.name);
         _copy_links->set_arp_notify(l.name, 0);
         for (const auto& a : l.ipv4)
             _copy_links->add_ipv4(l.name, a, true);
@@ -155,13 +154,12 @@ void incoming_session::take_over_network(pid_t root) noexcept {
         for (const auto& l : _moving_links) {
             _copy_links->set_mac(l.name, l.mac); // done already, unless the early change failed
             t_mac = monotonic_ns();
-            const auto ignore = _arp_ignore_before.find(l.name);
-            const int ignore_value = ignore != _arp_ignore_before.end() ? ignore->second : 0;
-            if (_copy_links->arp_ignore(l.name) != ignore_value)
-                _copy_links->set_arp_ignore(l.name, ignore_value);
-            if (const auto notify = _arp_notify_before.find(l.name);
-                notify != _arp_notify_before.end() && notify->second != 0)
-                _copy_links->set_arp_notify(l.name, notify->second);
+            const auto found = _arp_before.find(l.name);
+            const arp_settings before = found != _arp_before.end() ? found->second : arp_settings{};
+            if (_copy_links->arp_ignore(l.name) != before.ignore)
+                _copy_links->set_arp_ignore(l.name, before.ignore);
+            if (before.notify != 0)
+                _copy_links->set_arp_notify(l.name, before.notify);
             t_arp = monotonic_ns();
             _copy_announcer->announce(l);
         }

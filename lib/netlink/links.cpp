@@ -265,6 +265,37 @@ void link_control::set_mac(const std::string& name, const mac_address& mac) {
                 fmt::format("give {} the MAC {}", name, to_string(mac)));
 }
 
+void link_control::make_macvlan(int netns, const link_identity& source, const std::string& parent) {
+    if (source.kind != "macvlan")
+        throw error(fmt::format("{} is a {} link: only macvlan links are made anew", source.name,
+                                source.kind.empty() ? "physical" : source.kind));
+    link_ptr host_link;
+    try {
+        host_link = find_link(_sock, parent);
+    } catch (const error& e) {
+        throw error(fmt::format("this host has no link {} to put {} on ({})", parent, source.name,
+                                e.what()));
+    }
+    link_ptr link(rtnl_link_macvlan_alloc());
+    if (!link)
+        throw error("cannot allocate a macvlan link");
+    rtnl_link_set_name(link.get(), source.name.c_str());
+    rtnl_link_set_link(link.get(), rtnl_link_get_ifindex(host_link.get()));
+    if (source.mtu)
+        rtnl_link_set_mtu(link.get(), source.mtu);
+    if (!source.macvlan_mode.empty()) {
+        const int mode = rtnl_link_macvlan_str2mode(source.macvlan_mode.c_str());
+        if (mode < 0)
+            throw error(
+                fmt::format("{}: unknown macvlan mode '{}'", source.name, source.macvlan_mode));
+        rtnl_link_macvlan_set_mode(link.get(), uint32_t(mode));
+    }
+    rtnl_link_set_ns_fd(link.get(), netns);
+    if (const int err = rtnl_link_add(_sock, link.get(), NLM_F_CREATE | NLM_F_EXCL); err < 0)
+        throw error(
+            fmt::format("cannot make {} (macvlan on {}): {}", source.name, parent, nl_error(err)));
+}
+
 void link_control::set_up(const std::string& name) {
     auto current = find_link(_sock, name);
     if (rtnl_link_get_flags(current.get()) & IFF_UP)

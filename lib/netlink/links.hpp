@@ -47,6 +47,11 @@ class link_control {
     void set_mac(const std::string& link, const mac_address& mac);
     void set_up(const std::string& link);
     void delete_link(const std::string& link);
+    // Makes a macvlan called `source.name` on this namespace's link
+    // `parent`, in `source`'s mode and MTU, straight inside the namespace
+    // `netns` holds (its name never meets this namespace's), down, with a
+    // MAC the kernel picks. new_netns.hpp's add_macvlan brings it up.
+    void make_macvlan(int netns, const link_identity& source, const std::string& parent);
 
   private:
     int ipv4_conf(const std::string& link, int id, const char* what);
