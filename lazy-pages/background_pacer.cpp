@@ -10,38 +10,71 @@ namespace ferry::lazy {
 
 namespace {
 
-// The next run of lazy pages after the process's cursor that no fault has
-// asked for, up to one background chunk.
-bool next_run(lazy_process& p, uint32_t chunk, uint64_t& addr, uint64_t& img, uint32_t& n) {
-    bool wrapped = false;
+// The next run of lazy pages in [cursor, limit) that no fault has asked
+// for, up to one background chunk; the cursor moves past it.
+bool run_within(lazy_process& p, uint64_t& cursor, uint64_t limit, uint32_t chunk, uint64_t& addr,
+                uint64_t& img, uint32_t& n) {
     for (;;) {
-        auto r = p.lazy.first_ending_after(p.bg_cursor);
-        if (!r) {
-            // Pages behind the cursor are still lazy only if a request for
-            // them is pending or was abandoned: rescan once nothing is pending.
-            if (wrapped || p.bg_cursor == 0 || p.bg_outstanding)
-                return false;
-            p.bg_cursor = 0;
-            wrapped = true;
-            continue;
-        }
-        uint64_t start = std::max(r->start, p.bg_cursor);
+        auto r = p.lazy.first_ending_after(cursor);
+        if (!r || r->start >= limit)
+            return false;
+        uint64_t start = std::max(r->start, cursor);
+        if (start >= limit)
+            return false;
         if (auto busy = p.in_flight.find(start)) {
-            p.bg_cursor = busy->end;
+            cursor = busy->end;
             continue;
         }
-        uint64_t end = std::min(r->end, start + uint64_t(chunk) * page_size);
+        uint64_t end = std::min({r->end, limit, start + uint64_t(chunk) * page_size});
         if (auto busy = p.in_flight.first_ending_after(start); busy && busy->start < end)
             end = busy->start;
         addr = start;
         img = r->img_of(start);
         n = uint32_t(pages_in(end - start));
-        p.bg_cursor = end;
+        cursor = end;
         return true;
     }
 }
 
+// The next run to pull: from the early areas while any is left, then after
+// the process's cursor, once around.
+bool next_run(lazy_process& p, uint32_t chunk, uint64_t& addr, uint64_t& img, uint32_t& n) {
+    for (; p.early_next < p.early.size(); p.early_next++) {
+        auto& a = p.early[p.early_next];
+        if (run_within(p, a.start, a.end, chunk, addr, img, n))
+            return true;
+    }
+    bool wrapped = false;
+    for (;;) {
+        if (run_within(p, p.bg_cursor, ~0ull, chunk, addr, img, n))
+            return true;
+        // Pages behind the cursor are still lazy only if a request for them
+        // is pending or was abandoned: rescan once nothing is pending.
+        if (wrapped || p.bg_cursor == 0 || p.bg_outstanding)
+            return false;
+        p.bg_cursor = 0;
+        wrapped = true;
+    }
+}
+
 } // namespace
+
+std::vector<lazy_process::area> early_areas(const range_map& lazy, const loop_config& cfg) {
+    std::vector<lazy_process::area> small;
+    for (const auto& r : lazy.to_vector())
+        if (pages_in(r.length()) <= cfg.early_area_pages)
+            small.push_back({r.start, r.end});
+    std::stable_sort(small.begin(), small.end(), [](const auto& a, const auto& b) {
+        return a.end - a.start < b.end - b.start;
+    });
+    uint64_t pages = 0;
+    size_t keep = 0;
+    while (keep < small.size() &&
+           pages + pages_in(small[keep].end - small[keep].start) <= cfg.early_total_pages)
+        pages += pages_in(small[keep].end - small[keep].start), keep++;
+    small.resize(keep);
+    return small;
+}
 
 void background_pacer::note_fault(uint64_t now) noexcept {
     const uint64_t window = uint64_t(_cfg.fault_window.count()) * 1000;
@@ -69,7 +102,7 @@ uint32_t background_pacer::chunk_pages() const noexcept {
 }
 
 void pump_background(fault_state& s) {
-    if (!s.restore_finished || s.procs.empty() || s.cfg.background_depth == 0)
+    if (!s.may_install_ahead() || s.procs.empty() || s.cfg.background_depth == 0)
         return;
     const uint32_t depth = s.pacer.depth();
     while (s.bg_reqs.size() < depth) {

@@ -11,6 +11,8 @@
 //                             REMOVE, UNMAP adjust the process's ranges
 //     fault channel        -> drain_fault_replies (replies.cpp): verify, UFFDIO_COPY
 //     criu socket          -> "restore finished" starts the background pull
+//     daemon socket        -> "lazy areas ready" (CRIU at post-restore)
+//                             starts it earlier, while the migrator commits
 //     while fault requests are outstanding: poll the channel (one-sided
 //     fabrics always; others for a short spin, then epoll wakes a handler)
 //   background thread:
@@ -31,6 +33,7 @@
 #include "core/page.hpp"
 #include "holes.hpp"
 #include "replies.hpp"
+#include "wire/control.hpp"
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -145,6 +148,16 @@ void fault_loop::watch_restore(unique_fd criu_socket) {
     epoll_add(_epolls[0].get(), _criu_sock.get(), source::criu_socket, 0);
 }
 
+void fault_loop::watch_daemon(int daemon_socket) {
+    _daemon_sock = daemon_socket;
+    epoll_add(_epolls[0].get(), _daemon_sock, source::daemon_socket, 0);
+}
+
+void fault_loop::set_areas_registered() noexcept {
+    std::lock_guard lock(_mu);
+    _s.areas_registered = true;
+}
+
 void fault_loop::set_restore_finished() noexcept {
     std::lock_guard lock(_mu);
     _s.restore_finished = true;
@@ -159,6 +172,7 @@ void fault_loop::add_process(uint32_t image_pid, unique_fd uffd,
     p->pattern = access_pattern(_cfg.fault_window_pages, _cfg.max_window_pages);
     for (const auto& r : ranges)
         p->lazy.insert(r.start, r.end, r.start);
+    p->early = early_areas(p->lazy, _cfg);
     _s.stats.pages_total += pages_in(p->lazy.bytes());
     _s.stats.processes++;
     _s.add(std::move(p));
@@ -239,6 +253,9 @@ void fault_loop::handler_main(size_t index) {
                 break;
             case source::criu_socket:
                 handle_criu_socket();
+                break;
+            case source::daemon_socket:
+                handle_daemon_socket();
                 break;
             case source::wake:
                 return;
@@ -364,7 +381,7 @@ void fault_loop::lock_as_background(std::unique_lock<std::mutex>& lock) {
 bool fault_loop::background_turn() {
     // Holes before fetching: a slice per turn keeps the lock's hold short.
     constexpr size_t holes_per_turn = 1024;
-    if (_s.restore_finished && _s.holes_applied < _s.holes.size()) {
+    if (_s.may_install_ahead() && _s.holes_applied < _s.holes.size()) {
         const size_t n = std::min(holes_per_turn, _s.holes.size() - _s.holes_applied);
         (void)apply_holes(_s, std::span(_s.holes).subspan(_s.holes_applied, n));
         _s.holes_applied += n;
@@ -396,6 +413,20 @@ void fault_loop::handle_criu_socket() {
     if (value != restore_finished_magic)
         throw error(fmt::format("unexpected message {:#x} on the lazy-pages socket", value));
     _s.restore_finished = true;
+}
+
+// The daemon says one short thing, once; anything else on its socket is
+// not ours to read. A daemon gone changes nothing here: the transfer goes
+// on, and the daemon's uffd keeper is its own affair.
+void fault_loop::handle_daemon_socket() {
+    control::envelope_ptr e;
+    try {
+        e = control::receive(_daemon_sock, net::after(std::chrono::seconds(1)));
+    } catch (const std::exception&) {
+    }
+    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_AREAS_READY)
+        _s.areas_registered = true;
+    (void)::epoll_ctl(_epolls[0].get(), EPOLL_CTL_DEL, _daemon_sock, nullptr);
 }
 
 void fault_loop::announce_done() {

@@ -1,6 +1,7 @@
 // The destination's fault path: the loop and its threads. A handler per
 // CPU reads uffd events (uffd_events.hpp) and fault replies (replies.hpp);
-// a background thread pulls the rest once restore has finished, paced by
+// a background thread pulls the rest once every lazy area is registered
+// (CRIU at post-restore, or restore finished), paced by
 // background_pacer.hpp. What they share is fault_state.hpp. Faults travel
 // on their own channel and are always handled before background data.
 #pragma once
@@ -37,8 +38,14 @@ class fault_loop {
     // The socket CRIU's restore is connected on: "restore finished" arrives
     // there, and a hang-up before it means restore failed.
     void watch_restore(unique_fd criu_socket);
+    // The socket to the daemon (not owned): "lazy areas ready" arrives there
+    // when CRIU's restore reaches post-restore, and starts the background
+    // pull ahead of "restore finished", while the migrator commits.
+    void watch_daemon(int daemon_socket);
     // Assume restore has finished (for tests without CRIU).
     void set_restore_finished() noexcept;
+    // As if the daemon had said "lazy areas ready" (for tests).
+    void set_areas_registered() noexcept;
 
     void add_process(uint32_t image_pid, unique_fd uffd,
                      const std::vector<criu::lazy_range>& ranges);
@@ -60,6 +67,7 @@ class fault_loop {
         return _s.fault_latency;
     }
     // The two halves of a fault's service time (see the README's budget).
+    [[nodiscard]] const first_faults& first() const noexcept { return _s.first; }
     [[nodiscard]] const latency_recorder& fetch_latency() const noexcept {
         return _s.fetch_latency;
     }
@@ -69,7 +77,7 @@ class fault_loop {
     [[nodiscard]] uint64_t bytes_received() const noexcept;
 
   private:
-    enum class source : uint8_t { uffd, fault_channel, criu_socket, wake };
+    enum class source : uint8_t { uffd, fault_channel, criu_socket, daemon_socket, wake };
 
     void handler_main(size_t index);
     void poll_fault_replies(std::unique_lock<std::mutex>& lock);
@@ -79,6 +87,7 @@ class fault_loop {
     void lock_as_background(std::unique_lock<std::mutex>& lock);
     bool background_turn();
     void handle_criu_socket();
+    void handle_daemon_socket();
     void stop_with(std::exception_ptr error) noexcept;
     void wake_all() noexcept;
     void epoll_add(int epoll, int fd, source src, uint32_t index);
@@ -93,6 +102,7 @@ class fault_loop {
     std::vector<unique_fd> _epolls;      // one per handler; each holds every uffd
     unique_fd _wake;                     // eventfd that ends every handler's wait
     unique_fd _criu_sock;
+    int _daemon_sock = -1;
     progress_fn _progress;
     uffd_fn _new_uffd;
     // The state lock guards _s and what follows it.

@@ -5,6 +5,7 @@
 
 #include "background_pacer.hpp"
 #include "core/latency_recorder.hpp"
+#include "first_faults.hpp"
 #include "lazy_process.hpp"
 #include "loop_config.hpp"
 #include "request_ring.hpp"
@@ -30,10 +31,17 @@ struct fault_state {
     size_t bg_next_proc = 0;
     uint64_t next_request_id = 1;
     bool restore_finished = false;
+    // CRIU's restore reached post-restore: every task's lazy areas are
+    // registered, so the background may install ahead of "restore finished".
+    bool areas_registered = false;
+    [[nodiscard]] bool may_install_ahead() const noexcept {
+        return restore_finished || areas_registered;
+    }
     loop_stats stats;
     latency_recorder fault_latency;
     latency_recorder fetch_latency{1u << 18};
     latency_recorder install_latency{1u << 18};
+    first_faults first; // the first faults' timeline, for the log
     background_pacer pacer;
     // The source's holes, as they arrived, and how many have been applied
     // (holes.hpp): the background applies them in slices once restore is over.

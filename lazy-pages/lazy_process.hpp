@@ -7,6 +7,7 @@
 #include "core/unique_fd.hpp"
 
 #include <cstdint>
+#include <vector>
 
 namespace ferry::lazy {
 
@@ -17,6 +18,13 @@ struct lazy_process {
     // merged, so no range crosses a VMA boundary.
     range_map lazy{false};
     range_map in_flight; // pages with an outstanding fault request
+    // Areas the background pulls before the rest, in order; the front one's
+    // start advances as it goes (background_pacer.hpp).
+    struct area {
+        uint64_t start, end;
+    };
+    std::vector<area> early;
+    size_t early_next = 0;
     uint64_t bg_cursor = 0;
     uint32_t bg_outstanding = 0;
     bool exited = false;

@@ -15,6 +15,11 @@ struct loop_config {
     std::chrono::microseconds fault_window{2000}; // faults are counted per window ...
     uint32_t faulting_threshold = 4;   // ... and this many mean "the application is faulting"
     uint32_t install_batch_pages = 32; // install background data as it arrives, in runs this long
+    // The background pulls a process's small areas first, smallest first:
+    // areas up to early_area_pages, at most early_total_pages in all (see
+    // background_pacer.hpp).
+    uint32_t early_area_pages = 4096;   // 16 MiB
+    uint32_t early_total_pages = 16384; // 64 MiB
     std::chrono::milliseconds fetch_deadline{10'000};
     std::chrono::milliseconds progress_interval{200};
     std::chrono::microseconds spin{200}; // a handler polls a tcp channel this long for a reply

@@ -421,6 +421,8 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
             loop->add_process(uint32_t(pid), std::move(uffd), proc->lazy);
         });
         loop->watch_restore(std::move(restore));
+        if (opt.report_fd >= 0)
+            loop->watch_daemon(opt.report_fd);
         holes.deliver_to(loop.get());
         loop->on_progress([&](const lazy::loop_stats& s) { report.progress(s); });
         loop->on_new_uffd([&](int uffd) { report.keep_uffd(uffd); });
@@ -435,6 +437,7 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
                   "{} forked, {} refetched",
                   s.pages_faulted, s.pages_prefetched, s.pages_background, s.pages_zero,
                   s.pages_absent, s.pages_dropped, s.pages_forked, s.pages_refetched);
+        log->info("first {}", loop->first().describe());
         report.final_stats(loop.get(), monotonic_ns() - start_ns, "", pool.get());
         holes.deliver_to(nullptr);
         return 0;
@@ -480,6 +483,10 @@ int main(int argc, char** argv) {
     app.add_option("--background-depth", opt.loop.background_depth,
                    "background requests in flight (0: none)")
         ->check(CLI::Range(0, 16));
+    app.add_option("--early-area-pages", opt.loop.early_area_pages,
+                   "areas up to this many pages are pulled first, smallest first");
+    app.add_option("--early-total-pages", opt.loop.early_total_pages,
+                   "at most this many pages in all are pulled first (0: none)");
     int64_t deadline_ms = opt.loop.fetch_deadline.count();
     app.add_option("--fetch-deadline-ms", deadline_ms,
                    "fail if the source does not answer within this time")

@@ -34,8 +34,11 @@ void install_run(fault_state& s, outstanding_request& req, const std::byte* data
         const auto r = p.lazy.find(addr);
         if (!r || r->img_of(addr) != img) {
             s.stats.pages_duplicate++;
-            if (addr == req.fault_addr)
-                s.fault_latency.record(monotonic_ns() - req.fault_ns);
+            if (addr == req.fault_addr) {
+                const uint64_t now = monotonic_ns();
+                s.fault_latency.record(now - req.fault_ns);
+                s.first.record(req.fault_addr, req.fault_ns, now);
+            }
             addr += page_size, img += page_size, data += page_size, left--;
             continue;
         }
@@ -54,6 +57,7 @@ void install_run(fault_state& s, outstanding_request& req, const std::byte* data
             const uint64_t now = monotonic_ns();
             s.fault_latency.record(now - req.fault_ns);
             s.install_latency.record(now - copy_start);
+            s.first.record(req.fault_addr, req.fault_ns, now);
         }
         if (p.forked) {
             s.stats.pages_forked += done;

@@ -53,6 +53,7 @@ bool incoming_session::ask_to_resume() {
     // The kernel's MAC change on a macvlan waits for an RCU grace period
     // (4-16 ms here): it runs while the migrator decides.
     begin_taking_macs();
+    let_lazy_pages_pull_ahead();
     std::string refusal = "the migrator went away";
     try {
         FerryControl__ResumeRequest ask = FERRY_CONTROL__RESUME_REQUEST__INIT;

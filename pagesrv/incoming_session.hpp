@@ -100,6 +100,7 @@ class incoming_session {
     void check_prepare();
     bool receive_images();
     bool start_lazy_pages();
+    void let_lazy_pages_pull_ahead() noexcept;
     bool restore();
     bool restore_with_engine();
     void start_warm_restore(const FerryControl__IncomingWarm& warm);

@@ -109,6 +109,18 @@ bool incoming_session::start_lazy_pages() {
     return false;
 }
 
+// CRIU is at post-restore: every task has registered its lazy areas, so
+// lazy-pages may pull in the background while the migrator commits, not
+// only after CRIU's "restore finished". Best effort: without it the pull
+// starts there, as before.
+void incoming_session::let_lazy_pages_pull_ahead() noexcept {
+    if (!_lazy.report)
+        return;
+    FerryControl__LazyAreasReady ready = FERRY_CONTROL__LAZY_AREAS_READY__INIT;
+    if (!control::try_send_message(_lazy.report.get(), ready, net::after(control_timeout)))
+        _log->warn("cannot tell lazy-pages that the lazy areas are registered");
+}
+
 // A message from lazy-pages while restore runs. Returns a failure reason if
 // lazy-pages failed or died; progress reports are dropped.
 std::optional<std::string> incoming_session::lazy_report_before_resume() {

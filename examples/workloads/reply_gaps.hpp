@@ -22,10 +22,12 @@ class reply_gaps {
         _last = t_ns;
     }
 
-    // "longest_gap_ms" and "longest_gap_start_ms" (from the start).
+    // "longest_gap_ms" and "longest_gap_start_ms" (from the start), and when
+    // the gap ended on CLOCK_MONOTONIC (to line it up with the hosts' logs).
     void report(nlohmann::json& out) const {
         out["longest_gap_ms"] = double(_longest) / 1e6;
         out["longest_gap_start_ms"] = double(_longest_from ? _longest_from - _start : 0) / 1e6;
+        out["longest_gap_end_monotonic_ns"] = _longest_from ? _longest_from + _longest : 0;
     }
 
   private:

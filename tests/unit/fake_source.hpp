@@ -46,6 +46,7 @@ class fake_source {
     std::atomic<bool> corrupt_always{false};
     std::atomic<bool> silent{false}; // read requests, never answer
     std::atomic<uint64_t> requests{0};
+    std::atomic<uint64_t> first_read_vaddr{0}; // the first page request's address
     std::atomic<bool> done_received{false};
     std::atomic<bool> plaintext_pages{false}; // leave TLS after the acceptance
 
@@ -102,6 +103,8 @@ class fake_source {
                     done_received = true;
                     continue;
                 }
+                uint64_t none = 0;
+                first_read_vaddr.compare_exchange_strong(none, r.vaddr);
                 if (silent)
                     continue;
                 const uint64_t len = uint64_t(r.nr_pages) * page_size;

@@ -311,3 +311,87 @@ TEST_CASE("unmapped and removed ranges are dropped; remapped ranges follow the m
     }
     ::munmap(region.mem + 500 * 512, 100 * page_size);
 }
+
+TEST_CASE("\"lazy areas ready\" from the daemon starts the background before restore finishes",
+          "[fault_loop][uffd]") {
+    lazy_region region(512);
+    test::fake_source src = region.serve();
+    loop_config cfg;
+    cfg.progress_interval = std::chrono::milliseconds(0);
+    auto loop = make_loop(src, cfg);
+    fake_restore restore;
+    loop.watch_restore(std::move(restore.daemon_end));
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    unique_fd daemon(sv[0]), lazy_end(sv[1]);
+    loop.watch_daemon(lazy_end.get());
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    std::atomic<uint64_t> background{0};
+    loop.on_progress([&](const lazy::loop_stats& s) { background = s.pages_background; });
+    std::atomic<bool> ended{false};
+    std::thread runner([&] {
+        loop.run();
+        ended = true;
+    });
+
+    // Without the word, nothing is pulled.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK(background == 0);
+    CHECK(src.requests == 0);
+
+    FerryControl__LazyAreasReady ready = FERRY_CONTROL__LAZY_AREAS_READY__INIT;
+    control::send_message(daemon.get(), ready, net::after(std::chrono::seconds(1)));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (background < 512 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(background == 512);
+    // Every page is in, but the transfer is not over before CRIU's restore is.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK_FALSE(ended);
+    restore.finished();
+    runner.join();
+    size_t bad = 0;
+    for (size_t p = 0; p < region.pages; p++)
+        bad += !region.page_ok(p);
+    CHECK(bad == 0);
+    CHECK(loop.stats().pages_faulted == 0);
+}
+
+TEST_CASE("the background pulls small areas first, smallest first", "[fault_loop][background]") {
+    range_map lazy(false);
+    constexpr uint64_t base = 0x10000000;
+    lazy.insert(base, base + 1000 * page_size, base);                                       // 1000
+    lazy.insert(base + 2000 * page_size, base + 2010 * page_size, base + 2000 * page_size); // 10
+    lazy.insert(base + 3000 * page_size, base + 8000 * page_size, base + 3000 * page_size); // 5000
+    lazy.insert(base + 9000 * page_size, base + 9200 * page_size, base + 9000 * page_size); // 200
+    loop_config cfg;
+    cfg.early_area_pages = 4096;
+    cfg.early_total_pages = 1500;
+    auto early = lazy::early_areas(lazy, cfg);
+    REQUIRE(early.size() == 3);
+    CHECK(early[0].start == base + 2000 * page_size);
+    CHECK(early[1].start == base + 9000 * page_size);
+    CHECK(early[2].start == base);
+    CHECK(early[2].end == base + 1000 * page_size);
+    cfg.early_total_pages = 1000; // the 1000-page area no longer fits after the others
+    CHECK(lazy::early_areas(lazy, cfg).size() == 2);
+    cfg.early_total_pages = 0;
+    CHECK(lazy::early_areas(lazy, cfg).empty());
+
+    // In the loop: the small area at the top is asked for before the large
+    // one at the bottom.
+    lazy_region region(2048, {{1900, 1950}});
+    test::fake_source src = region.serve();
+    loop_config small;
+    small.early_area_pages = 512; // the 98 pages at the top, not the 1900 below
+    auto loop = make_loop(src, small);
+    loop.set_restore_finished();
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    loop.run();
+    CHECK(src.first_read_vaddr == region.addr(1950));
+    size_t bad = 0;
+    for (size_t p = 0; p < region.pages; p++)
+        if (p < 1900 || p >= 1950)
+            bad += !region.page_ok(p);
+    CHECK(bad == 0);
+}
