@@ -112,7 +112,25 @@ class Workload:
             self.launcher.wait(10)
         except Exception:
             pass
+        # A killed workload frees its memory as it exits: gigabytes take the
+        # kernel a while, which must not fall into the next run's downtime.
+        for p in (self.pid, *pids):
+            if p:
+                wait_gone(p, 10)
         os.unlink(self.out)
+
+
+def wait_gone(pid, secs):
+    """Waits until pid has exited (gone, or a zombie: its memory is freed)."""
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except OSError:
+            return
+        time.sleep(0.01)
 
 
 def parse_touch(line):
