@@ -93,7 +93,8 @@ bool background_pacer::faulting() const noexcept {
 }
 
 uint32_t background_pacer::depth() const noexcept {
-    return faulting() ? 1 : _cfg.background_depth;
+    return faulting() ? std::min(_cfg.faulting_depth, _cfg.background_depth)
+                      : _cfg.background_depth;
 }
 
 uint32_t background_pacer::chunk_pages() const noexcept {

@@ -12,6 +12,7 @@ struct loop_config {
     uint32_t background_chunk_pages = 256;        // 1 MiB per background request
     uint32_t background_depth = 2;                // background requests in flight
     uint32_t faulting_chunk_pages = 16;           // background request size while faults arrive
+    uint32_t faulting_depth = 1;                  // background requests in flight meanwhile
     std::chrono::microseconds fault_window{2000}; // faults are counted per window ...
     uint32_t faulting_threshold = 4;   // ... and this many mean "the application is faulting"
     uint32_t install_batch_pages = 32; // install background data as it arrives, in runs this long

@@ -480,6 +480,12 @@ int main(int argc, char** argv) {
     app.add_option("--background-chunk", opt.loop.background_chunk_pages,
                    "pages per background request")
         ->check(CLI::Range(1, 1024));
+    app.add_option("--faulting-chunk", opt.loop.faulting_chunk_pages,
+                   "pages per background request while the application faults")
+        ->check(CLI::Range(1, 1024));
+    app.add_option("--faulting-depth", opt.loop.faulting_depth,
+                   "background requests in flight while the application faults")
+        ->check(CLI::Range(1, 16));
     app.add_option("--background-depth", opt.loop.background_depth,
                    "background requests in flight (0: none)")
         ->check(CLI::Range(0, 16));

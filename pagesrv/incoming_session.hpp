@@ -44,6 +44,11 @@ struct lazy_child {
     unique_fd report; // control frames from the child
     unique_fd keeper; // duplicates of the restored tasks' uffds
     std::vector<unique_fd> held_uffds;
+    // Its final statistics, when every page went in before CRIU resumed
+    // the tasks (a small workload, pulled from post-restore on): relayed
+    // once they run, and the report socket is not watched after it.
+    control::envelope_ptr early_final;
+    [[nodiscard]] int report_to_watch() const noexcept { return early_final ? -1 : report.get(); }
 
     // Takes the uffd duplicates the child has sent so far.
     void take_uffds();
@@ -101,6 +106,7 @@ class incoming_session {
     bool receive_images();
     bool start_lazy_pages();
     void let_lazy_pages_pull_ahead() noexcept;
+    std::optional<std::string> relay_final_stats(const control::envelope& e);
     bool restore();
     bool restore_with_engine();
     void start_warm_restore(const FerryControl__IncomingWarm& warm);

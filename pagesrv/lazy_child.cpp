@@ -132,10 +132,33 @@ std::optional<std::string> incoming_session::lazy_report_before_resume() {
     }
     if (!e)
         return std::string("lazy-pages died during restore");
-    if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS)
+    if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS) {
+        if (e->transfer_stats->ok) {
+            _lazy.early_final = std::move(e); // done already: relayed after the resume
+            return std::nullopt;
+        }
         return fmt::format("lazy-pages failed during restore: {}",
                            e->transfer_stats->error ? e->transfer_stats->error : "unknown error");
+    }
     return std::nullopt;
+}
+
+// lazy-pages' final report, to the migrator: the failure it names, if any
+// (the restored tasks are killed then).
+std::optional<std::string> incoming_session::relay_final_stats(const control::envelope& e) {
+    std::optional<std::string> failure;
+    // It exits right after its final report.
+    const auto status = _lazy.proc.wait_for(std::chrono::seconds(10));
+    if (!e.transfer_stats->ok)
+        failure = e.transfer_stats->error ? e.transfer_stats->error : "lazy-pages failed";
+    else if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
+        failure = "lazy-pages reported success but exited abnormally";
+    if (failure)
+        kill_restored(*failure);
+    if (auto* metrics = _d.metrics())
+        metrics->transfer_finished(*e.transfer_stats);
+    (void)control::try_send(_conn, e, net::after(control_timeout)); // migrator may be gone
+    return failure;
 }
 
 // After the resume: forward lazy-pages' progress to the migrator until it
@@ -144,6 +167,11 @@ void incoming_session::relay_transfer() {
     std::optional<std::string> failure;
     // The migrator sends only the packets its source held (moving_network.cpp).
     for (;;) {
+        if (_lazy.early_final) {
+            _lazy.take_uffds();
+            failure = relay_final_stats(*_lazy.early_final);
+            break;
+        }
         const bool watch_migrator = _connections_move && !_held_packets_done;
         pollfd fds[3] = {{_lazy.report.get(), POLLIN, 0},
                          {_lazy.keeper.get(), POLLIN, 0},
@@ -176,17 +204,7 @@ void incoming_session::relay_transfer() {
             continue;
         }
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS) {
-            // It exits right after its final report.
-            const auto status = _lazy.proc.wait_for(std::chrono::seconds(10));
-            if (!e->transfer_stats->ok)
-                failure = e->transfer_stats->error ? e->transfer_stats->error : "lazy-pages failed";
-            else if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
-                failure = "lazy-pages reported success but exited abnormally";
-            if (failure)
-                kill_restored(*failure);
-            if (auto* metrics = _d.metrics())
-                metrics->transfer_finished(*e->transfer_stats);
-            (void)control::try_send(_conn, *e, net::after(control_timeout)); // migrator may be gone
+            failure = relay_final_stats(*e);
             break;
         }
     }

@@ -161,7 +161,7 @@ bool incoming_session::restore_with_engine() {
         const bool watch_migrator = resume && _connections_move && !_held_packets_done;
         pollfd fds[4] = {{gated ? -1 : gate.get(), POLLIN, 0},
                          {engine_cmd.exit_fd(), POLLIN, 0},
-                         {resume ? -1 : _lazy.report.get(), POLLIN, 0},
+                         {resume ? -1 : _lazy.report_to_watch(), POLLIN, 0},
                          {watch_migrator ? _conn.fd() : -1, POLLIN, 0}};
         const bool buffered = watch_migrator && _conn.buffered();
         if (::poll(fds, 4, buffered ? 0 : 1000) < 0 && errno != EINTR)

@@ -99,11 +99,15 @@ start_tree() {
   # tree's init leads its own session (CRIU wants the session inside).
   "$testbed" exec "$1" setsid unshare --pid --fork --net setsid perl "$server_script" "$2" </dev/null >"$work/$2.out" 2>&1 &
   launcher=$!
+  # Until then the launcher is still the shell of testbed.sh, whose own
+  # short-lived children (command substitutions) must not be taken for it.
   for _ in $(seq 1 100); do
+    pid=""
     read -r pid _ <"/proc/$launcher/task/$launcher/children" 2>/dev/null || true
-    [ -n "$pid" ] && break
+    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = perl ] && break
     sleep 0.05
   done
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = perl ] || pid=""
   [ -n "$pid" ] || fail "cannot find the pid of the tree $2"
   echo "$pid" >"$work/$2.pid"
 }
