@@ -27,6 +27,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// CRIU's action script, beside the runc shim (engines/meson.build): it runs
+// at every step of the restore, and hands the gate's steps to the shim.
+constexpr const char* criu_action_script = "ferry-criu-action";
+
 } // namespace
 
 std::unique_ptr<engine_restore> make_engine_restore(const std::string& engine,
@@ -97,7 +101,8 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     // The host's cgroup mounts as CRIU's yard: CRIU mounts none of its own.
     criu::write_config(
         dir / "criu-restore.conf",
-        fmt::format("action-script {}\n{}{}", tools.runc_shim,
+        fmt::format("action-script {}\n{}{}",
+                    (fs::path(tools.runc_shim).parent_path() / criu_action_script).string(),
                     tcp_established ? criu::restore_established_options : criu::restore_options,
                     criu::cgroup_yard_config_line(criu::host_cgroup_yard())),
         tools.criu_plugin_dir);

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/page.hpp"
+#include "criu/cgroup_yard.hpp"
 #include "criu/criu_rpc.hpp"
 #include "engine_restore.hpp"
 #include "incoming.hpp"
@@ -89,6 +90,10 @@ void daemon::run() {
                criu_stop_method(false).reason);
     if (_criu_events.fd() < 0)
         _log->warn("another daemon in this network namespace receives the CRIU plugin's reports");
+    if (!criu::cgroup_moves_are_quick())
+        _log->info("no cgroup mount has favordynmods: a container's restore waits ~10 ms for an "
+                   "RCU grace period to move its tasks into their cgroups (`mount -o "
+                   "remount,favordynmods` on the cgroup2 mount removes it; README, Tuning)");
     for (;;) {
         pollfd fds[3] = {{_listener.get(), POLLIN, 0},
                          {_signals.get(), POLLIN, 0},

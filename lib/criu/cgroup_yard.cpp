@@ -27,6 +27,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 // and name=).
 struct cgroup_mount {
     std::string point, root, hierarchy;
+    bool favordynmods = false;
 };
 
 std::vector<cgroup_mount> cgroup_mounts(const fs::path& mountinfo) {
@@ -40,20 +41,22 @@ std::vector<cgroup_mount> cgroup_mounts(const fs::path& mountinfo) {
         while (s >> word && word != "-") {
         }
         s >> fstype >> source >> super;
+        const auto opts = split(super, ',');
+        const bool favordynmods = std::find(opts.begin(), opts.end(), "favordynmods") != opts.end();
         if (fstype == "cgroup2") {
-            out.push_back({point, root, ""});
+            out.push_back({point, root, "", favordynmods});
         } else if (fstype == "cgroup") {
             std::vector<std::string> names;
-            for (const auto& o : split(super, ','))
+            for (const auto& o : opts)
                 if (o != "rw" && o != "ro" && o != "clone_children" && o != "xattr" &&
                     o != "noprefix" && o.rfind("release_agent=", 0) != 0 &&
-                    o.rfind("cpuset_v2_mode", 0) != 0 && o != "none")
+                    o.rfind("cpuset_v2_mode", 0) != 0 && o != "none" && o != "favordynmods")
                     names.push_back(o);
             std::sort(names.begin(), names.end());
             std::string h;
             for (const auto& n : names)
                 h += (h.empty() ? "" : ",") + n;
-            out.push_back({point, root, h});
+            out.push_back({point, root, h, favordynmods});
         }
     }
     return out;
@@ -104,6 +107,12 @@ yard_choice host_cgroup_yard(const fs::path& proc, const fs::path& root) {
     if (!any)
         return no("this host lists no cgroup hierarchies");
     return {root, ""};
+}
+
+bool cgroup_moves_are_quick(const fs::path& proc) {
+    const auto mounts = cgroup_mounts(proc / "self/mountinfo");
+    return std::any_of(mounts.begin(), mounts.end(),
+                       [](const cgroup_mount& m) { return m.favordynmods; });
 }
 
 std::string cgroup_yard_config_line(const yard_choice& choice) {
