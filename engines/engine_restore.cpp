@@ -31,6 +31,14 @@ namespace fs = std::filesystem;
 // at every step of the restore, and hands the gate's steps to the shim.
 constexpr const char* criu_action_script = "ferry-criu-action";
 
+// The shim itself serves as the action script too, only slower to start:
+// a shim installed alone (FERRY_RUNC_SHIM) still gates the restore.
+fs::path action_script_for(const fs::path& runc_shim) {
+    const auto beside = runc_shim.parent_path() / criu_action_script;
+    std::error_code ec;
+    return fs::exists(beside, ec) ? beside : runc_shim;
+}
+
 } // namespace
 
 std::unique_ptr<engine_restore> make_engine_restore(const std::string& engine,
@@ -101,8 +109,7 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     // The host's cgroup mounts as CRIU's yard: CRIU mounts none of its own.
     criu::write_config(
         dir / "criu-restore.conf",
-        fmt::format("action-script {}\n{}{}",
-                    (fs::path(tools.runc_shim).parent_path() / criu_action_script).string(),
+        fmt::format("action-script {}\n{}{}", action_script_for(tools.runc_shim).string(),
                     tcp_established ? criu::restore_established_options : criu::restore_options,
                     criu::cgroup_yard_config_line(criu::host_cgroup_yard())),
         tools.criu_plugin_dir);
