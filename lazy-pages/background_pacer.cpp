@@ -59,21 +59,21 @@ bool next_run(lazy_process& p, uint32_t chunk, uint64_t& addr, uint64_t& img, ui
 
 } // namespace
 
-std::vector<lazy_process::area> early_areas(const range_map& lazy, const loop_config& cfg) {
-    std::vector<lazy_process::area> small;
-    for (const auto& r : lazy.to_vector())
-        if (pages_in(r.length()) <= cfg.early_area_pages)
-            small.push_back({r.start, r.end});
-    std::stable_sort(small.begin(), small.end(), [](const auto& a, const auto& b) {
-        return a.end - a.start < b.end - b.start;
-    });
+std::vector<address_range> early_areas(const range_map& lazy, const loop_config& cfg) {
+    auto areas = lazy.to_vector();
+    std::erase_if(areas,
+                  [&](const auto& a) { return pages_in(a.length()) > cfg.early_area_pages; });
+    std::stable_sort(areas.begin(), areas.end(),
+                     [](const auto& a, const auto& b) { return a.length() < b.length(); });
     uint64_t pages = 0;
     size_t keep = 0;
-    while (keep < small.size() &&
-           pages + pages_in(small[keep].end - small[keep].start) <= cfg.early_total_pages)
-        pages += pages_in(small[keep].end - small[keep].start), keep++;
-    small.resize(keep);
-    return small;
+    for (; keep < areas.size(); keep++) {
+        pages += pages_in(areas[keep].length());
+        if (pages > cfg.early_total_pages)
+            break;
+    }
+    areas.resize(keep);
+    return areas;
 }
 
 void background_pacer::note_fault(uint64_t now) noexcept {
@@ -103,7 +103,7 @@ uint32_t background_pacer::chunk_pages() const noexcept {
 }
 
 void pump_background(fault_state& s) {
-    if (!s.may_install_ahead() || s.procs.empty() || s.cfg.background_depth == 0)
+    if (!s.lazy_areas_ready() || s.procs.empty() || s.cfg.background_depth == 0)
         return;
     const uint32_t depth = s.pacer.depth();
     while (s.bg_reqs.size() < depth) {

@@ -12,7 +12,6 @@
 #pragma once
 
 #include "core/range_map.hpp"
-#include "lazy_process.hpp"
 #include "loop_config.hpp"
 
 #include <cstddef>
@@ -22,6 +21,7 @@
 namespace ferry::lazy {
 
 struct fault_state;
+struct lazy_process;
 
 class background_pacer {
   public:
@@ -50,7 +50,7 @@ class background_pacer {
 // are mostly in place when the workload resumes, instead of each costing a
 // fault in its first milliseconds (a Redis container's first GET after the
 // move took ~45 faults, ~13 ms, in its 8 MiB arena).
-std::vector<lazy_process::area> early_areas(const range_map& lazy, const loop_config& cfg);
+std::vector<address_range> early_areas(const range_map& lazy, const loop_config& cfg);
 
 // Keeps background requests in flight once the lazy areas are registered:
 // each process's early areas, then runs of lazy pages after its cursor,

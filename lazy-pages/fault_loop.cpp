@@ -153,11 +153,6 @@ void fault_loop::watch_daemon(int daemon_socket) {
     epoll_add(_epolls[0].get(), _daemon_sock, source::daemon_socket, 0);
 }
 
-void fault_loop::set_areas_registered() noexcept {
-    std::lock_guard lock(_mu);
-    _s.areas_registered = true;
-}
-
 void fault_loop::set_restore_finished() noexcept {
     std::lock_guard lock(_mu);
     _s.restore_finished = true;
@@ -381,7 +376,7 @@ void fault_loop::lock_as_background(std::unique_lock<std::mutex>& lock) {
 bool fault_loop::background_turn() {
     // Holes before fetching: a slice per turn keeps the lock's hold short.
     constexpr size_t holes_per_turn = 1024;
-    if (_s.may_install_ahead() && _s.holes_applied < _s.holes.size()) {
+    if (_s.lazy_areas_ready() && _s.holes_applied < _s.holes.size()) {
         const size_t n = std::min(holes_per_turn, _s.holes.size() - _s.holes_applied);
         (void)apply_holes(_s, std::span(_s.holes).subspan(_s.holes_applied, n));
         _s.holes_applied += n;

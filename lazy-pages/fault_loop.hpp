@@ -44,8 +44,6 @@ class fault_loop {
     void watch_daemon(int daemon_socket);
     // Assume restore has finished (for tests without CRIU).
     void set_restore_finished() noexcept;
-    // As if the daemon had said "lazy areas ready" (for tests).
-    void set_areas_registered() noexcept;
 
     void add_process(uint32_t image_pid, unique_fd uffd,
                      const std::vector<criu::lazy_range>& ranges);
@@ -66,8 +64,9 @@ class fault_loop {
     [[nodiscard]] const latency_recorder& fault_latency() const noexcept {
         return _s.fault_latency;
     }
-    // The two halves of a fault's service time (see the README's budget).
+    // The first faults' timeline (first_faults.hpp), for the log.
     [[nodiscard]] const first_faults& first() const noexcept { return _s.first; }
+    // The two halves of a fault's service time (see the README's budget).
     [[nodiscard]] const latency_recorder& fetch_latency() const noexcept {
         return _s.fetch_latency;
     }

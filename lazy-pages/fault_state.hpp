@@ -31,10 +31,11 @@ struct fault_state {
     size_t bg_next_proc = 0;
     uint64_t next_request_id = 1;
     bool restore_finished = false;
-    // CRIU's restore reached post-restore: every task's lazy areas are
-    // registered, so the background may install ahead of "restore finished".
+    // The daemon said CRIU reached post-restore: every task's lazy areas are
+    // registered with its uffd, ahead of "restore finished".
     bool areas_registered = false;
-    [[nodiscard]] bool may_install_ahead() const noexcept {
+    // Pages may go in without a fault: the background and the holes start.
+    [[nodiscard]] bool lazy_areas_ready() const noexcept {
         return restore_finished || areas_registered;
     }
     loop_stats stats;

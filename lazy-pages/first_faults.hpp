@@ -19,8 +19,6 @@ class first_faults {
             _at[_n++] = {addr, fault_ns, installed_ns};
     }
 
-    [[nodiscard]] size_t size() const noexcept { return _n; }
-
     // "N faults from T (monotonic ns): +start/wait ms@address ..." for the log.
     [[nodiscard]] std::string describe() const;
 

@@ -19,11 +19,8 @@ struct lazy_process {
     range_map lazy{false};
     range_map in_flight; // pages with an outstanding fault request
     // Areas the background pulls before the rest, in order; the front one's
-    // start advances as it goes (background_pacer.hpp).
-    struct area {
-        uint64_t start, end;
-    };
-    std::vector<area> early;
+    // start serves as its cursor (background_pacer.hpp).
+    std::vector<address_range> early;
     size_t early_next = 0;
     uint64_t bg_cursor = 0;
     uint32_t bg_outstanding = 0;

@@ -21,6 +21,12 @@ namespace ferry::lazy {
 
 namespace {
 
+// The faulting page of `req` is in place (or was already): its service time.
+void note_fault_served(fault_state& s, const outstanding_request& req, uint64_t now) noexcept {
+    s.fault_latency.record(now - req.fault_ns);
+    s.first.record(req.fault_addr, req.fault_ns, now);
+}
+
 // Installs verified pages [first, first + count) of `req` whose data starts
 // at `data`. Each page is checked against the process's current lazy map:
 // pages unmapped, removed or already installed meanwhile are skipped.
@@ -34,11 +40,8 @@ void install_run(fault_state& s, outstanding_request& req, const std::byte* data
         const auto r = p.lazy.find(addr);
         if (!r || r->img_of(addr) != img) {
             s.stats.pages_duplicate++;
-            if (addr == req.fault_addr) {
-                const uint64_t now = monotonic_ns();
-                s.fault_latency.record(now - req.fault_ns);
-                s.first.record(req.fault_addr, req.fault_ns, now);
-            }
+            if (addr == req.fault_addr)
+                note_fault_served(s, req, monotonic_ns());
             addr += page_size, img += page_size, data += page_size, left--;
             continue;
         }
@@ -55,9 +58,8 @@ void install_run(fault_state& s, outstanding_request& req, const std::byte* data
             req.fault_addr >= addr && req.fault_addr < addr + uint64_t(done) * page_size;
         if (has_fault_page) {
             const uint64_t now = monotonic_ns();
-            s.fault_latency.record(now - req.fault_ns);
+            note_fault_served(s, req, now);
             s.install_latency.record(now - copy_start);
-            s.first.record(req.fault_addr, req.fault_ns, now);
         }
         if (p.forked) {
             s.stats.pages_forked += done;

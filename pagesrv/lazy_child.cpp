@@ -166,12 +166,11 @@ std::optional<std::string> incoming_session::relay_final_stats(const control::en
 void incoming_session::relay_transfer() {
     std::optional<std::string> failure;
     // The migrator sends only the packets its source held (moving_network.cpp).
-    for (;;) {
-        if (_lazy.early_final) {
-            _lazy.take_uffds();
-            failure = relay_final_stats(*_lazy.early_final);
-            break;
-        }
+    if (_lazy.early_final) {
+        _lazy.take_uffds();
+        failure = relay_final_stats(*_lazy.early_final);
+    }
+    while (!_lazy.early_final) { // until the final report; skipped if it came early
         const bool watch_migrator = _connections_move && !_held_packets_done;
         pollfd fds[3] = {{_lazy.report.get(), POLLIN, 0},
                          {_lazy.keeper.get(), POLLIN, 0},

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The steps ferry-runc's action_script() acts on: keep the two in step. */
 static int wanted(const char *action)
 {
 	if (!getenv("FERRY_GATE"))

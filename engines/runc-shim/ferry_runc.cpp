@@ -366,6 +366,8 @@ int criu_after_images(int argc, char** argv) {
 // As CRIU's action script. Post-restore of a Ferry restore asks whether the
 // tasks may resume; setup-namespaces of one whose network moves lets the
 // daemon give the copy its addresses before CRIU restores the sockets.
+// ferry-criu-action makes the same choice (its wanted()) before it execs
+// this; keep the two in step. Here it serves when that one is missing.
 int action_script(const std::string& action) {
     const char* gate = std::getenv("FERRY_GATE");
     const char* pid = std::getenv("CRTOOLS_INIT_PID");
