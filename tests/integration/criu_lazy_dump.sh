@@ -60,6 +60,13 @@ lazy_dump() {
 }
 
 lazy_pages_in_log() { sed -n 's/.*Pagemap generated: [0-9]* pages (\([0-9]*\) lazy).*/\1/p' "$1" | awk '{s+=$1} END {print s+0}'; }
+comm_of() { cat "/proc/$1/comm" 2>/dev/null || echo gone; }
+# What a failure needs from CRIU's log: the options it took, each VMA it
+# scanned and what it made of it, and any error.
+log_excerpt() {
+  echo "CRIU's log $1 says:"
+  grep -E "Pagemap generated|filling VMA|Dumping pages|lazy|Error|Warn|PAGEMAP_SCAN" "$1" 2>/dev/null | head -n 60
+}
 pipes_of() { find "/proc/$1/fd" -lname 'pipe:*' 2>/dev/null | wc -l; }
 
 # CLOSE (0x1023) or GET (7) to CRIU's page server; prints its answer's
@@ -111,9 +118,9 @@ lazy_dump pagemap "$pid" --lazy-pagemap-only
 only_pipes=$(pipes_of "$criu_pid")
 only_lazy=$(lazy_pages_in_log "$dir/dump.log")
 log "pagemap only: $only_lazy lazy pages, $only_pipes pipes held while serving"
-[ "$parked_lazy" -ge 16384 ] || fail "the stock dump marked only $parked_lazy pages lazy; its log says:
-$(grep -E "Pagemap generated|Dumping pages|lazy" "$work/parked/dump.log" | head -n 20)"
-[ "$only_lazy" -ge 16384 ] || fail "the pagemap-only dump marked only $only_lazy pages lazy"
+[ "$parked_lazy" -ge 16384 ] || fail "the stock dump marked only $parked_lazy pages lazy;
+$(log_excerpt "$work/parked/dump.log")"
+[ "$only_lazy" -ge 16384 ] || fail "the pagemap-only dump marked only $only_lazy pages lazy (workload $pid: $(comm_of "$pid"), CRIU $criu_pid: $(comm_of "$criu_pid")); $(log_excerpt "$dir/dump.log")"
 [ "$only_lazy" -le $((parked_lazy + 64)) ] && [ "$parked_lazy" -le $((only_lazy + 64)) ] ||
   fail "the two pagemaps disagree: $parked_lazy and $only_lazy lazy pages"
 [ $((parked_pipes - only_pipes)) -ge 8 ] ||
