@@ -22,11 +22,16 @@
 //            MADV_RANDOM; SIGUSR1 then also checks the written pages, that
 //            the others read as zeros, and that the flags survived:
 //            "verify ok sparse pages=N written=W flags=dd,rr".
+//   --park-aligned-sp
+//            one more thread parks in pause() with its stack pointer on a
+//            page boundary (x86-64 only). Stock CRIU then marked nothing of
+//            the task lazy (examples/criu-patches/0010).
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -359,13 +364,46 @@ void watch_for_migration(const region& r, churn_region* cr, after_freeze what) {
         fork_and_verify(r);
 }
 
+// Switches to a stack of its own whose pointer is page aligned and stays in
+// pause() there for good, every signal blocked (the handlers never run on it).
+[[noreturn]] void park_on_page_aligned_stack() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    constexpr size_t size = 64 << 10;
+    void* stack = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (stack == MAP_FAILED) {
+        perror("memload: mmap for the parked thread's stack");
+        exit(1);
+    }
+    char* top = static_cast<char*>(stack) + size / 2; // page aligned, room both ways
+#if defined(__x86_64__)
+    asm volatile("mov %0, %%rsp\n"
+                 "1: mov %1, %%eax\n"
+                 "syscall\n"
+                 "jmp 1b\n"
+                 :
+                 : "r"(top), "i"(SYS_pause)
+                 : "rax", "rcx", "r11", "memory");
+    __builtin_unreachable();
+#else
+    (void)top;
+    fprintf(stderr, "memload: --park-aligned-sp is x86-64 only\n");
+    exit(2);
+#endif
+}
+
+bool park_aligned_sp = false;
+
 void run(const char* role, const region& r, unsigned threads, after_freeze what, churn_region* cr) {
     for (unsigned i = 0; i < threads; i++)
         std::thread(worker, &r, i).detach();
     if (what.any())
         std::thread(watch_for_migration, std::cref(r), cr, what).detach();
+    if (park_aligned_sp)
+        std::thread(park_on_page_aligned_stack).detach();
     say("ready %s pid=%d pages=%zu threads=%u\n", role, int(getpid()), r.pages,
-        threads + 1 + (what.any() ? 1 : 0));
+        threads + 1 + (what.any() ? 1 : 0) + (park_aligned_sp ? 1 : 0));
     uint64_t tick = 0;
     uint64_t last_tick = now_ns();
     for (;;) {
@@ -441,12 +479,14 @@ int main(int argc, char** argv) {
             what.fork = true;
         else if (a == "--churn-after-freeze")
             what.churn = true;
+        else if (a == "--park-aligned-sp")
+            park_aligned_sp = true;
         else {
             fprintf(stderr,
                     "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
                     "[--shared-mib N] [--sparse-mib N] [--touch-after-freeze [--touch-order "
                     "random|sequential] [--touch-threads N]] [--fork-after-freeze] "
-                    "[--churn-after-freeze]\n");
+                    "[--churn-after-freeze] [--park-aligned-sp]\n");
             return 2;
         }
     }

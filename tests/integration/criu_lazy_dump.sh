@@ -8,6 +8,8 @@
 #    blocking on an empty pipe, and the failed dump leaves the workload
 #    running: nothing is lost.
 #  - Without --lazy-pages the option is refused.
+#  - A thread parked with a page-aligned stack pointer leaves the rest of the
+#    task lazy (examples/criu-patches/0010: stock CRIU marked nothing lazy).
 # Nothing here needs the testbed: CRIU runs on this machine directly.
 source "$(dirname "$0")/lib.sh"
 
@@ -22,12 +24,14 @@ test_cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
 }
 
-# A 64 MiB memload, the init of its own PID namespace; sets pid. (Not a
-# command substitution: the pids must reach test_cleanup.)
+# start_local OUT [memload options]: a 64 MiB memload, the init of its own
+# PID namespace; sets pid. (Not a command substitution: the pids must reach
+# test_cleanup.)
 start_local() {
   local out=$1 launcher
+  shift
   pid=""
-  setsid unshare --pid --fork "$memload" --mib 64 --child-mib 0 --threads 1 </dev/null >>"$out" 2>&1 &
+  setsid unshare --pid --fork "$memload" --mib 64 --child-mib 0 --threads 1 "$@" </dev/null >>"$out" 2>&1 &
   launcher=$!
   pids+=("$launcher")
   wait_for "$out" "ready parent" 60
@@ -144,4 +148,14 @@ if criu dump -t "$pid" -D "$work" --lazy-pagemap-only -o refused.log >/dev/null 
 fi
 grep -q "only makes sense with --lazy-pages" "$work/refused.log" || fail "the refusal does not say why"
 running "$pid" || fail "the refused dump disturbed the workload"
+
+log "4. a thread parked with a page-aligned stack pointer"
+start_local "$work/aligned.out" --park-aligned-sp
+lazy_dump aligned "$pid"
+aligned_lazy=$(lazy_pages_in_log "$dir/dump.log")
+log "aligned stack pointer: $aligned_lazy lazy pages"
+[ "$(ps_request close)" = 4 ] || fail "CRIU did not answer CLOSE"
+wait "$guard" || fail "the lazy dump failed: $(tail -n 5 "$dir/dump.log")"
+[ "$aligned_lazy" -ge 16384 ] ||
+  fail "with a page-aligned stack pointer the dump marked only $aligned_lazy pages lazy; $(log_excerpt "$dir/dump.log")"
 log "PASS"
