@@ -44,7 +44,7 @@ ferry_packages=(
   libbenchmark-dev
   libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils rdmacm-utils
   qemu-system-x86 cpio busybox-static file
-  iproute2 procps util-linux psmisc python3 xz-utils clang-format patch tcpdump systemd
+  iproute2 procps util-linux psmisc python3 xz-utils clang-format patch tcpdump systemd iptables
   nftables
 )
 # nftables: a CRIU that had to be killed leaves its network lock (an nftables

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# CRIU's conntrack dump of a network namespace (examples/criu-patches/0011),
+# on the real CRIU: a 64 MiB memload in its own network and PID namespaces
+# is dumped twice (--leave-running, so it runs on).
+#  1. The namespace tracks nothing: CRIU says so and walks no conntrack
+#     table; no conntrack image is written.
+#  2. A conntrack rule in the namespace and one TCP connection over its
+#     loopback: the namespace tracks it, CRIU dumps the table as before, and
+#     the connection is in the image.
+# The workload verifies its memory after both dumps.
+# Nothing here needs the testbed: CRIU runs on this machine directly.
+source "$(dirname "$0")/lib.sh"
+
+command -v iptables >/dev/null || fail "iptables is missing: examples/setup.sh installs it"
+memload="$FERRY_BUILD/examples/memload"
+pids=()
+test_cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+}
+
+out="$work/memload.out"
+setsid unshare --net --pid --fork "$memload" --mib 64 --child-mib 0 --threads 1 </dev/null >>"$out" 2>&1 &
+launcher=$!
+pids+=("$launcher")
+wait_for "$out" "ready parent" 60
+read -r pid _ <"/proc/$launcher/task/$launcher/children" || true
+[ -n "$pid" ] || fail "cannot find the workload's pid"
+pids+=("$pid")
+in_ns() { nsenter -t "$pid" -n "$@"; }
+in_ns ip link set lo up
+
+# dump NAME: a bounded full dump that leaves the workload running.
+dump() {
+  dir="$work/$1"
+  mkdir -p "$dir"
+  timeout -s KILL 60 criu dump -t "$pid" -D "$dir" --leave-running -o dump.log -v4 >/dev/null 2>&1 ||
+    fail "$1: the dump failed: $(grep -E 'Error' "$dir/dump.log" | head -n 5)"
+}
+ct_image_bytes() { cat "$dir"/netns-ct-*.img 2>/dev/null | wc -c; }
+
+log "1. a namespace that tracks nothing"
+[ "$(in_ns cat /proc/sys/net/netfilter/nf_conntrack_count)" = 0 ] ||
+  fail "the fresh namespace already tracks connections"
+dump untracked
+grep -q "No connection tracked in the namespace: no conntrack dump" "$dir/dump.log" ||
+  fail "CRIU walked the conntrack table of a namespace that tracks nothing: $(grep -n 'conntrack\|Dumping netns' "$dir/dump.log" | head)"
+[ "$(ct_image_bytes)" = 0 ] || fail "a conntrack image was written for a namespace that tracks nothing"
+
+log "2. one tracked connection"
+in_ns iptables -A INPUT -m conntrack --ctstate NEW,ESTABLISHED -j ACCEPT
+# One connection to a listener on the namespace's loopback, closed at once:
+# its conntrack entry lingers (TIME_WAIT) long after.
+timeout 20 nsenter -t "$pid" -n python3 - <<'PY'
+import socket
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1)
+c = socket.create_connection(srv.getsockname(), timeout=5)
+s, _ = srv.accept()
+c.sendall(b"x")
+assert s.recv(1) == b"x"
+for k in (c, s, srv):
+    k.close()
+PY
+tracked=$(in_ns cat /proc/sys/net/netfilter/nf_conntrack_count)
+[ "$tracked" -gt 0 ] || fail "the connection was not tracked (nf_conntrack_count $tracked)"
+dump tracked
+grep -q "No connection tracked" "$dir/dump.log" && fail "CRIU skipped the conntrack dump with $tracked tracked"
+bytes=$(ct_image_bytes)
+[ "$bytes" -gt 0 ] || fail "no conntrack entry in the images with $tracked tracked"
+log "tracked: $tracked connection(s), $bytes bytes of conntrack image"
+
+mark=$(lines "$out")
+kill -USR1 "$pid"
+wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
+log "PASS"
