@@ -5,7 +5,8 @@
 #   1. a memload container (64 MiB + a forked child, a listening socket, env,
 #      label, writable-layer changes) arrives on b with its name, config, files and memory; the
 #      source container is gone, its /dev/shm files came along; logs/stop/rm
-#      work on the copy; CRIU locked
+#      work on the copy, and its /dev and empty tmpfs mounts are the same
+#      (CRIU archived them without tar); CRIU locked
 #      its network with nftables (where CRIU can), and the lock is gone on b;
 #      podman's restore started warm (before the freeze); CRIU used the
 #      host's cgroup mounts, and the copy is in its engine's cgroups;
@@ -82,6 +83,12 @@ ctr a exec m1 sh -c 'echo migrated > /etc/ferry-marker && rm /etc/issue.net && r
 ctr a exec m1 sh -c 'echo in-shm > /dev/shm/ferry-shm-marker'
 # runc masks /proc/acpi with an empty read-only tmpfs.
 acpi=$(ctr a exec m1 stat -c '%F %a %u %g' /proc/acpi) || fail "no /proc/acpi in m1"
+# /dev is a tmpfs of device nodes and symlinks (and the mountpoints of
+# others): what it holds, with mode, owner, device numbers, target and mtime.
+dev_tmpfs() {
+  ctr "$1" exec "$2" sh -c "stat -c '%n %f %u %g %Y' /dev && find /dev -xdev -mindepth 1 ! -type d -exec stat -c '%n %f %u %g %t %T %Y %N' {} + | sort"
+}
+dev_before=$(dev_tmpfs a m1) || fail "cannot list m1's /dev"
 migrate m1 >"$work/m1.json" 2>"$work/m1.err" || fail "migration failed: $(cat "$work/m1.json" "$work/m1.err")"
 [ "$(json "$work/m1.json" ok)" = true ] || fail "not ok"
 [ "$(json "$work/m1.json" source_container_removed)" = true ] || fail "source container not removed"
@@ -103,11 +110,16 @@ if criu check --feature network_lock_nftables >/dev/null 2>&1; then
   tables=$(nsenter -t "$m1_pid" -n python3 "$repo/tests/integration/nft_tables.py") || fail "cannot list m1's nftables tables"
   case "$tables" in *CRIU*) fail "CRIU's network lock is still in m1's namespace on b: $tables" ;; esac
 fi
-# CRIU archived and restored the empty tmpfs mounts without running tar
-# (criu-patches/0008), and the copy is the same: empty, same mode and owner.
+# CRIU archived and restored the container's small tmpfs mounts without
+# running tar (criu-patches/0008 and 0012): the empty ones and /dev, with
+# its device nodes and symlinks; the copies are the same.
 m1_id=$(json "$work/m1.json" migration_id)
-grep -q "Restored the empty tmpfs at .* without tar" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
+grep -q "Restored the tmpfs at .* without tar: 1 entries" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
   fail "CRIU ran tar for the empty tmpfs mounts"
+grep -Eq "Restored the tmpfs at .* without tar: ([2-9]|[1-9][0-9]+) entries" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
+  fail "CRIU ran tar for /dev"
+dev_after=$(dev_tmpfs b m1) || fail "cannot list m1's /dev on b"
+[ "$dev_after" = "$dev_before" ] || fail "/dev changed: $(diff <(echo "$dev_before") <(echo "$dev_after"))"
 # CRIU took the host's cgroup mounts as its yard where their layout allows
 # (lib/criu/cgroup_yard.hpp), and the copy runs in its engine's cgroups.
 if [ "$(json "$work/m1.json" criu_cgroup_yard)" = /sys/fs/cgroup ]; then
