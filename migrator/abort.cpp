@@ -139,7 +139,8 @@ void migration::cleanup() {
     std::error_code ec;
     // A lazy dump that left no page lazy (every page went into the images)
     // worked, but is not what was asked for: keep CRIU's logs to see why.
-    // integration-pool has met it twice in about ten runs.
+    // Stock CRIU did it when a thread stopped with a page-aligned stack
+    // pointer (examples/criu-patches/0010 fixes that).
     const bool nothing_lazy = _r.ok && _opt.mode == migrate_mode::migrate &&
                               _r.source_pages_total == 0 && _r.images_bytes > (uint64_t(16) << 20);
     if (nothing_lazy)

@@ -104,8 +104,9 @@ nothing() { :; }
 expect_rebuilt() {
   local f=$1 lost=$2
   if [ "$(json "$f" pages_total)" = 0 ]; then
-    # Seen twice: CRIU's lazy dump put every page into the images, so no
-    # node held anything to lose. The migrator keeps CRIU's logs then.
+    # Seen twice before criu-patches/0010: CRIU's lazy dump put every page
+    # into the images, so no node held anything to lose. The migrator keeps
+    # CRIU's logs then.
     local id
     id=$(json "$f" migration_id)
     tail -n 30 "/dev/shm/ferry/$id/dump.log" >&2 || true
