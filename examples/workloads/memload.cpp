@@ -313,7 +313,10 @@ void fork_and_verify(const region& r) {
 // A region whose layout changes right after the migration, to exercise the
 // lazy-pages daemon's REMOVE, UNMAP and REMAP handling.
 struct churn_region {
-    static constexpr size_t pages = 2048;
+    // Larger than lazy-pages' early areas (--early-area-pages, 16 MiB), which
+    // are pulled first from the commit on: this one must still be lazy when
+    // the churn runs.
+    static constexpr size_t pages = 8192;
     region r;
     void* landing = nullptr; // where the tail is moved to
 
