@@ -6,26 +6,11 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <exception>
 #include <string>
 
-namespace {
-
-const std::string& request_path() {
-    static const std::string path = [] {
-        std::string p = "/dev/shm/ferry-fuzz-request." + std::to_string(::getpid());
-        // The fuzzer exits through exit() when its time is up: the file goes with it.
-        std::atexit([] { ::unlink(request_path().c_str()); });
-        return p;
-    }();
-    return path;
-}
-
-} // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const std::string& path = request_path();
+    static const std::string path = "/dev/shm/ferry-fuzz-request." + std::to_string(::getpid());
     FILE* f = std::fopen(path.c_str(), "wb");
     if (!f)
         return 0;
@@ -39,5 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)ferry::engines::read_restore_request(path);
     } catch (const std::exception&) {
     }
+    // Gone after every input: libFuzzer ends with _Exit, which runs no
+    // atexit handler, and /dev/shm is memory.
+    ::unlink(path.c_str());
     return 0;
 }
