@@ -116,6 +116,7 @@ class incoming_session {
     void report_resumed(uint64_t restore_ns, std::optional<uint64_t> engine_settle_ns);
     void spawn_lazy_pages();
     void relay_transfer();
+    std::optional<std::string> relay_until_final_stats();
     std::optional<std::string> lazy_report_before_resume();
     bool ask_to_resume();
     bool cancel_restore(criu::service& criu, const std::string& why);

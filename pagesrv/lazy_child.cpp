@@ -161,16 +161,12 @@ std::optional<std::string> incoming_session::relay_final_stats(const control::en
     return failure;
 }
 
-// After the resume: forward lazy-pages' progress to the migrator until it
-// reports its final statistics, holding the uffd duplicates meanwhile.
-void incoming_session::relay_transfer() {
-    std::optional<std::string> failure;
-    // The migrator sends only the packets its source held (moving_network.cpp).
-    if (_lazy.early_final) {
-        _lazy.take_uffds();
-        failure = relay_final_stats(*_lazy.early_final);
-    }
-    while (!_lazy.early_final) { // until the final report; skipped if it came early
+// Forwards lazy-pages' progress to the migrator until it reports its final
+// statistics (relayed too), holding the uffd duplicates meanwhile; the
+// failure, if any. The migrator sends only the packets its source held
+// (moving_network.cpp).
+std::optional<std::string> incoming_session::relay_until_final_stats() {
+    for (;;) {
         const bool watch_migrator = _connections_move && !_held_packets_done;
         pollfd fds[3] = {{_lazy.report.get(), POLLIN, 0},
                          {_lazy.keeper.get(), POLLIN, 0},
@@ -191,21 +187,27 @@ void incoming_session::relay_transfer() {
         try {
             e = control::receive(_lazy.report.get(), net::after(control_timeout));
         } catch (const std::exception& ex) {
-            failure = fmt::format("lazy-pages report channel: {}", ex.what());
+            return fmt::format("lazy-pages report channel: {}", ex.what());
         }
-        if (!e) {
-            failure = failure.value_or("lazy-pages died without reporting");
-            break;
-        }
-        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_PROGRESS) {
+        if (!e)
+            return "lazy-pages died without reporting";
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_PROGRESS)
             // Progress is informational; the transfer goes on without the migrator.
             (void)control::try_send(_conn, *e, net::after(control_timeout));
-            continue;
-        }
-        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS) {
-            failure = relay_final_stats(*e);
-            break;
-        }
+        else if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_TRANSFER_STATS)
+            return relay_final_stats(*e);
+    }
+}
+
+// After the resume: the transfer's end, relayed to the migrator (a final
+// report that came during the restore is relayed at once).
+void incoming_session::relay_transfer() {
+    std::optional<std::string> failure;
+    if (_lazy.early_final) {
+        _lazy.take_uffds();
+        failure = relay_final_stats(*_lazy.early_final);
+    } else {
+        failure = relay_until_final_stats();
     }
     if (failure && _lazy.proc.running()) {
         kill_restored(*failure);

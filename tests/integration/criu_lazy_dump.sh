@@ -16,29 +16,7 @@ source "$(dirname "$0")/lib.sh"
 criu --lazy-pagemap-only --version >/dev/null 2>&1 ||
   fail "this CRIU lacks --lazy-pagemap-only: examples/setup.sh installs the patched one"
 
-memload="$FERRY_BUILD/examples/memload"
 port=$((28000 + $$ % 1000))
-pids=()
-test_cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
-
-# start_local OUT [memload options]: a 64 MiB memload, the init of its own
-# PID namespace; sets pid. (Not a command substitution: the pids must reach
-# test_cleanup.)
-start_local() {
-  local out=$1 launcher
-  shift
-  pid=""
-  setsid unshare --pid --fork "$memload" --mib 64 --child-mib 0 --threads 1 "$@" </dev/null >>"$out" 2>&1 &
-  launcher=$!
-  pids+=("$launcher")
-  wait_for "$out" "ready parent" 60
-  read -r pid _ <"/proc/$launcher/task/$launcher/children" || true
-  [ -n "$pid" ] || fail "cannot find the workload's pid"
-  pids+=("$pid")
-}
 
 # lazy_dump NAME PID [extra criu options]: starts the lazy dump in the
 # background and waits (bounded) until its page server listens. Sets
@@ -54,13 +32,13 @@ lazy_dump() {
   timeout -s KILL 120 criu dump -t "$pid" -D "$dir" --lazy-pages "$@" --address 127.0.0.1 --port "$port" \
     --status-fd 9 -o dump.log -v4 9>"$dir/status" >"$dir/criu.out" 2>&1 &
   guard=$!
-  pids+=("$guard")
+  local_pids+=("$guard")
   # criu opens the fifo for writing; one byte arrives when it listens.
   timeout 60 head -c1 "$dir/status" >/dev/null || fail "$name: CRIU's page server did not listen within 60 s"
   read -r criu_pid _ <"/proc/$guard/task/$guard/children" || true
   [ -n "$criu_pid" ] || fail "$name: cannot find CRIU's pid"
   # Killing timeout does not kill CRIU: the clean-up kills it by its pid.
-  pids+=("$criu_pid")
+  local_pids+=("$criu_pid")
 }
 
 lazy_pages_in_log() { sed -n 's/.*Pagemap generated: [0-9]* pages (\([0-9]*\) lazy).*/\1/p' "$1" | awk '{s+=$1} END {print s+0}'; }

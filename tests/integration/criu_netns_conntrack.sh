@@ -12,21 +12,8 @@
 source "$(dirname "$0")/lib.sh"
 
 command -v iptables >/dev/null || fail "iptables is missing: examples/setup.sh installs it"
-memload="$FERRY_BUILD/examples/memload"
-pids=()
-test_cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
-
 out="$work/memload.out"
-setsid unshare --net --pid --fork "$memload" --mib 64 --child-mib 0 --threads 1 </dev/null >>"$out" 2>&1 &
-launcher=$!
-pids+=("$launcher")
-wait_for "$out" "ready parent" 60
-read -r pid _ <"/proc/$launcher/task/$launcher/children" || true
-[ -n "$pid" ] || fail "cannot find the workload's pid"
-pids+=("$pid")
+start_local "$out" --net
 in_ns() { nsenter -t "$pid" -n "$@"; }
 in_ns ip link set lo up
 

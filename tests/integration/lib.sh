@@ -36,10 +36,15 @@ else
   fallback_expected=yes
 fi
 
+# Processes a test started on this machine itself (start_local and the
+# like): killed by their pids on exit.
+local_pids=()
+
 cleanup() {
-  local rc=$?
+  local rc=$? p
   # A test's own clean-up first (test_cleanup, if it defines one).
   if declare -F test_cleanup >/dev/null; then test_cleanup || true; fi
+  for p in "${local_pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   if [ $rc -ne 0 ]; then
     log "test failed (rc=$rc); daemon logs follow"
     for f in /tmp/ferry-testbed/"$FERRY_TESTBED"/*/pagesrv.log; do
@@ -93,6 +98,28 @@ start_workload() {
   read -r pid _ <"/proc/$launcher/task/$launcher/children" || true
   [ -n "$pid" ] || fail "cannot find the workload's pid"
   echo "$pid"
+}
+
+# start_local OUT [--net] [memload options]: a 64 MiB memload on this
+# machine (no testbed), the init of its own PID namespace (and network
+# namespace, with --net); sets pid once it is ready. (Not a command
+# substitution: its pids must reach local_pids.)
+start_local() {
+  local out=$1 launcher ns=(--pid)
+  shift
+  if [ "${1:-}" = --net ]; then
+    ns+=(--net)
+    shift
+  fi
+  pid=""
+  setsid unshare "${ns[@]}" --fork "$FERRY_BUILD/examples/memload" --mib 64 --child-mib 0 --threads 1 "$@" \
+    </dev/null >>"$out" 2>&1 &
+  launcher=$!
+  local_pids+=("$launcher")
+  wait_for "$out" "ready parent" 60
+  read -r pid _ <"/proc/$launcher/task/$launcher/children" || true
+  [ -n "$pid" ] || fail "cannot find the workload's pid"
+  local_pids+=("$pid")
 }
 
 # running PID: exists, not a zombie, not stopped.
