@@ -41,6 +41,7 @@ struct options {
     std::string fabric = "tcp";
     std::string pool; // pool_spec text: read pages from the pool
     bool keep_pool = false;
+    double deadline_scale = 1.0; // the migration's; lengthens the pool's failure detector
     std::string credentials_dir;
     tls::credentials_ptr credentials; // loaded from credentials_dir in main
 };
@@ -57,7 +58,8 @@ class pool_source {
   public:
     pool_source(const options& opt, const criu::image_set& images)
         : _spec(spec_of(opt)), _object(_spec.object_of(opt.migration_id)),
-          _health(std::make_shared<pool::pool_health>(_spec)), _keep(opt.keep_pool) {
+          _health(std::make_shared<pool::pool_health>(_spec)), _keep(opt.keep_pool),
+          _deadline_scale(opt.deadline_scale) {
         std::vector<const criu::process_image*> procs;
         for (const auto& p : images.processes)
             if (!p.lazy.empty())
@@ -76,7 +78,7 @@ class pool_source {
     std::unique_ptr<page_channel> channel(std::unique_ptr<page_channel> source, uint32_t max_pages,
                                           const char* name) {
         auto ch = std::make_unique<pool_channel>(_spec, _object, _index, _health, std::move(source),
-                                                 max_pages, name);
+                                                 max_pages, name, _deadline_scale);
         _channels.push_back(ch.get());
         return ch;
     }
@@ -204,6 +206,7 @@ class pool_source {
     uint64_t _object;
     std::shared_ptr<pool::pool_health> _health;
     bool _keep;
+    double _deadline_scale;
     criu::lazy_page_index _index;
     std::vector<pool_channel*> _channels;
     std::atomic<bool> _stopping{false};
@@ -503,6 +506,10 @@ int main(int argc, char** argv) {
     app.add_option("--spin-us", spin_us,
                    "poll without sleeping this long after any activity (0: always block)")
         ->check(CLI::Range(0, 1'000'000));
+    app.add_option("--deadline-scale", opt.deadline_scale,
+                   "the migration's --deadline-scale: multiplies the pool nodes' reply deadlines "
+                   "and the silence after which a node is lost (never below the defaults)")
+        ->check(CLI::Range(0.01, 1000.0));
     app.add_option("--accept-timeout-ms", opt.accept_timeout_ms,
                    "how long to wait for restore to connect");
     app.add_flag("--wait-start", opt.wait_start,

@@ -72,10 +72,10 @@ class incoming_session {
           _connections_move(prepare.has_connections_move && prepare.connections_move),
           _moving_routes(netlink::from_messages(prepare.moving_routes, prepare.n_moving_routes)),
           _log(make_logger("pagesrv", _id)) {
-        const double scale =
+        _deadline_scale =
             prepare.has_deadline_scale && prepare.deadline_scale > 0 ? prepare.deadline_scale : 1.0;
         _deadlines = criu::deadlines::for_memory(
-            prepare.has_workload_bytes ? prepare.workload_bytes : 0, scale);
+            prepare.has_workload_bytes ? prepare.workload_bytes : 0, _deadline_scale);
         const auto method =
             d.criu_stop_method(prepare.has_no_hw_breakpoints && prepare.no_hw_breakpoints);
         if (!method.criu_env.empty())
@@ -178,6 +178,7 @@ class incoming_session {
     bool _resumed = false;
     bool _transferred = false;
     criu::deadlines _deadlines;         // the restore's, grown with the workload
+    double _deadline_scale = 1.0;       // the migration's --deadline-scale
     std::vector<std::string> _criu_env; // CRIU_FAULT=130 where breakpoints do not trap
     uint64_t _images_check_ns = 0;
     uint64_t _lazy_start_ns = 0;

@@ -25,12 +25,12 @@ pool_channel::pool_channel(const pool::pool_spec& spec, uint64_t object,
                            const criu::lazy_page_index& index,
                            std::shared_ptr<pool::pool_health> health,
                            std::unique_ptr<page_channel> source, uint32_t max_pages,
-                           std::string name)
-    : _index(index),
-      _client(spec, object, std::move(health),
-              pool::pool_client::options{.name = std::move(name),
-                                         .read_slots = 32,
-                                         .max_read_pages = std::min(max_pages, 256u)}),
+                           std::string name, double deadline_scale)
+    : _index(index), _client(spec, object, std::move(health),
+                             pool::pool_client::options{.name = std::move(name),
+                                                        .read_slots = 32,
+                                                        .max_read_pages = std::min(max_pages, 256u)}
+                                 .with_deadline_scale(deadline_scale)),
       _source(std::move(source)), _max_pages(std::min(max_pages, 256u)) {
     if (_source)
         _max_pages = std::min(_max_pages, _source->max_pages());

@@ -26,7 +26,7 @@ class pool_channel final : public page_channel {
   public:
     pool_channel(const pool::pool_spec& spec, uint64_t object, const criu::lazy_page_index& index,
                  std::shared_ptr<pool::pool_health> health, std::unique_ptr<page_channel> source,
-                 uint32_t max_pages, std::string name);
+                 uint32_t max_pages, std::string name, double deadline_scale = 1.0);
 
     void send(const wire::page_request& r) override;
     incoming_reply* pump(size_t budget) override;

@@ -72,6 +72,23 @@ class pool_client {
         std::chrono::microseconds max_deadline{200'000};
         uint32_t strikes_to_dead = 3;
         std::chrono::microseconds dead_silence{500'000}; // ... and no reply for this long
+
+        // The same, with the failure detector's times multiplied by `scale`
+        // (a migration's --deadline-scale, for slow hosts such as emulated
+        // VMs). Never below the defaults: a scale under 1 shortens a test's
+        // waits, and must not make a node look dead sooner.
+        [[nodiscard]] options with_deadline_scale(double scale) const {
+            options o = *this;
+            if (scale > 1.0) {
+                auto times = [scale](std::chrono::microseconds t) {
+                    return std::chrono::microseconds(int64_t(double(t.count()) * scale));
+                };
+                o.min_deadline = times(min_deadline);
+                o.max_deadline = times(max_deadline);
+                o.dead_silence = times(dead_silence);
+            }
+            return o;
+        }
     };
 
     // Connects to every live slot; a node that cannot be reached is

@@ -1,0 +1,26 @@
+#include "pool/pool_client.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace ferry::pool;
+using namespace std::chrono_literals;
+
+TEST_CASE("a deadline scale above 1 lengthens the pool's failure detector, all three times") {
+    const pool_client::options base{.name = "t"};
+    const auto o = base.with_deadline_scale(4.0);
+    CHECK(o.min_deadline == base.min_deadline * 4);
+    CHECK(o.max_deadline == base.max_deadline * 4);
+    CHECK(o.dead_silence == base.dead_silence * 4);
+    // What the scale is not about stays as it was.
+    CHECK(o.strikes_to_dead == base.strikes_to_dead);
+    CHECK(o.connect_timeout == base.connect_timeout);
+    CHECK(o.name == "t");
+}
+
+TEST_CASE("a deadline scale below 1 never makes a pool node look dead sooner") {
+    const pool_client::options base{.max_deadline = 300ms, .dead_silence = 900ms};
+    const auto o = base.with_deadline_scale(0.05);
+    CHECK(o.min_deadline == base.min_deadline);
+    CHECK(o.max_deadline == 300ms);
+    CHECK(o.dead_silence == 900ms);
+}
