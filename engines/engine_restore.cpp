@@ -147,6 +147,23 @@ bool is_criu_image(const fs::path& file) {
            ext != ".tar" && ext != ".socket" && name != engines::restore_request_file;
 }
 
+fs::path mounted_root(const fs::path& bundle) {
+    fs::path root;
+    try {
+        std::ifstream in(bundle / "config.json");
+        root = nlohmann::json::parse(in).at("root").at("path").get<std::string>();
+    } catch (const std::exception& e) {
+        throw error(
+            fmt::format("cannot read the root from {}/config.json: {}", bundle.string(), e.what()));
+    }
+    if (root.is_relative())
+        root = bundle / root;
+    if (!fs::is_directory(root))
+        throw error(fmt::format("the engine mounted no root at {} (runc's bundle {})",
+                                root.string(), bundle.string()));
+    return root;
+}
+
 } // namespace engine_restore_detail
 
 fs::path gate_path(const fs::path& dir) {

@@ -135,6 +135,9 @@ std::vector<std::string> deleted_files(const std::filesystem::path& dir);
 std::filesystem::path devshm_tar(const std::filesystem::path& dir);
 // The CRIU images among `dir`'s files (not engine files, logs, configs).
 bool is_criu_image(const std::filesystem::path& file);
+// The container's root as its engine mounted it for runc: `bundle`'s
+// config.json names it. Throws if it is not a directory.
+std::filesystem::path mounted_root(const std::filesystem::path& bundle);
 
 } // namespace engine_restore_detail
 

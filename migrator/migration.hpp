@@ -86,6 +86,7 @@ class migration {
     void connect_local_daemon();
     void start_dump();
     void warm_destination();
+    void start_destination_warm(const std::vector<criu::engine_file>& files);
     void watch_vma_flags();
     void settle_vma_flags();
     void register_with_source();

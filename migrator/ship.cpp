@@ -117,6 +117,8 @@ void migration::start_dump() {
     else
         _dump = criu::make_rpc_dump(_opt.pid, _dir, _r.id, settings);
     watch_vma_flags();
+    if (settings.warm_destination)
+        start_destination_warm(_dump->configuration_before_start());
     set_phase("freezing");
     _dump->start(_criu_port);
     _dump_started = true;
@@ -129,6 +131,16 @@ void migration::start_dump() {
 // the images are in.
 void migration::warm_destination() {
     auto files = _dump->wait_held(hold_limit);
+    if (files.empty())
+        return;
+    start_destination_warm(files);
+    _dump->release_hold();
+}
+
+// Sends the destination what it starts its engine's restore from, and waits
+// until that restore waits for the images (or the destination says it will
+// restore cold). Nothing is frozen yet. No files: nothing to do.
+void migration::start_destination_warm(const std::vector<criu::engine_file>& files) {
     if (files.empty())
         return;
     const uint64_t t0 = monotonic_ns();
@@ -150,7 +162,6 @@ void migration::warm_destination() {
         _log->warn("the destination restores the container once the images are in: {}",
                    ready.reason ? ready.reason : "?");
     _log->debug("the destination's warm start took {:.1f} ms", ns_to_ms(monotonic_ns() - t0));
-    _dump->release_hold();
 }
 
 // CRIU reads the VMA flags before the freeze: watch the tree from now on

@@ -1,8 +1,11 @@
 // Docker: the container is created through dockerd's API with the source's
 // configuration (Config and HostConfig, the runtime swapped for this host's
-// Ferry shim), the writable layer's diff is applied to its layer, the images
-// go to its checkpoint directory (docker refuses any other for a restore),
-// and `docker start --checkpoint` restores it.
+// Ferry shim) before the freeze. Warm (engines/README.md): `docker start
+// --checkpoint` of a stand-in checkpoint runs before the freeze too, its
+// runc waits at the gate, and the writable layer's diff goes onto the
+// mounted root once the images are in. Cold: the diff is applied to its
+// layer, the images go to its checkpoint directory (docker refuses any
+// other for a restore), and `docker start --checkpoint` restores it.
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "criu/criu_image.hpp"
@@ -77,27 +80,65 @@ class docker_restore final : public engine_restore {
             require_image(_api, image);
         if (config.empty())
             throw error("the migrator sent no docker configuration for the container");
-        json source;
         try {
-            source = json::parse(config);
+            _source = json::parse(config);
         } catch (const std::exception& e) {
             throw error(
                 fmt::format("the container's docker configuration is malformed: {}", e.what()));
         }
-        create(source);
         _record = dir / reservation_file;
-        std::ofstream(_record) << json{{"engine", "docker"}, {"name", _name}, {"id", _id}}.dump()
-                               << "\n";
+        create();
     }
+
+    // `docker start --checkpoint` of a stand-in checkpoint that holds only
+    // Ferry's warm restore request: dockerd hands containerd the checkpoint
+    // directory's content as the start begins, so the real images cannot go
+    // there. The shim points runc at `dir` instead, where runc reads the
+    // source's descriptors.json now and CRIU the images once they are in.
+    std::vector<std::string> warm_command(const fs::path& dir, const std::string& migration_id,
+                                          const std::vector<std::string>& criu_env,
+                                          const std::vector<criu::engine_file>& files) override {
+        if (_id.empty())
+            throw error("the container was not created before the freeze");
+        const criu::engine_file* descriptors = nullptr;
+        for (const auto& f : files)
+            if (f.name == "descriptors.json")
+                descriptors = &f;
+        if (!descriptors)
+            throw error("the source sent no descriptors.json to start from");
+        std::ofstream(dir / "descriptors.json", std::ios::binary)
+            .write(reinterpret_cast<const char*>(descriptors->data.data()),
+                   std::streamsize(descriptors->data.size()));
+        const auto checkpoint = checkpoint_name(migration_id);
+        const auto stand_in = checkpoint_dir(checkpoint);
+        fs::create_directories(stand_in);
+        (void)write_restore_request(dir, stand_in, migration_id, devshm_tar(dir).string(), criu_env,
+                                    _tools, true);
+        _warm = true;
+        return {_tools.docker, "start", "--checkpoint", checkpoint, _id};
+    }
+
+    // dockerd mounted the root: runc's config.json names it.
+    void warm_waiting(const fs::path& bundle) override { _root = mounted_root(bundle); }
 
     std::vector<std::string> prepare(const fs::path& dir, const std::string& migration_id,
                                      const std::vector<std::string>& criu_env) override {
-        if (_id.empty())
+        if (_source.is_null())
             throw error("the container was not created before the freeze");
+        // A warm start that failed removed it (remove()): created again.
+        if (_id.empty())
+            create();
+        if (_warm) {
+            // Onto the mounted root, as podman's warm restore does: the
+            // overlay is mounted, and its layers must not change under it.
+            for (const auto& d : deleted_files(dir))
+                remove_below(_root, d);
+            extract_tar(engine_file(dir, "rootfs-diff.tar"), _root);
+            return {};
+        }
         apply_rootfs_diff(dir);
-        const std::string checkpoint = "ferry-" + migration_id;
-        const auto images =
-            fs::path(_api.root_dir()) / "containers" / _id / "checkpoints" / checkpoint;
+        const auto checkpoint = checkpoint_name(migration_id);
+        const auto images = checkpoint_dir(checkpoint);
         fs::create_directories(images);
         for (const auto& entry : fs::directory_iterator(dir))
             if (entry.is_regular_file() && is_criu_image(entry.path()))
@@ -109,6 +150,7 @@ class docker_restore final : public engine_restore {
     }
 
     void remove() noexcept override {
+        _warm = false;
         if (_id.empty())
             return;
         const auto id = std::exchange(_id, std::string());
@@ -136,11 +178,12 @@ class docker_restore final : public engine_restore {
     }
 
   private:
-    void create(const json& source) {
+    // Creates the container from the source's configuration, and records it.
+    void create() {
         json body;
         try {
-            body = source.at("Config");
-            body["HostConfig"] = source.at("HostConfig");
+            body = _source.at("Config");
+            body["HostConfig"] = _source.at("HostConfig");
         } catch (const std::exception&) {
             throw error("docker.json lacks Config or HostConfig");
         }
@@ -161,6 +204,8 @@ class docker_restore final : public engine_restore {
         _id = reply.value("Id", "");
         if (_id.empty())
             throw error("dockerd created the container but gave no id");
+        std::ofstream(_record) << json{{"engine", "docker"}, {"name", _name}, {"id", _id}}.dump()
+                               << "\n";
     }
 
   protected:
@@ -169,6 +214,14 @@ class docker_restore final : public engine_restore {
     }
 
   private:
+    static std::string checkpoint_name(const std::string& migration_id) {
+        return "ferry-" + migration_id;
+    }
+    // Docker restores only from the container's own checkpoint directory.
+    fs::path checkpoint_dir(const std::string& checkpoint) const {
+        return fs::path(_api.root_dir()) / "containers" / _id / "checkpoints" / checkpoint;
+    }
+
     // The source's writable-layer changes, onto this container's layer.
     void apply_rootfs_diff(const fs::path& dir) {
         const auto j = _api.inspect_container(_id);
@@ -200,9 +253,12 @@ class docker_restore final : public engine_restore {
     std::string _name;
     host_tools _tools;
     docker_api::client _api;
+    json _source;             // the source's configuration ({"Config", "HostConfig"})
     std::string _id;          // once created
     fs::path _record;         // the reservation record, while it stands
     bool _links_move = false; // keep_addresses: the source's network moves
+    bool _warm = false;       // its start runs since before the freeze
+    fs::path _root;           // ... and dockerd mounted this root for it
 };
 
 } // namespace

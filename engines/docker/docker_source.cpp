@@ -6,6 +6,7 @@
 #include "docker/docker_api.hpp"
 #include "engine_dump.hpp"
 #include "rootfs_diff.hpp"
+#include "sys/proc.hpp"
 
 #include <fmt/format.h>
 
@@ -150,6 +151,40 @@ class docker_dump final : public engine_dump {
     }
 
     fs::path redirected_images() const override { return images_dir(); }
+
+    // runc's descriptors.json for a warm restore on the destination (docker
+    // pauses the container before its runc starts, so the checkpoint cannot
+    // hold to send it as podman's does). runc writes it from its state.json:
+    // the container's init is a child of its containerd shim, whose work dir
+    // is the task's bundle; the bundle's options.json names runc's root, and
+    // the bundle's parent dir is containerd's namespace. Not found: the
+    // destination restores cold.
+    std::vector<criu::engine_file> configuration_before_start() const override {
+        try {
+            const pid_t shim = proc::parent(_c.pid);
+            const auto shim_name = proc::comm(shim);
+            if (shim_name.rfind("containerd-shim", 0) != 0)
+                throw error(fmt::format("the container's init is a child of '{}', not of a "
+                                        "containerd shim",
+                                        shim_name));
+            const auto bundle = fs::read_symlink(fmt::format("/proc/{}/cwd", shim));
+            std::ifstream opts(bundle / "options.json");
+            if (!opts)
+                throw error(
+                    fmt::format("no options.json in the task's bundle {}", bundle.string()));
+            const fs::path root = json::parse(opts).at("root").get<std::string>();
+            const auto state_file = root / bundle.parent_path().filename() / _c.id / "state.json";
+            std::ifstream state(state_file);
+            if (!state)
+                throw error(fmt::format("cannot read runc's {}", state_file.string()));
+            const auto text = json::parse(state).at("external_descriptors").dump();
+            return {{"descriptors.json", {text.begin(), text.end()}}};
+        } catch (const std::exception& e) {
+            _log->warn("no warm restore for {}: runc's descriptors are not readable here ({})",
+                       _c.name, e.what());
+            return {};
+        }
+    }
 
     // containerd pauses the container before the checkpoint and resumes it
     // when the checkpoint fails, but CRIU thawed the cgroup once it held the

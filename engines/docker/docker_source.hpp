@@ -9,10 +9,14 @@
 // configuration (docker inspect's Config and HostConfig), its writable
 // layer's diff and its /dev/shm.
 //
-// Destination (pagesrv/docker_restore.cpp): the container is created through
-// dockerd's API with that configuration, the diff is applied to its layer,
-// the images go to its checkpoint directory, and `docker start --checkpoint`
-// restores it, made lazy by the shim.
+// Before the freeze, the source also reads runc's descriptors.json, from
+// which the destination starts its restore warm (engines/README.md).
+//
+// Destination (docker_restore.cpp): the container is created through
+// dockerd's API with that configuration, and `docker start --checkpoint`
+// restores it, made lazy by the shim: started before the freeze on a
+// stand-in checkpoint (warm), or once the images are in its checkpoint
+// directory (cold).
 #pragma once
 
 #include "docker/docker_api.hpp"

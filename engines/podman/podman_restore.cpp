@@ -164,18 +164,7 @@ class podman_restore final : public engine_restore {
 
     // Podman mounted the root: runc's config.json names it (podman itself
     // answers no query while its restore holds the container's lock).
-    void warm_waiting(const fs::path& bundle) override {
-        try {
-            std::ifstream in(bundle / "config.json");
-            const fs::path root = json::parse(in).at("root").at("path").get<std::string>();
-            _root = root.is_absolute() ? root : bundle / root;
-        } catch (const std::exception& e) {
-            throw error(fmt::format("cannot read the root from {}/config.json: {}", bundle.string(),
-                                    e.what()));
-        }
-        if (!fs::is_directory(_root))
-            throw error(fmt::format("podman mounted no root for {} at {}", _name, _root.string()));
-    }
+    void warm_waiting(const fs::path& bundle) override { _root = mounted_root(bundle); }
 
     std::vector<std::string> prepare(const fs::path& dir, const std::string& migration_id,
                                      const std::vector<std::string>& criu_env) override {

@@ -348,7 +348,9 @@ int criu_after_images(int argc, char** argv) {
                 head[0] == 0x08 && head[1] == 2) {
                 wait_for_go(gate, std::string(engines::gate_images) + " " + bundle.string(),
                             images_timeout, "the destination daemon did not let the restore go on");
-                if (!devshm.empty())
+                // Docker's source sends none when its /dev/shm was empty.
+                std::error_code ec;
+                if (!devshm.empty() && fs::exists(devshm, ec))
                     restore_devshm(bundle, devshm);
             }
         }

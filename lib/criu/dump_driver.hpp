@@ -84,6 +84,10 @@ class dump_driver {
     // `bound`; returns that configuration. Empty: this dump does not hold.
     // Throws if the dump ended or did not hold in time.
     virtual std::vector<engine_file> wait_held(std::chrono::milliseconds /*bound*/) { return {}; }
+    // What the destination starts a warm restore from, for a dump that
+    // cannot hold before the freeze (docker pauses the container before its
+    // runc starts): read before start(). Empty: none, or the dump holds.
+    [[nodiscard]] virtual std::vector<engine_file> configuration_before_start() const { return {}; }
     // A held dump goes on to the freeze.
     virtual void release_hold() {}
     // A dump started with a hold that was never released: it is refused

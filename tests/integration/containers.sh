@@ -13,7 +13,7 @@
 #   2. the destination daemon dies as the images arrive: the source
 #      container keeps running, its memory intact; nothing is left on b once
 #      its daemon is back;
-#      podman: (2b) the destination dies while its warm restore waits: the
+#      (2b) the destination dies while its warm restore waits: the
 #      source's checkpoint is refused before anything froze, and the warm
 #      container on b is removed when its daemon is back; (2c) the warm start
 #      fails: the destination restores cold and the migration succeeds (and,
@@ -26,6 +26,11 @@
 
 engine=${FERRY_TEST_ENGINE:-podman}
 ctr() { local h=$1; shift; on "$h" "$engine" "$@"; }
+# remove_now HOST NAME: removes a container at once (podman's rm waits 10 s
+# for a stop unless told not to; docker's kills at once and has no -t).
+remove_now() {
+  if [ "$engine" = podman ]; then ctr "$1" rm -f -t 0 "$2"; else ctr "$1" rm -f "$2"; fi
+}
 
 "$testbed" up --engines >&2
 image=$(engine_image "$engine")
@@ -94,10 +99,8 @@ migrate m1 >"$work/m1.json" 2>"$work/m1.err" || fail "migration failed: $(cat "$
 [ "$(json "$work/m1.json" source_container_removed)" = true ] || fail "source container not removed"
 [ "$(state a m1)" = absent ] || fail "m1 still exists on a: $(state a m1)"
 [ "$(state b m1)" = running ] || fail "m1 is not running on b: $(state b m1)"
-if [ "$engine" = podman ]; then
-  [ "$(json "$work/m1.json" engine_restore)" = warm ] ||
-    fail "podman's restore did not start warm: $(json "$work/m1.json" engine_restore)"
-fi
+[ "$(json "$work/m1.json" engine_restore)" = warm ] ||
+  fail "$engine's restore did not start warm: $(json "$work/m1.json" engine_restore)"
 [ "$(ctr b exec m1 printenv FERRY_TEST)" = yes ] || fail "environment lost"
 listening b m1 || fail "m1's listening socket did not come along"
 # CRIU locks the container's network with nftables when both hosts' CRIU can
@@ -167,42 +170,40 @@ verified a m2 || fail "m2's memory does not verify after the abort"
 "$testbed" start b
 [ "$(state b m2)" = absent ] || fail "a half-restored m2 was left on b: $(state b m2)"
 
-if [ "$engine" = podman ]; then
-  log "2b. the destination dies while its warm restore waits: nothing froze"
-  run_memload a m5
-  "$testbed" stop b
-  FERRY_FAULT=dest-die-warm "$testbed" start b
-  migrate m5 >"$work/m5.json" 2>"$work/m5.err" && fail "migration to a destination dying in its warm start succeeded"
-  [ "$(json "$work/m5.json" committed)" = false ] || fail "m5's migration says it committed"
-  [ "$(json "$work/m5.json" source_running)" = true ] || fail "migrator says m5 is not running"
-  [ "$(state a m5)" = running ] || fail "m5 is not running on a: $(state a m5)"
-  verified a m5 || fail "m5's memory does not verify after the refused checkpoint"
-  "$testbed" stop b
-  "$testbed" start b
-  [ "$(state b m5)" = absent ] || fail "the warm restore's m5 was left on b: $(state b m5)"
-  ctr a rm -f -t 0 m5 >/dev/null
+log "2b. the destination dies while its warm restore waits: nothing froze"
+run_memload a m5
+"$testbed" stop b
+FERRY_FAULT=dest-die-warm "$testbed" start b
+migrate m5 >"$work/m5.json" 2>"$work/m5.err" && fail "migration to a destination dying in its warm start succeeded"
+[ "$(json "$work/m5.json" committed)" = false ] || fail "m5's migration says it committed"
+[ "$(json "$work/m5.json" source_running)" = true ] || fail "migrator says m5 is not running"
+[ "$(state a m5)" = running ] || fail "m5 is not running on a: $(state a m5)"
+verified a m5 || fail "m5's memory does not verify after the refused checkpoint"
+"$testbed" stop b
+"$testbed" start b
+[ "$(state b m5)" = absent ] || fail "the warm restore's m5 was left on b: $(state b m5)"
+remove_now a m5 >/dev/null
 
-  log "2c. the destination's warm start fails: it restores cold"
-  run_memload a m6
-  "$testbed" stop b
-  FERRY_FAULT=warm-start-fail "$testbed" start b
-  migrate m6 >"$work/m6.json" 2>"$work/m6.err" || fail "cold fallback failed: $(cat "$work/m6.json" "$work/m6.err")"
-  case "$(json "$work/m6.json" engine_restore)" in
-    "cold (fault injection"*) ;;
-    *) fail "expected a cold restore, got: $(json "$work/m6.json" engine_restore)" ;;
-  esac
-  # No TCP socket in m6's network namespace: CRIU locks nothing.
-  case "$(json "$work/m6.json" criu_network_lock)" in
-    "skip (no TCP socket"*) ;;
-    *) fail "m6 has no socket, yet: $(json "$work/m6.json" criu_network_lock)" ;;
-  esac
-  [ "$(state a m6)" = absent ] || fail "m6 still exists on a"
-  [ "$(state b m6)" = running ] || fail "m6 is not running on b: $(state b m6)"
-  verified b m6 || fail "m6's memory does not verify on b"
-  ctr b rm -f -t 0 m6 >/dev/null
-  "$testbed" stop b
-  "$testbed" start b
-fi
+log "2c. the destination's warm start fails: it restores cold"
+run_memload a m6
+"$testbed" stop b
+FERRY_FAULT=warm-start-fail "$testbed" start b
+migrate m6 >"$work/m6.json" 2>"$work/m6.err" || fail "cold fallback failed: $(cat "$work/m6.json" "$work/m6.err")"
+case "$(json "$work/m6.json" engine_restore)" in
+  "cold (fault injection"*) ;;
+  *) fail "expected a cold restore, got: $(json "$work/m6.json" engine_restore)" ;;
+esac
+# No TCP socket in m6's network namespace: CRIU locks nothing.
+case "$(json "$work/m6.json" criu_network_lock)" in
+  "skip (no TCP socket"*) ;;
+  *) fail "m6 has no socket, yet: $(json "$work/m6.json" criu_network_lock)" ;;
+esac
+[ "$(state a m6)" = absent ] || fail "m6 still exists on a"
+[ "$(state b m6)" = running ] || fail "m6 is not running on b: $(state b m6)"
+verified b m6 || fail "m6's memory does not verify on b"
+remove_now b m6 >/dev/null
+"$testbed" stop b
+"$testbed" start b
 
 log "3. a container of the same name on b: refused before the freeze"
 run_memload b m2
