@@ -187,10 +187,12 @@ class docker_dump final : public engine_dump {
     }
 
     // containerd pauses the container before the checkpoint and resumes it
-    // when the checkpoint fails, but CRIU thawed the cgroup once it held the
-    // tasks and, killed, never froze it back: runc's resume then finds
-    // nothing paused and dockerd goes on reporting the container paused. So
-    // the container is paused again, briefly, and unpaused through dockerd.
+    // when the checkpoint fails. The shim skips both for Ferry's checkpoint;
+    // if it could not (its marker could not be written), CRIU thawed the
+    // cgroup once it held the tasks and, killed, never froze it back: runc's
+    // resume then finds nothing paused and dockerd goes on reporting the
+    // container paused. So the container is paused again, briefly, and
+    // unpaused through dockerd.
     void resync_engine() noexcept override {
         try {
             const auto j = _api.inspect_container(_c.id);

@@ -1,7 +1,8 @@
 // Docker underneath a migration.
 //
 // Source: Ferry runs `docker checkpoint create`: dockerd asks containerd,
-// which pauses the container (runc pause) and has its shim run runc
+// which pauses the container (runc pause: the shim skips it for Ferry's
+// checkpoint, CRIU freezes the container itself) and has its shim run runc
 // checkpoint. Docker's runtime is Ferry's runc shim (dockerd's `runtimes`),
 // which makes the checkpoint lazy and writes CRIU's images into Ferry's work
 // dir: docker's own checkpoint directory only fills once runc has ended,

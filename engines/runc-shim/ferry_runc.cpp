@@ -8,7 +8,6 @@
 #include "engine_request.hpp"
 #include "line_socket.hpp"
 #include "sys/subprocess.hpp"
-#include "wire/criu_event_wire.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -16,7 +15,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -119,75 +117,43 @@ pending_checkpoint(const std::vector<std::string>& args) {
     return req;
 }
 
-// The file whose content changes when runc starts freezing the container:
-// freezer.state (cgroup v1) or cgroup.freeze (v2), from runc's state.json.
-std::optional<fs::path> freezer_file(const std::vector<std::string>& args) {
-    const fs::path root = option_value(args, "--root").value_or("/run/runc");
-    std::ifstream in(root / args.back() / "state.json");
-    try {
-        const auto paths = nlohmann::json::parse(in).at("cgroup_paths");
-        if (paths.contains("freezer"))
-            return fs::path(paths.at("freezer").get<std::string>()) / "freezer.state";
-        if (paths.contains(""))
-            return fs::path(paths.at("").get<std::string>()) / "cgroup.freeze";
-    } catch (const std::exception&) {
-        return std::nullopt; // an older runc's state.json: the pause is reported early instead
-    }
-    return std::nullopt;
-}
-
-bool freeze_started(const fs::path& file) {
-    std::ifstream in(file);
-    std::string s;
-    in >> s;
-    return !s.empty() && s != "THAWED" && s != "0";
-}
-
-// Docker freezes the container (runc pause) before its checkpoint: that, not
-// CRIU's own freeze, is when the container stopped. runc runs as a child
-// while the shim watches the freezer, so the moment reported is when the
-// freeze began, not runc's start-up (tens of milliseconds) before it.
-// Returns runc's exit status, or nothing if this is not a Ferry migration's
-// pause (then runc is exec'ed as usual). The pause never fails because of
-// Ferry.
-std::optional<int> watched_pause(const std::vector<std::string>& args, std::vector<char*>& argv) {
+// Docker pauses the container (runc pause) before it has runc checkpoint
+// it, and resumes it afterwards. For a Ferry migration the pause is skipped:
+// runc's CRIU freezes the container's cgroup itself as its dump starts, and
+// the ~45 ms that containerd and runc's start-up take in between would
+// otherwise be downtime (moby's checkpoint takes nothing of the container
+// under the pause: no rootfs snapshot, no image). The resume containerd
+// sends afterwards, or when the checkpoint fails, is skipped the same way,
+// so docker's record says what is true. A marker beside the request says
+// that the pause was skipped; a pause Ferry did not ask for drops a marker
+// left behind, so that its resume is never skipped. Returns the command's
+// exit status, or nothing when runc must run it.
+std::optional<int> skipped_pause(const std::string& command, const std::vector<std::string>& args) {
+    if (args.empty() || !engines::is_container_id(args.back()))
+        return std::nullopt;
+    const fs::path marker =
+        engines::checkpoint_request_path(args.back()).string() + ".pause-skipped";
+    std::error_code ec;
+    if (command == "resume")
+        return fs::remove(marker, ec) ? std::optional<int>(0) : std::nullopt;
     std::optional<engines::checkpoint_request> req;
-    std::optional<fs::path> freezer;
     try {
         req = pending_checkpoint(args);
-        if (req)
-            freezer = freezer_file(args);
     } catch (const std::exception& e) {
         say(e.what());
     }
-    if (!req)
-        return std::nullopt;
-    if (!freezer) {
-        criu_events::report(req->migration_id, "engine-pause", 0); // early rather than late
+    if (!req) {
+        fs::remove(marker, ec);
         return std::nullopt;
     }
-    const pid_t child = ::fork();
-    if (child < 0)
+    std::ofstream out(marker);
+    out << req->migration_id << "\n";
+    out.close();
+    if (!out) {
+        say("cannot write " + marker.string() + ": the container is paused");
         return std::nullopt;
-    if (child == 0) {
-        ::execv(argv[0], argv.data());
-        ::_exit(127);
     }
-    bool reported = false;
-    int status = 0;
-    for (;;) {
-        const pid_t done = ::waitpid(child, &status, WNOHANG);
-        if (!reported && (done == child || freeze_started(*freezer))) {
-            criu_events::report(req->migration_id, "engine-pause", 0);
-            reported = true;
-        }
-        if (done == child)
-            break;
-        if (done < 0 && errno != EINTR)
-            return 1;
-        ::usleep(reported ? 1000 : 100);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return 0;
 }
 
 // Asks `path` and throws unless the answer is "go".
@@ -427,8 +393,8 @@ int main(int argc, char** argv) {
     for (auto& a : args)
         cargv.push_back(a.data());
     cargv.push_back(nullptr);
-    if (command == "pause")
-        if (auto status = watched_pause(args, cargv))
+    if (command == "pause" || command == "resume")
+        if (auto status = skipped_pause(command, args))
             return *status;
     ::execv(runc.c_str(), cargv.data());
     say("exec " + runc + ": " + std::strerror(errno));
