@@ -8,6 +8,7 @@
 #include "engine_request.hpp"
 #include "line_socket.hpp"
 #include "sys/subprocess.hpp"
+#include "wire/criu_event_wire.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -150,7 +151,9 @@ std::optional<int> skipped_pause(const std::string& command, const std::vector<s
     out << req->migration_id << "\n";
     out.close();
     if (!out) {
+        // runc pauses it: the downtime starts now, and the migrator is told.
         say("cannot write " + marker.string() + ": the container is paused");
+        criu_events::report(req->migration_id, "engine-pause", 0);
         return std::nullopt;
     }
     return 0;

@@ -101,6 +101,10 @@ migrate m1 >"$work/m1.json" 2>"$work/m1.err" || fail "migration failed: $(cat "$
 [ "$(state b m1)" = running ] || fail "m1 is not running on b: $(state b m1)"
 [ "$(json "$work/m1.json" engine_restore)" = warm ] ||
   fail "$engine's restore did not start warm: $(json "$work/m1.json" engine_restore)"
+# The downtime starts at CRIU's freeze: docker's pause before its checkpoint
+# was skipped by the shim (it would have been reported as engine-pause).
+freeze_from=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["timing_source"]["freeze"])' "$work/m1.json")
+[ "$freeze_from" = criu-plugin ] || fail "the freeze moment came from $freeze_from, not CRIU's plugin"
 [ "$(ctr b exec m1 printenv FERRY_TEST)" = yes ] || fail "environment lost"
 listening b m1 || fail "m1's listening socket did not come along"
 # CRIU locks the container's network with nftables when both hosts' CRIU can
