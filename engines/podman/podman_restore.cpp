@@ -169,10 +169,9 @@ class podman_restore final : public engine_restore {
     std::vector<std::string> prepare(const fs::path& dir, const std::string& migration_id,
                                      const std::vector<std::string>& criu_env) override {
         if (_warm) {
+            // The shim refills /dev/shm from devshm_tar(dir) if the source
+            // sent one (not when its /dev/shm was empty: no untar to run).
             apply_rootfs_diff(dir);
-            // The shim refills /dev/shm from it: the source may have had none.
-            if (!fs::exists(devshm_tar(dir)))
-                tar_writer(devshm_tar(dir)).close();
             return {};
         }
         (void)engine_file(dir, "config.dump");

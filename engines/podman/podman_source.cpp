@@ -101,12 +101,16 @@ class podman_dump final : public engine_dump {
             else if (std::string(name) != "network.status")
                 throw error(fmt::format("podman did not write {}", p.string()));
         }
-        const auto shm = json::parse(files[0].data).value("ShmDir", "");
+        // An empty /dev/shm is not sent: nothing to unpack on the
+        // destination, inside the downtime.
+        const fs::path shm = json::parse(files[0].data).value("ShmDir", "");
+        std::error_code ec;
+        const bool shm_has_files = !shm.empty() && !fs::is_empty(shm, ec) && !ec;
         auto layer = writable_layer_files(
             [&](const fs::path& tar, std::vector<std::string>& deleted) {
                 overlay_diff(_c.upper_dir, _c.lower_dirs, tar, deleted);
             },
-            shm);
+            shm_has_files ? shm : fs::path());
         files.insert(files.end(), std::make_move_iterator(layer.begin()),
                      std::make_move_iterator(layer.end()));
         return files;
