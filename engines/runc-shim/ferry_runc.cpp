@@ -1,9 +1,10 @@
 // ferry-runc: the runc that container engines run when Ferry is installed.
 // It passes every command to the real runc unchanged, except a checkpoint or
 // restore for which Ferry left a request (lib/engine_request.hpp): those get
-// runc's lazy-pages options. CRIU also runs this binary as its action
-// script during such a restore; its post-restore step is Ferry's commit
-// gate: the tasks resume only if the destination daemon says so.
+// runc's lazy-pages options, and CRIU under it gets Ferry's environment: the
+// gate that ferry-criu-action, CRIU's action script, asks at post-restore
+// (Ferry's commit gate: the tasks resume only if the destination daemon says
+// so) and, when the network moves, at setup-namespaces.
 #include "core/unique_fd.hpp"
 #include "engine_request.hpp"
 #include "line_socket.hpp"
@@ -34,8 +35,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace ferry;
 
-constexpr auto gate_timeout =
-    std::chrono::seconds(120); // the migrator commits the source meanwhile
 // A held checkpoint waits for the destination to start its restore (seconds);
 // a warm restore waits for the source's freeze and images. Either peer
 // closes its socket when it gives up, so these bounds are only the last resort.
@@ -265,7 +264,7 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     args.insert(args.begin() + long(cmd) + 1, "--lazy-pages");
     if (req->tcp_established) {
         args.insert(args.begin() + long(cmd) + 1, "--tcp-established");
-        ::setenv("FERRY_NETWORK_MOVES", "1", 1); // for setup-namespaces (action_script)
+        ::setenv("FERRY_NETWORK_MOVES", "1", 1); // for setup-namespaces (ferry-criu-action)
     }
     ::setenv("FERRY_GATE", req->gate_socket.c_str(), 1);
     export_for_criu(req->migration_id, req->criu_config, req->criu_env);
@@ -334,46 +333,9 @@ int criu_after_images(int argc, char** argv) {
     return 127;
 }
 
-// As CRIU's action script. Post-restore of a Ferry restore asks whether the
-// tasks may resume; setup-namespaces of one whose network moves lets the
-// daemon give the copy its addresses before CRIU restores the sockets.
-// ferry-criu-action makes the same choice (its wanted()) before it execs
-// this; keep the two in step. Here it serves when that one is missing.
-int action_script(const std::string& action) {
-    const char* gate = std::getenv("FERRY_GATE");
-    const char* pid = std::getenv("CRTOOLS_INIT_PID");
-    if (action == "setup-namespaces" && gate && std::getenv("FERRY_NETWORK_MOVES")) {
-        try {
-            const auto answer = engines::ask_line(
-                gate, std::string(engines::gate_setup_namespaces) + " " + (pid ? pid : "0"),
-                gate_timeout);
-            if (answer == engines::go_answer)
-                return 0;
-            say("the copy's network is not ready: " + (answer.empty() ? "no answer" : answer));
-        } catch (const std::exception& e) {
-            say(std::string("gate: ") + e.what());
-        }
-        return 1; // CRIU's restore fails: nothing ran
-    }
-    if (action != "post-restore" || !gate)
-        return 0;
-    try {
-        const auto answer =
-            engines::ask_line(gate, std::string("post-restore ") + (pid ? pid : "0"), gate_timeout);
-        if (answer == engines::gate_resume)
-            return 0;
-        say("the restored tasks may not resume: " + (answer.empty() ? "no answer" : answer));
-    } catch (const std::exception& e) {
-        say(std::string("commit gate: ") + e.what());
-    }
-    return 1; // CRIU kills the restored tasks
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
-    if (const char* action = std::getenv("CRTOOLS_SCRIPT_ACTION"))
-        return action_script(action);
     if (std::getenv("FERRY_WARM_GATE") && std::getenv("FERRY_REAL_CRIU"))
         return criu_after_images(argc, argv);
     std::vector<std::string> args(argv + 1, argv + argc);

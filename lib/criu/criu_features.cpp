@@ -36,6 +36,11 @@ bool supports_option(const std::string& criu, const std::string& name) {
     return probe_once({criu, "--" + name, "--version"});
 }
 
+bool supports_option_value(const std::string& criu, const std::string& name,
+                           const std::string& value) {
+    return probe_once({criu, "--" + name, value, "--version"});
+}
+
 bool supports_feature(const std::string& criu, const std::string& name) {
     return probe_once({criu, "check", "--feature", name});
 }

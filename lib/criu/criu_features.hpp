@@ -12,6 +12,9 @@ namespace ferry::criu {
 // unknown one is a usage error. Probed once per option and binary in a
 // process, bounded by 2 s; a CRIU that fails the probe counts as lacking it.
 [[nodiscard]] bool supports_option(const std::string& criu, const std::string& name);
+// Whether `criu` takes option --name with `value` (probed once).
+[[nodiscard]] bool supports_option_value(const std::string& criu, const std::string& name,
+                                         const std::string& value);
 // Whether `criu check --feature name` passes (bounded and cached likewise).
 [[nodiscard]] bool supports_feature(const std::string& criu, const std::string& name);
 

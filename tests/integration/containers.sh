@@ -8,7 +8,8 @@
 #      work on the copy, and its /dev and empty tmpfs mounts are the same
 #      (CRIU archived them without tar); CRIU locked
 #      its network with nftables (where CRIU can), and the lock is gone on b;
-#      podman's restore started warm (before the freeze); CRIU used the
+#      the restore started warm (before the freeze); CRIU ran its action
+#      script only where Ferry acts (criu-patches/0013); CRIU used the
 #      host's cgroup mounts, and the copy is in its engine's cgroups;
 #   2. the destination daemon dies as the images arrive: the source
 #      container keeps running, its memory intact; nothing is left on b once
@@ -125,6 +126,14 @@ grep -q "Restored the tmpfs at .* without tar: 1 entries" "/tmp/ferry-testbed/$F
   fail "CRIU ran tar for the empty tmpfs mounts"
 grep -Eq "Restored the tmpfs at .* without tar: ([2-9]|[1-9][0-9]+) entries" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
   fail "CRIU ran tar for /dev"
+# CRIU ran its action script only at the steps Ferry acts in
+# (criu-patches/0013), not at the other five or six of the restore:
+# post-restore (the commit gate) and, if the network moved, setup-namespaces.
+want="post-restore "
+case "$(json "$work/m1.json" network)" in moves* | *"connections move"*) want="setup-namespaces post-restore " ;; esac
+actions=$(grep -B2 "ferry-criu-action\]" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" |
+  sed -n 's/.*Running \([a-z-]*\) scripts.*/\1/p' | tr '\n' ' ')
+[ "$actions" = "$want" ] || fail "CRIU ran ferry-criu-action at: $actions (network: $(json "$work/m1.json" network))"
 dev_after=$(dev_tmpfs b m1) || fail "cannot list m1's /dev on b"
 [ "$dev_after" = "$dev_before" ] || fail "/dev changed: $(diff <(echo "$dev_before") <(echo "$dev_after"))"
 # CRIU took the host's cgroup mounts as its yard where their layout allows

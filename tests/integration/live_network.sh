@@ -183,6 +183,14 @@ case "$(json "$work/e1.json" network)" in
   "moves with its connections: eth0 $ip1/24"*) ;;
   *) fail "the network did not move: $(json "$work/e1.json" network)" ;;
 esac
+# An engine's CRIU ran its action script at setup-namespaces (the copy got
+# the source's addresses there) and at post-restore (the commit gate) only
+# (criu-patches/0013).
+if [ "$engine" != tree ]; then
+  e1_id=$(json "$work/e1.json" migration_id)
+  runs=$(grep -c "ferry-criu-action\]" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$e1_id/restore.log")
+  [ "$runs" = 2 ] || fail "CRIU ran ferry-criu-action $runs times in e1's restore, not twice"
+fi
 [ "$(state a e1)" = absent ] || fail "e1 is still on a: $(state a e1)"
 [ "$(state b e1)" = running ] || fail "e1 is not running on b: $(state b e1)"
 # The client goes on for a second with the container on b.
