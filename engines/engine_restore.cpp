@@ -10,6 +10,7 @@
 #include "engine_request.hpp"
 #include "line_socket.hpp"
 #include "sys/proc.hpp"
+#include "tar_extract.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -176,6 +177,27 @@ fs::path mounted_root(const fs::path& bundle) {
         throw error(fmt::format("the engine mounted no root at {} (runc's bundle {})",
                                 root.string(), bundle.string()));
     return root;
+}
+
+void apply_rootfs_diff_to_root(const fs::path& dir, const fs::path& root) {
+    for (const auto& d : deleted_files(dir))
+        remove_below(root, d);
+    extract_tar(engine_file(dir, "rootfs-diff.tar"), root);
+}
+
+const criu::engine_file& sent_file(const std::vector<criu::engine_file>& files,
+                                   const std::string& name) {
+    for (const auto& f : files)
+        if (f.name == name)
+            return f;
+    throw error(fmt::format("the source sent no {} to start from", name));
+}
+
+void write_runc_descriptors(const fs::path& dir, const std::vector<criu::engine_file>& files) {
+    const auto& descriptors = sent_file(files, "descriptors.json");
+    std::ofstream(dir / "descriptors.json", std::ios::binary)
+        .write(reinterpret_cast<const char*>(descriptors.data.data()),
+               std::streamsize(descriptors.data.size()));
 }
 
 } // namespace engine_restore_detail

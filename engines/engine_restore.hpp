@@ -138,6 +138,18 @@ bool is_criu_image(const std::filesystem::path& file);
 // The container's root as its engine mounted it for runc: `bundle`'s
 // config.json names it. Throws if it is not a directory.
 std::filesystem::path mounted_root(const std::filesystem::path& bundle);
+// The source's writable-layer changes (the session's rootfs-diff.tar and
+// deleted.files in `dir`) onto the container's mounted `root`: deletions
+// never leave it, even through the container's own symlinks.
+void apply_rootfs_diff_to_root(const std::filesystem::path& dir, const std::filesystem::path& root);
+// The file `name` among what the source sent for a warm start; throws if
+// it sent none.
+const criu::engine_file& sent_file(const std::vector<criu::engine_file>& files,
+                                   const std::string& name);
+// A warm restore's runc reads descriptors.json before its CRIU starts, so
+// before the images (which bring the same) arrive: the source's, into `dir`.
+void write_runc_descriptors(const std::filesystem::path& dir,
+                            const std::vector<criu::engine_file>& files);
 
 } // namespace engine_restore_detail
 

@@ -100,15 +100,7 @@ class docker_restore final : public engine_restore {
                                           const std::vector<criu::engine_file>& files) override {
         if (_id.empty())
             throw error("the container was not created before the freeze");
-        const criu::engine_file* descriptors = nullptr;
-        for (const auto& f : files)
-            if (f.name == "descriptors.json")
-                descriptors = &f;
-        if (!descriptors)
-            throw error("the source sent no descriptors.json to start from");
-        std::ofstream(dir / "descriptors.json", std::ios::binary)
-            .write(reinterpret_cast<const char*>(descriptors->data.data()),
-                   std::streamsize(descriptors->data.size()));
+        write_runc_descriptors(dir, files);
         const auto checkpoint = checkpoint_name(migration_id);
         const auto stand_in = checkpoint_dir(checkpoint);
         fs::create_directories(stand_in);
@@ -131,9 +123,7 @@ class docker_restore final : public engine_restore {
         if (_warm) {
             // Onto the mounted root, as podman's warm restore does: the
             // overlay is mounted, and its layers must not change under it.
-            for (const auto& d : deleted_files(dir))
-                remove_below(_root, d);
-            extract_tar(engine_file(dir, "rootfs-diff.tar"), _root);
+            apply_rootfs_diff_to_root(dir, _root);
             return {};
         }
         apply_rootfs_diff(dir);

@@ -6,6 +6,7 @@
 #include "docker/docker_api.hpp"
 #include "engine_dump.hpp"
 #include "rootfs_diff.hpp"
+#include "runc_state.hpp"
 #include "sys/proc.hpp"
 
 #include <fmt/format.h>
@@ -173,11 +174,8 @@ class docker_dump final : public engine_dump {
                 throw error(
                     fmt::format("no options.json in the task's bundle {}", bundle.string()));
             const fs::path root = json::parse(opts).at("root").get<std::string>();
-            const auto state_file = root / bundle.parent_path().filename() / _c.id / "state.json";
-            std::ifstream state(state_file);
-            if (!state)
-                throw error(fmt::format("cannot read runc's {}", state_file.string()));
-            const auto text = json::parse(state).at("external_descriptors").dump();
+            const auto text =
+                runc_external_descriptors(root / bundle.parent_path().filename(), _c.id);
             return {{"descriptors.json", {text.begin(), text.end()}}};
         } catch (const std::exception& e) {
             _log->warn("no warm restore for {}: runc's descriptors are not readable here ({})",

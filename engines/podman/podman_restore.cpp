@@ -127,24 +127,14 @@ class podman_restore final : public engine_restore {
     std::vector<std::string> warm_command(const fs::path& dir, const std::string& migration_id,
                                           const std::vector<std::string>& criu_env,
                                           const std::vector<criu::engine_file>& files) override {
-        auto find = [&](const char* name) {
-            for (const auto& f : files)
-                if (f.name == name)
-                    return &f;
-            throw error(fmt::format("the source sent no {} to start from", name));
-        };
-        const auto* config = find("config.dump");
-        const auto* spec = find("spec.dump");
-        const auto* descriptors = find("descriptors.json");
-        // runc reads it before its CRIU starts; the images bring the same.
-        std::ofstream(dir / "descriptors.json", std::ios::binary)
-            .write(reinterpret_cast<const char*>(descriptors->data.data()),
-                   std::streamsize(descriptors->data.size()));
+        const auto& config = sent_file(files, "config.dump");
+        const auto& spec = sent_file(files, "spec.dump");
+        write_runc_descriptors(dir, files);
         const auto tar_out = dir / "podman-warm.tar";
         tar_writer tar(tar_out);
         tar.add_bytes("config.dump",
-                      patched_config(config->data, _image_ids, _tools.podman, _links));
-        tar.add_bytes("spec.dump", spec->data);
+                      patched_config(config.data, _image_ids, _tools.podman, _links));
+        tar.add_bytes("spec.dump", spec.data);
         // Podman only checks that a checkpoint is there; runc restores from
         // `dir`, where the images arrive.
         tar.add_bytes("checkpoint/inventory.img", std::span<const uint8_t>());
@@ -171,7 +161,7 @@ class podman_restore final : public engine_restore {
         if (_warm) {
             // The shim refills /dev/shm from devshm_tar(dir) if the source
             // sent one (not when its /dev/shm was empty: no untar to run).
-            apply_rootfs_diff(dir);
+            apply_rootfs_diff_to_root(dir, _root);
             return {};
         }
         (void)engine_file(dir, "config.dump");
@@ -255,11 +245,6 @@ class podman_restore final : public engine_restore {
 
     // What podman's import does with rootfs-diff.tar and deleted.files, onto
     // the root it mounted for the warm restore.
-    void apply_rootfs_diff(const fs::path& dir) const {
-        for (const auto& d : deleted_files(dir))
-            remove_below(_root, d);
-        extract_tar(engine_file(dir, "rootfs-diff.tar"), _root);
-    }
 
     std::string _name;
     host_tools _tools;

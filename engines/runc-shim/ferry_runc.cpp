@@ -8,6 +8,7 @@
 #include "core/unique_fd.hpp"
 #include "engine_request.hpp"
 #include "line_socket.hpp"
+#include "runc_state.hpp"
 #include "sys/subprocess.hpp"
 #include "wire/criu_event_wire.hpp"
 
@@ -166,13 +167,11 @@ void wait_for_go(const std::string& path, const std::string& line, std::chrono::
         throw std::runtime_error(what + ": " + (answer.empty() ? "no answer" : answer));
 }
 
-// What runc's checkpoint writes as descriptors.json (the container init's
-// stdio as runc started it), from runc's state.json: a warm restore's runc
-// reads it before its CRIU starts, so before the images arrive.
+// What runc's checkpoint writes as descriptors.json, for the hold (a warm
+// restore's runc reads it before its CRIU starts, so before the images arrive).
 std::string external_descriptors(const std::vector<std::string>& args) {
-    const fs::path root = option_value(args, "--root").value_or("/run/runc");
-    std::ifstream in(root / args.back() / "state.json");
-    return nlohmann::json::parse(in).at("external_descriptors").dump();
+    return engines::runc_external_descriptors(option_value(args, "--root").value_or("/run/runc"),
+                                              args.back());
 }
 
 void set_option(std::vector<std::string>& args, size_t cmd, const std::string& name,

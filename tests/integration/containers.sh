@@ -171,30 +171,30 @@ log "   downtime $(json "$work/m1.json" downtime_ms) ms, $(json "$work/m1.json" 
 ctr b stop -t 1 m1 >/dev/null || fail "$engine stop failed on the copy"
 ctr b rm m1 >/dev/null || fail "$engine rm failed on the copy"
 
+# destination_dies NAME FAULT: NAME migrates to a b whose daemon dies with
+# FERRY_FAULT=FAULT; the migration fails uncommitted, the source keeps
+# running with its memory intact, and nothing of NAME is left on b once its
+# daemon is back.
+destination_dies() {
+  local name=$1 fault=$2
+  run_memload a "$name"
+  "$testbed" stop b
+  FERRY_FAULT=$fault "$testbed" start b
+  migrate "$name" >"$work/$name.json" 2>"$work/$name.err" && fail "$name: migration to a destination dying ($fault) succeeded"
+  [ "$(json "$work/$name.json" committed)" = false ] || fail "$name's migration says it committed"
+  [ "$(json "$work/$name.json" source_running)" = true ] || fail "migrator says $name is not running"
+  [ "$(state a "$name")" = running ] || fail "$name is not running on a: $(state a "$name")"
+  verified a "$name" || fail "$name's memory does not verify after the abort"
+  "$testbed" stop b
+  "$testbed" start b
+  [ "$(state b "$name")" = absent ] || fail "a half-restored $name was left on b: $(state b "$name")"
+}
+
 log "2. the destination dies before the restore: the source keeps running"
-run_memload a m2
-"$testbed" stop b
-FERRY_FAULT=dest-die-before-restore "$testbed" start b
-migrate m2 >"$work/m2.json" 2>"$work/m2.err" && fail "migration to a dying destination succeeded"
-[ "$(json "$work/m2.json" source_running)" = true ] || fail "migrator says the source is not running"
-[ "$(state a m2)" = running ] || fail "m2 is not running on a: $(state a m2)"
-verified a m2 || fail "m2's memory does not verify after the abort"
-"$testbed" stop b
-"$testbed" start b
-[ "$(state b m2)" = absent ] || fail "a half-restored m2 was left on b: $(state b m2)"
+destination_dies m2 dest-die-before-restore
 
 log "2b. the destination dies while its warm restore waits: nothing froze"
-run_memload a m5
-"$testbed" stop b
-FERRY_FAULT=dest-die-warm "$testbed" start b
-migrate m5 >"$work/m5.json" 2>"$work/m5.err" && fail "migration to a destination dying in its warm start succeeded"
-[ "$(json "$work/m5.json" committed)" = false ] || fail "m5's migration says it committed"
-[ "$(json "$work/m5.json" source_running)" = true ] || fail "migrator says m5 is not running"
-[ "$(state a m5)" = running ] || fail "m5 is not running on a: $(state a m5)"
-verified a m5 || fail "m5's memory does not verify after the refused checkpoint"
-"$testbed" stop b
-"$testbed" start b
-[ "$(state b m5)" = absent ] || fail "the warm restore's m5 was left on b: $(state b m5)"
+destination_dies m5 dest-die-warm
 remove_now a m5 >/dev/null
 
 log "2c. the destination's warm start fails: it restores cold"
