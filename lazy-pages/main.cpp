@@ -305,21 +305,37 @@ class reporter {
 // its dump; the daemon kills this process sooner if the migration fails.
 constexpr auto early_acceptance_wait = std::chrono::minutes(10);
 
-// A channel to the source, or none if it cannot be reached and the pool may
-// serve without it. With --wait-start it is opened before the freeze.
-std::unique_ptr<page_channel> open_source_channel(const options& opt, const fabric_spec& fabric,
-                                                  FerryControl__ChannelKind kind,
-                                                  uint32_t max_pages, spdlog::logger& log) {
+// Asks the source for a channel, or for none if there is no source (a
+// parked workload) or it cannot be reached and the pool may serve without it.
+std::optional<page_channel_request> ask_source_channel(const options& opt,
+                                                       const fabric_spec& fabric,
+                                                       FerryControl__ChannelKind kind,
+                                                       uint32_t max_pages, spdlog::logger& log) {
     if (opt.source.empty()) {
         if (opt.pool.empty())
             throw error("no source and no pool to read pages from");
-        return nullptr; // a parked workload: the pool holds every page
+        return std::nullopt;
     }
     try {
-        const std::chrono::milliseconds connect = std::chrono::seconds(10);
-        return open_page_channel(fabric, net::parse_endpoint(opt.source), opt.credentials,
-                                 opt.migration_id, kind, max_pages, connect,
-                                 opt.wait_start ? early_acceptance_wait : connect);
+        return page_channel_request(fabric, net::parse_endpoint(opt.source), opt.credentials,
+                                    opt.migration_id, kind, max_pages, std::chrono::seconds(10));
+    } catch (const std::exception& e) {
+        if (opt.pool.empty())
+            throw;
+        log.warn("no channel to the source ({}); every page must come from the pool", e.what());
+        return std::nullopt;
+    }
+}
+
+// The channel once the source accepts it. With --wait-start it was asked for
+// before the freeze, and the acceptance comes after it.
+std::unique_ptr<page_channel> accepted_source_channel(const options& opt,
+                                                      std::optional<page_channel_request>& req,
+                                                      spdlog::logger& log) {
+    if (!req)
+        return nullptr;
+    try {
+        return req->accepted(opt.wait_start ? early_acceptance_wait : std::chrono::seconds(10));
     } catch (const std::exception& e) {
         if (opt.pool.empty())
             throw;
@@ -388,15 +404,18 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
     // After the loop: destroyed (joined) first.
     holes_fetch holes(opt, *log);
     try {
-        // Started ahead of the images (--wait-start): the channels' TLS
-        // handshakes happen before the freeze, and the source's acceptance
-        // arrives during it, while the images travel; neither falls inside
-        // the downtime.
+        // Started ahead of the images (--wait-start): both channels' TLS
+        // handshakes happen before the freeze, and the source's acceptances
+        // arrive during it, while the images travel; neither falls inside
+        // the downtime. (The background channel's handshake used to wait
+        // for the fault channel's acceptance: ~3 ms of lazy-pages' start.)
         const auto fabric = fabric_spec::parse(opt.fabric);
-        auto fault_ch =
-            open_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64, *log);
-        auto bg_ch = open_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
+        auto fault_req =
+            ask_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64, *log);
+        auto bg_req = ask_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
                                          wire::max_pages_per_request, *log);
+        auto fault_ch = accepted_source_channel(opt, fault_req, *log);
+        auto bg_ch = accepted_source_channel(opt, bg_req, *log);
         if (opt.wait_start) {
             // Wait until the daemon says go: the images are here.
             auto go = control::receive(opt.report_fd, net::no_deadline);

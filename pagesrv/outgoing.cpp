@@ -224,6 +224,8 @@ bool outgoing_migration::commit() {
         return _state == state::committed;
     _state = state::committed;
     _holes_thread = std::thread([this] { scan_holes(); });
+    if (_fabric_state)
+        _fabric_state->committed();
     return true;
 }
 

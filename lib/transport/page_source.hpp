@@ -31,6 +31,9 @@ class page_source {
 class source_state {
   public:
     virtual ~source_state() = default;
+    // The destination may resume: from now on the migration cannot go back
+    // to the source, and the destination's restore is over.
+    virtual void committed() {}
 };
 
 } // namespace ferry::transport

@@ -21,6 +21,10 @@ struct rdma_state final : source_state {
     staging::region_file prepared;
     std::unique_ptr<rdma_server> server;
     std::unique_ptr<staging::stager> stager;
+    void committed() override {
+        if (stager)
+            stager->stage_everything();
+    }
     // No peer reads the region once the server stops; only then may the
     // stager unmap it.
     ~rdma_state() override {

@@ -19,6 +19,10 @@ namespace {
 struct shm_state final : source_state {
     staging::region_file prepared;
     std::unique_ptr<staging::stager> stager;
+    void committed() override {
+        if (stager)
+            stager->stage_everything();
+    }
 };
 
 // The acceptance points into these until it is sent.
@@ -46,7 +50,7 @@ std::unique_ptr<source_state> shm_backend::prepare(pid_t root, const std::string
     return st;
 }
 
-// Staging overlaps the destination's restore.
+// Requests are staged from now on, every page once the migration commits.
 std::unique_ptr<source_state> shm_backend::start(page_source& src,
                                                  std::unique_ptr<source_state> prepared) const {
     auto st = std::make_unique<shm_state>();

@@ -126,7 +126,6 @@ stager::stager(page_source& src, region_file file, std::function<void()> staged)
     h.version = region_version;
     std::atomic_thread_fence(std::memory_order_release);
     h.magic = region_magic; // last: a reader that sees the magic sees the rest
-    _started_ns = monotonic_ns();
     _thread = std::thread([this] { run(); });
 }
 
@@ -135,6 +134,12 @@ stager::~stager() {
     _region.header().stager_bell.ring();
     _thread.join();
     _region.header().stager_alive.store(0, std::memory_order_release);
+}
+
+void stager::stage_everything() {
+    _started_ns = monotonic_ns();
+    _eager.store(true, std::memory_order_release);
+    _region.header().stager_bell.ring();
 }
 
 void stager::stage(uint64_t first, uint64_t count, bool restage) {
@@ -192,7 +197,7 @@ void stager::run() {
             stage(req.first_page, req.count, req.flags & restage_flag);
             worked = true;
         }
-        if (cursor < total) {
+        if (cursor < total && _eager.load(std::memory_order_acquire)) {
             stage(cursor, eager_chunk_pages, false);
             cursor += eager_chunk_pages;
             worked = true;
@@ -209,7 +214,12 @@ void stager::run() {
             __builtin_ia32_pause();
             continue;
         }
-        bell.wait([&] { return !ring.empty() || _stop.load(std::memory_order_relaxed); }, sleep_ns);
+        bell.wait(
+            [&] {
+                return !ring.empty() || _stop.load(std::memory_order_relaxed) ||
+                       (cursor < total && _eager.load(std::memory_order_relaxed));
+            },
+            sleep_ns);
     }
 }
 

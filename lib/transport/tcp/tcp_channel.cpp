@@ -11,12 +11,12 @@
 
 namespace ferry::transport::tcp {
 
-tcp_channel::tcp_channel(std::unique_ptr<net::stream> conn, uint32_t max_pages)
+tcp_channel::tcp_channel(std::unique_ptr<net::stream> conn, uint32_t max_pages, bool populate)
     : _conn(std::move(conn)), _max_pages(max_pages) {
     // The fault loop must never block on a half-arrived reply.
     net::set_nonblocking(_conn->fd(), true);
-    _staging_map =
-        mapping::anonymous(size_t(_max_pages) * page_size, "staging buffer", MAP_POPULATE);
+    _staging_map = mapping::anonymous(size_t(_max_pages) * page_size, "staging buffer",
+                                      populate ? MAP_POPULATE : 0);
     _staging = _staging_map.data();
     _checksums = std::make_unique<uint64_t[]>(_max_pages);
 }
