@@ -35,6 +35,11 @@ class mapping {
     mapping& operator=(const mapping&) = delete;
     ~mapping() { reset(); }
 
+    // Grows a file mapping to `bytes` (the file must be that long), moving it
+    // if it must: pointers into it are stale afterwards. With `populate`,
+    // only the new part is populated. Throws std::system_error naming `what`.
+    void grow(size_t bytes, bool populate, const std::string& what);
+
     [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(_base); }
     [[nodiscard]] size_t size() const noexcept { return _size; }
     [[nodiscard]] explicit operator bool() const noexcept { return _base != nullptr; }

@@ -102,3 +102,24 @@ TEST_CASE("the stager stages requested pages at once and every page only after t
     CHECK(std::filesystem::is_empty(dir)); // the region file went with the stager
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a region that grows keeps its pages and maps the new ones", "[staging]") {
+    const auto dir = temp_dir();
+    {
+        auto file = staging::region_file::create(dir, "grow", 2 * page_size);
+        REQUIRE(file.size() == 2 * page_size);
+        std::memset(file.map(), 0x5a, 2 * page_size);
+        file.ensure_size(6 * page_size);
+        REQUIRE(file.size() == 6 * page_size);
+        CHECK(std::filesystem::file_size(file.path()) == 6 * page_size);
+        const auto* p = reinterpret_cast<const unsigned char*>(file.map());
+        CHECK(p[0] == 0x5a);
+        CHECK(p[2 * page_size - 1] == 0x5a);
+        CHECK(p[2 * page_size] == 0); // new pages read as zeros
+        std::memset(file.map() + 2 * page_size, 0x33, 4 * page_size);
+        CHECK(p[6 * page_size - 1] == 0x33);
+        file.ensure_size(page_size); // never shrinks
+        CHECK(file.size() == 6 * page_size);
+    }
+    std::filesystem::remove_all(dir);
+}

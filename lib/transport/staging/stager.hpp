@@ -57,12 +57,12 @@ class region_file {
     mapping _map;
 };
 
-// Estimates a tree's lazy memory: the anonymous memory of each of its
-// processes (smaps_rollup), in bytes.
-uint64_t anonymous_bytes_of_tree(pid_t root);
+// Estimates a tree's lazy areas before the freeze: the private, writable,
+// anonymous mappings of each of its processes (/proc/PID/maps), in bytes.
+uint64_t private_writable_bytes_of_tree(pid_t root);
 
-// Before the freeze: a region file in /dev/shm sized for the tree's
-// anonymous memory and a little slack for what it allocates meanwhile.
+// Before the freeze: a region file in /dev/shm sized for the tree's lazy
+// areas and a little slack for what it maps meanwhile.
 region_file prepare_region(pid_t root, const std::string& id);
 // At registration: `prepared` if there is one, else a new file (it grows
 // as the stager lays the pages out).
