@@ -108,6 +108,7 @@ void write_request(const std::filesystem::path& file, const restore_request& r) 
                       {"criu_env", r.criu_env},
                       {"wait_for_images", r.wait_for_images},
                       {"images_dir", r.images_dir},
+                      {"criu_waits", r.criu_waits},
                       {"tcp_established", r.tcp_established}});
 }
 
@@ -155,6 +156,7 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
     r.criu_env = criu_env_field(*j, file);
     r.wait_for_images = j->value("wait_for_images", false);
     r.images_dir = j->value("images_dir", "");
+    r.criu_waits = j->value("criu_waits", false);
     r.tcp_established = j->value("tcp_established", false);
     if (r.lazy_socket.empty() || r.gate_socket.empty() ||
         (r.wait_for_images && r.images_dir.empty()))

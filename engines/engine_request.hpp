@@ -72,6 +72,10 @@ struct restore_request {
     // runc's --image-path at images_dir, where they arrived.
     bool wait_for_images = false;
     std::string images_dir;
+    // With wait_for_images: the real CRIU can start at once and wait for the
+    // images itself (--restore-wait-fd, criu-patches/0015), so its exec,
+    // libraries and set-up happen before the freeze, not after the images.
+    bool criu_waits = false;
     // The container's TCP connections move with it: runc restores with
     // --tcp-established (its RPC says false otherwise, which wins over the
     // CRIU config; podman refuses the flag on a restore with --name).

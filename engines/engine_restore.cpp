@@ -109,8 +109,10 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     // source's addresses first (pagesrv/moving_network.cpp).
     req.wait_for_images = warm || tcp_established;
     req.tcp_established = tcp_established;
-    if (req.wait_for_images)
+    if (req.wait_for_images) {
         req.images_dir = warm ? dir.string() : images.string();
+        req.criu_waits = criu::supports_option_value(tools.criu, "restore-wait-fd", "0");
+    }
     // The action script acts at post-restore (the gate) and, when the
     // network moves, at setup-namespaces; CRIU runs it only then where it
     // can (criu-patches/0013): each other run is a fork and an exec in the

@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -287,14 +288,69 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     ::setenv("FERRY_WARM_BUNDLE", bundle.c_str(), 1);
     ::setenv("FERRY_WARM_DEVSHM", req->devshm_tar.c_str(), 1);
     ::setenv("FERRY_REAL_CRIU", real_criu.c_str(), 1);
+    if (req->criu_waits)
+        ::setenv("FERRY_WARM_CRIU_WAITS", "1", 1);
     const auto self = fs::read_symlink("/proc/self/exe").string();
     args.insert(args.begin(), {"--criu", self}); // a global option: before the command
+}
+
+// What a warm restore waits for before CRIU reads the images: the gate's
+// "go" (the images are in), then the container's /dev/shm refilled.
+void wait_for_images(const std::string& gate, const fs::path& bundle, const std::string& devshm) {
+    wait_for_go(gate, std::string(engines::gate_images) + " " + bundle.string(), images_timeout,
+                "the destination daemon did not let the restore go on");
+    // Docker's source sends none when its /dev/shm was empty.
+    std::error_code ec;
+    if (!devshm.empty() && fs::exists(devshm, ec))
+        restore_devshm(bundle, devshm);
+}
+
+// With criu-patches/0015 the real CRIU starts at once and reads one byte
+// from the returned fd before it touches the images (--restore-wait-fd):
+// its exec, its libraries and its set-up (~4 ms here) then happen before
+// the freeze, not after the images. A grandchild of this process waits for
+// them and writes that byte, or exits without it, and CRIU calls the
+// restore off. A grandchild, so that CRIU (what this process becomes) never
+// reaps it as an unknown child; it keeps no other descriptor of runc's, so
+// that runc never waits on it for CRIU's socket or pipes to close.
+int let_criu_wait_for_images(const std::string& gate, const fs::path& bundle,
+                             const std::string& devshm) {
+    int p[2];
+    if (::pipe(p))
+        throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    const pid_t child = ::fork();
+    if (child < 0)
+        throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (child == 0) {
+        ::close(p[0]);
+        if (::fork() != 0)
+            ::_exit(0); // the grandchild goes on (none: CRIU reads EOF)
+        ::signal(SIGPIPE, SIG_IGN);
+        const int w = p[1];
+        ::close_range(3, unsigned(w) - 1, 0);
+        ::close_range(unsigned(w) + 1, ~0U, 0);
+        int rc = 1;
+        try {
+            wait_for_images(gate, bundle, devshm);
+            const char go = 'g';
+            rc = ::write(w, &go, 1) == 1 ? 0 : 1;
+        } catch (const std::exception& e) {
+            say(e.what());
+        }
+        ::_exit(rc);
+    }
+    ::close(p[1]);
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    return p[0];
 }
 
 // As runc's criu in a warm restore: `criu swrk FD`, where runc's first
 // request on FD says what it wants. Its version query passes at once; its
 // restore waits at the gate until the images are in, refills /dev/shm, and
 // only then becomes the real CRIU, which reads them from its first step.
+// With a CRIU that can wait itself, the real CRIU starts at once instead.
 int criu_after_images(int argc, char** argv) {
     const char* real = std::getenv("FERRY_REAL_CRIU");
     const std::string gate = std::getenv("FERRY_WARM_GATE");
@@ -302,9 +358,11 @@ int criu_after_images(int argc, char** argv) {
         std::getenv("FERRY_WARM_BUNDLE") ? std::getenv("FERRY_WARM_BUNDLE") : "";
     const std::string devshm =
         std::getenv("FERRY_WARM_DEVSHM") ? std::getenv("FERRY_WARM_DEVSHM") : "";
-    for (const char* name :
-         {"FERRY_WARM_GATE", "FERRY_WARM_BUNDLE", "FERRY_WARM_DEVSHM", "FERRY_REAL_CRIU"})
+    const bool criu_waits = std::getenv("FERRY_WARM_CRIU_WAITS") != nullptr;
+    for (const char* name : {"FERRY_WARM_GATE", "FERRY_WARM_BUNDLE", "FERRY_WARM_DEVSHM",
+                             "FERRY_REAL_CRIU", "FERRY_WARM_CRIU_WAITS"})
         ::unsetenv(name);
+    std::vector<std::string> wait_option;
     try {
         if (argc >= 3 && std::string(argv[1]) == "swrk") {
             const int fd = std::atoi(argv[2]);
@@ -313,12 +371,11 @@ int criu_after_images(int argc, char** argv) {
             // CriuReq starts with its type (field 1): 0x08, then RESTORE = 2.
             if (::poll(&p, 1, 60'000) == 1 && ::recv(fd, head, sizeof head, MSG_PEEK) == 2 &&
                 head[0] == 0x08 && head[1] == 2) {
-                wait_for_go(gate, std::string(engines::gate_images) + " " + bundle.string(),
-                            images_timeout, "the destination daemon did not let the restore go on");
-                // Docker's source sends none when its /dev/shm was empty.
-                std::error_code ec;
-                if (!devshm.empty() && fs::exists(devshm, ec))
-                    restore_devshm(bundle, devshm);
+                if (criu_waits)
+                    wait_option = {"--restore-wait-fd",
+                                   std::to_string(let_criu_wait_for_images(gate, bundle, devshm))};
+                else
+                    wait_for_images(gate, bundle, devshm);
             }
         }
     } catch (const std::exception& e) {
@@ -326,8 +383,13 @@ int criu_after_images(int argc, char** argv) {
         return 1; // runc's restore fails: nothing was restored
     }
     const std::string criu = real && *real ? real : "criu";
-    argv[0] = const_cast<char*>(criu.c_str());
-    ::execvp(criu.c_str(), argv);
+    std::vector<char*> cargv = {const_cast<char*>(criu.c_str())};
+    for (auto& o : wait_option) // options go before the mode
+        cargv.push_back(o.data());
+    for (int i = 1; i < argc; i++)
+        cargv.push_back(argv[i]);
+    cargv.push_back(nullptr);
+    ::execvp(criu.c_str(), cargv.data());
     say("exec " + criu + ": " + std::strerror(errno));
     return 127;
 }

@@ -98,6 +98,10 @@ TEST_CASE("a warm restore request and a held checkpoint read back as written", "
     REQUIRE(back);
     CHECK(back->wait_for_images);
     CHECK(back->images_dir == r.images_dir);
+    CHECK_FALSE(back->criu_waits);
+    r.criu_waits = true;
+    write_request(d.path / "waits.json", r);
+    CHECK(read_restore_request(d.path / "waits.json")->criu_waits);
 
     // Waiting for images with nowhere to take them from is malformed.
     r.images_dir.clear();

@@ -55,3 +55,27 @@ TEST_CASE("pages written exist; untouched and read-only-touched pages are holes"
     CHECK(hole_pages == pages - runs.size());
     ::munmap(mem, pages * 4096);
 }
+
+TEST_CASE("a run of pages across the scan's per-call bound comes back whole", "[page_presence]") {
+    const size_t pages = 12288; // 48 MiB: three calls of 16 MiB
+    auto* mem = static_cast<char*>(
+        ::mmap(nullptr, pages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    REQUIRE(mem != MAP_FAILED);
+    REQUIRE(::madvise(mem, pages * 4096, MADV_NOHUGEPAGE) == 0);
+    // Pages 1000 to 11000 written: one run over both call boundaries.
+    for (size_t p = 1000; p < 11000; p++)
+        mem[p * 4096] = 1;
+    const auto base = reinterpret_cast<uint64_t>(mem);
+    proc::page_presence presence(::getpid());
+    std::vector<proc::page_run> runs;
+    const auto ok = presence.existing(base, base + pages * 4096, runs);
+    if (!ok) {
+        WARN("this kernel has no PAGEMAP_SCAN");
+        ::munmap(mem, pages * 4096);
+        return;
+    }
+    REQUIRE(runs.size() == 1);
+    CHECK(runs[0].start == base + 1000 * 4096);
+    CHECK(runs[0].end == base + 11000 * 4096);
+    ::munmap(mem, pages * 4096);
+}

@@ -101,12 +101,15 @@ struct rdma_pair {
     FerryControl__PageChannelAccepted ok = FERRY_CONTROL__PAGE_CHANNEL_ACCEPTED__INIT;
     std::unique_ptr<transport::accept_storage> keep;
 
-    // The source's staging starts at once: set the source's switches first.
+    // The source's staging starts at once, as at a migration's commit (the
+    // stager stages every page only from then on): set the source's
+    // switches first.
     explicit rdma_pair(uint64_t pages, uint32_t delay_us = 0, uint64_t damaged_page = ~0ull)
         : src(pages) {
         src.delay_us = delay_us;
         src.damaged_page = damaged_page;
         state = backend.start(src, nullptr);
+        state->committed();
     }
     // The source's acceptance of a new channel (a fresh token each).
     void accept() {
