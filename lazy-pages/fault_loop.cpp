@@ -408,6 +408,8 @@ void fault_loop::handle_criu_socket() {
     if (value != restore_finished_magic)
         throw error(fmt::format("unexpected message {:#x} on the lazy-pages socket", value));
     _s.restore_finished = true;
+    if (_restore_finished)
+        _restore_finished();
 }
 
 // The daemon says one short thing, once; anything else on its socket is

@@ -53,6 +53,8 @@ class fault_loop {
     void on_progress(progress_fn fn) { _progress = std::move(fn); }
     // Called with every uffd created by a FORK event.
     void on_new_uffd(uffd_fn fn) { _new_uffd = std::move(fn); }
+    // Called once, on a handler thread, when CRIU says "restore finished".
+    void on_restore_finished(std::function<void()> fn) { _restore_finished = std::move(fn); }
 
     // Runs until every page is installed (or its process is gone). Throws
     // ferry::error on anything that must stop the migration.
@@ -104,6 +106,7 @@ class fault_loop {
     int _daemon_sock = -1;
     progress_fn _progress;
     uffd_fn _new_uffd;
+    std::function<void()> _restore_finished;
     // The state lock guards _s and what follows it.
     std::mutex _mu;
     fault_state _s;

@@ -344,10 +344,12 @@ std::unique_ptr<page_channel> accepted_source_channel(const options& opt,
     }
 }
 
-// The source's holes (transport/page_holes.hpp), asked for on a thread of
-// their own from the start: the source answers once it has scanned the
-// frozen tasks, which is after the freeze. They go to the loop once both
-// are there. Pool mode asks for none: the pool's pagemap is exact.
+// The source's holes (transport/page_holes.hpp), on a thread of their own:
+// it connects from the start; the small areas' holes come after the commit,
+// the others once it asks, after CRIU's restore has finished (their scan
+// would take CPU from the restore and the resume where both run on one
+// machine). They go to the loop once both are there. Pool mode asks for
+// none: the pool's pagemap is exact.
 class holes_fetch {
   public:
     holes_fetch(const options& opt, spdlog::logger& log) : _log(log) {
@@ -355,43 +357,70 @@ class holes_fetch {
             return;
         _thread = std::thread([this, &opt] {
             try {
-                auto a = fetch_page_holes(net::parse_endpoint(opt.source), opt.credentials,
-                                          opt.migration_id, std::chrono::seconds(10),
-                                          early_acceptance_wait);
+                auto a = fetch_page_holes(
+                    net::parse_endpoint(opt.source), opt.credentials, opt.migration_id,
+                    std::chrono::seconds(10), early_acceptance_wait,
+                    [this] { return ready_to_ask(); },
+                    [this](std::vector<page_hole> h) { deliver(std::move(h)); });
                 if (!a.unknown.empty())
-                    _log.info("the source cannot tell which lazy pages are holes ({}): every "
-                              "page is fetched",
+                    _log.info("the source cannot tell which lazy pages are holes ({}): the "
+                              "others are fetched",
                               a.unknown);
-                deliver(std::move(a.holes));
             } catch (const std::exception& e) {
                 _log.warn("no holes from the source ({}): every lazy page is fetched", e.what());
             }
         });
     }
-    // Joins: the source answers soon after the freeze, or its connection fails.
+    // Joins: the source answers soon after it is asked, or its connection
+    // fails; a thread still waiting to ask gives up.
     ~holes_fetch() {
+        {
+            std::lock_guard lock(_ask_mutex);
+            _stop = true;
+        }
+        _asked.notify_all();
         if (_thread.joinable())
             _thread.join();
+    }
+    // CRIU's restore has finished: the source may scan now. Called under the
+    // loop's lock, so it takes only _ask_mutex (deliver() takes _mutex, then
+    // the loop's lock).
+    void restore_finished() {
+        {
+            std::lock_guard lock(_ask_mutex);
+            _may_ask = true;
+        }
+        _asked.notify_all();
     }
     // From now on holes go to `loop` (at once if they are here already).
     void deliver_to(lazy::fault_loop* loop) {
         std::lock_guard lock(_mutex);
         _loop = loop;
-        if (_loop && !_holes.empty())
+        if (_loop && !_holes.empty()) {
             _loop->post_holes(std::move(_holes));
+            _holes.clear();
+        }
     }
 
   private:
+    bool ready_to_ask() {
+        std::unique_lock lock(_ask_mutex);
+        _asked.wait_for(lock, early_acceptance_wait, [&] { return _may_ask || _stop; });
+        return _may_ask && !_stop;
+    }
     void deliver(std::vector<page_hole> holes) {
         std::lock_guard lock(_mutex);
         if (_loop)
             _loop->post_holes(std::move(holes));
         else
-            _holes = std::move(holes);
+            _holes.insert(_holes.end(), holes.begin(), holes.end());
     }
 
     spdlog::logger& _log;
     std::mutex _mutex;
+    std::mutex _ask_mutex;
+    std::condition_variable _asked;
+    bool _may_ask = false, _stop = false;
     lazy::fault_loop* _loop = nullptr;
     std::vector<page_hole> _holes;
     std::thread _thread; // last
@@ -448,6 +477,7 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
         holes.deliver_to(loop.get());
         loop->on_progress([&](const lazy::loop_stats& s) { report.progress(s); });
         loop->on_new_uffd([&](int uffd) { report.keep_uffd(uffd); });
+        loop->on_restore_finished([&holes] { holes.restore_finished(); });
         log->info("serving {} processes, {} lazy pages from {}", loop->stats().processes,
                   loop->stats().pages_total, opt.source);
         loop->run();

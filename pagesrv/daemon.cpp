@@ -341,12 +341,36 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
     transport::serve_requests(plain ? *plain : conn, *m);
 }
 
-// A HOLES channel: the scan's result in frames of at most `holes_per_frame`
-// runs, then the end. Whatever the fabric: these are control frames.
+// A HOLES channel: the small areas' holes (scanned from the commit), in
+// frames of at most `holes_per_frame` runs, the part's end marked
+// rest_on_ask; then, once the destination asks (its restore has finished),
+// the other areas' holes, the last frame marked last. Whatever the fabric:
+// these are control frames.
 void daemon::serve_page_holes(net::stream& conn, outgoing_migration& m) {
-    constexpr size_t holes_per_frame = 16384;
     constexpr auto scan_wait = std::chrono::minutes(2);
-    const auto r = m.wait_holes(scan_wait);
+    // The destination asks once its restore has finished (or closes the
+    // connection); a restore is bounded well within this.
+    constexpr auto ask_wait = std::chrono::minutes(10);
+    const auto small = m.wait_small_holes(scan_wait);
+    const bool small_ok = small.done && small.unknown.empty();
+    send_holes(conn, small, small_ok ? hole_part::small : hole_part::last);
+    if (!small_ok)
+        return;
+    auto ask = control::receive(conn, net::after(ask_wait));
+    if (!ask)
+        return; // the destination gave up before its restore finished
+    control::expect(ask.get(), FERRY_CONTROL__ENVELOPE__BODY_PAGE_HOLES_SCAN, "destination");
+    outgoing_migration::holes_result rest;
+    if (m.scan_holes_now())
+        rest = m.wait_holes(scan_wait);
+    else
+        rest = {true, "the migration did not commit", {}, 0, 0};
+    send_holes(conn, rest, hole_part::last);
+}
+
+void daemon::send_holes(net::stream& conn, const outgoing_migration::holes_result& r,
+                        hole_part part) {
+    constexpr size_t holes_per_frame = 16384;
     std::vector<uint32_t> pids;
     std::vector<uint64_t> starts, ends;
     size_t at = 0;
@@ -362,12 +386,15 @@ void daemon::serve_page_holes(net::stream& conn, outgoing_migration& m) {
             ends[i] = h.end;
         }
         at += n;
+        const bool end_of_part = at == r.holes.size();
         FerryControl__PageHoles f = FERRY_CONTROL__PAGE_HOLES__INIT;
         f.n_pid = f.n_start = f.n_end = n;
         f.pid = pids.data();
         f.start = starts.data();
         f.end = ends.data();
-        f.last = at == r.holes.size();
+        f.last = end_of_part && part == hole_part::last;
+        f.has_rest_on_ask = end_of_part && part == hole_part::small;
+        f.rest_on_ask = f.has_rest_on_ask;
         const std::string unknown =
             !r.done ? "the source's scan did not finish in time" : r.unknown;
         f.error = unknown.empty() ? nullptr : const_cast<char*>(unknown.c_str());

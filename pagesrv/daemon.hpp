@@ -87,6 +87,8 @@ class daemon {
     void serve_authenticated(net::stream& conn);
     void serve_page_channel(net::stream& conn, const FerryControl__PageChannelOpen& open);
     void serve_page_holes(net::stream& conn, outgoing_migration& m);
+    enum class hole_part { small, last };
+    void send_holes(net::stream& conn, const outgoing_migration::holes_result& r, hole_part part);
     // Marks a migration as prepared but not yet registered, for its lifetime.
     class preparing_mark {
       public:

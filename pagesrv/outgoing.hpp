@@ -90,15 +90,22 @@ class outgoing_migration final : public transport::page_source {
     [[nodiscard]] uint64_t pages_served() const noexcept { return _pages_served; }
 
     // The runs of lazy pages that do not exist in the frozen tasks (they
-    // read as zeros), scanned once from the commit on (CRIU records lazy
-    // VMAs whole, criu-patches/0006).
+    // read as zeros; CRIU records lazy VMAs whole, criu-patches/0006): the
+    // small areas' from the commit on, the others once the destination
+    // asks (scan_holes_now), after its restore has finished.
     struct holes_result {
         bool done = false;
         std::string unknown; // why the scan could not tell: then no holes
         std::vector<page_hole> holes;
         uint64_t pages = 0, scan_ns = 0;
     };
-    // The scan's result, waiting up to `timeout` (done false if not over).
+    // Lets the scan go on to the large areas, if the migration committed
+    // (false if not).
+    bool scan_holes_now();
+    // The small areas' holes, waiting up to `timeout` (done false if not
+    // over).
+    [[nodiscard]] holes_result wait_small_holes(std::chrono::milliseconds timeout);
+    // The other areas' holes, likewise.
     [[nodiscard]] holes_result wait_holes(std::chrono::milliseconds timeout);
 
     // Pool mode: starts pushing every lazy page into the pool (once).
@@ -158,7 +165,8 @@ class outgoing_migration final : public transport::page_source {
     const transport::backend& _fabric;
     std::mutex _holes_mutex;
     std::condition_variable _holes_scanned;
-    holes_result _holes;
+    holes_result _small_holes, _holes;
+    bool _scan_rest = false, _holes_stop = false;
 
     // Declared last: their threads read from this object.
     std::thread _holes_thread;

@@ -11,14 +11,17 @@ namespace ferry {
 page_holes_answer fetch_page_holes(const net::endpoint& source, const tls::credentials_ptr& creds,
                                    const std::string& migration_id,
                                    std::chrono::milliseconds connect_timeout,
-                                   std::chrono::milliseconds wait) {
+                                   std::chrono::milliseconds wait,
+                                   const std::function<bool()>& ready_to_ask,
+                                   const std::function<void(std::vector<page_hole>)>& holes) {
     auto conn = tls::connect(source, creds, connect_timeout);
     FerryControl__PageChannelOpen open = FERRY_CONTROL__PAGE_CHANNEL_OPEN__INIT;
     open.migration_id = const_cast<char*>(migration_id.c_str());
     open.kind = FERRY_CONTROL__CHANNEL_KIND__HOLES;
     control::send_message(*conn, open, net::after(connect_timeout));
     page_holes_answer answer;
-    const auto until = net::after(std::max(connect_timeout, wait));
+    std::vector<page_hole> part;
+    auto until = net::after(std::max(connect_timeout, wait));
     for (;;) {
         auto frame = control::receive(*conn, until);
         control::expect(frame.get(), FERRY_CONTROL__ENVELOPE__BODY_PAGE_HOLES,
@@ -33,12 +36,25 @@ page_holes_answer fetch_page_holes(const net::endpoint& source, const tls::crede
             if (hole.start >= hole.end || hole.start % 4096 || hole.end % 4096)
                 throw error(fmt::format("source {}: malformed hole [{:#x}, {:#x})",
                                         source.to_string(), hole.start, hole.end));
-            answer.holes.push_back(hole);
+            part.push_back(hole);
         }
         if (h.error)
             answer.unknown = h.error;
-        if (h.last)
+        if (h.last) {
+            holes(std::move(part));
             return answer;
+        }
+        if (h.has_rest_on_ask && h.rest_on_ask) {
+            holes(std::move(part));
+            part.clear();
+            if (!ready_to_ask()) {
+                answer.unknown = "not asked for the rest: the restore did not finish";
+                return answer;
+            }
+            FerryControl__PageHolesScan scan = FERRY_CONTROL__PAGE_HOLES_SCAN__INIT;
+            control::send_message(*conn, scan, net::after(connect_timeout));
+            until = net::after(std::max(connect_timeout, wait));
+        }
     }
 }
 

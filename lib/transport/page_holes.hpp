@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,16 +25,21 @@ struct page_hole {
 };
 
 struct page_holes_answer {
-    std::vector<page_hole> holes;
-    std::string unknown; // why the source could not tell (then: no holes)
+    std::string unknown; // why the source could not tell (then: no more holes)
 };
 
 // Asks the source daemon at `source` for migration `migration_id`'s holes:
-// connects within `connect_timeout`, then waits up to `wait` for the answer
-// (the source scans once it is registered). Throws on any failure.
+// connects within `connect_timeout` and names the migration at once (the TLS
+// handshake is then done before the freeze). The source answers in two
+// parts, each handed to `holes` as it ends: the small lazy areas' after the
+// commit, the others once asked, which is when `ready_to_ask` returns true
+// (the destination's restore has finished; false gives up, with `unknown`
+// set). Each part is awaited up to `wait`. Throws on any failure.
 page_holes_answer fetch_page_holes(const net::endpoint& source, const tls::credentials_ptr& creds,
                                    const std::string& migration_id,
                                    std::chrono::milliseconds connect_timeout,
-                                   std::chrono::milliseconds wait);
+                                   std::chrono::milliseconds wait,
+                                   const std::function<bool()>& ready_to_ask,
+                                   const std::function<void(std::vector<page_hole>)>& holes);
 
 } // namespace ferry
