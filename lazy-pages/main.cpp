@@ -305,6 +305,19 @@ class reporter {
 // its dump; the daemon kills this process sooner if the migration fails.
 constexpr auto early_acceptance_wait = std::chrono::minutes(10);
 
+// `step`, or `none` if it fails and the pool may serve without the source.
+template <typename T, typename F>
+T unless_pool_serves(const options& opt, spdlog::logger& log, F step, T none) {
+    try {
+        return step();
+    } catch (const std::exception& e) {
+        if (opt.pool.empty())
+            throw;
+        log.warn("no channel to the source ({}); every page must come from the pool", e.what());
+        return none;
+    }
+}
+
 // Asks the source for a channel, or for none if there is no source (a
 // parked workload) or it cannot be reached and the pool may serve without it.
 std::optional<page_channel_request> ask_source_channel(const options& opt,
@@ -316,15 +329,14 @@ std::optional<page_channel_request> ask_source_channel(const options& opt,
             throw error("no source and no pool to read pages from");
         return std::nullopt;
     }
-    try {
-        return page_channel_request(fabric, net::parse_endpoint(opt.source), opt.credentials,
-                                    opt.migration_id, kind, max_pages, std::chrono::seconds(10));
-    } catch (const std::exception& e) {
-        if (opt.pool.empty())
-            throw;
-        log.warn("no channel to the source ({}); every page must come from the pool", e.what());
-        return std::nullopt;
-    }
+    return unless_pool_serves(
+        opt, log,
+        [&] {
+            return std::optional<page_channel_request>(
+                page_channel_request(fabric, net::parse_endpoint(opt.source), opt.credentials,
+                                     opt.migration_id, kind, max_pages, std::chrono::seconds(10)));
+        },
+        std::optional<page_channel_request>());
 }
 
 // The channel once the source accepts it. With --wait-start it was asked for
@@ -334,14 +346,12 @@ std::unique_ptr<page_channel> accepted_source_channel(const options& opt,
                                                       spdlog::logger& log) {
     if (!req)
         return nullptr;
-    try {
-        return req->accepted(opt.wait_start ? early_acceptance_wait : std::chrono::seconds(10));
-    } catch (const std::exception& e) {
-        if (opt.pool.empty())
-            throw;
-        log.warn("no channel to the source ({}); every page must come from the pool", e.what());
-        return nullptr;
-    }
+    return unless_pool_serves(
+        opt, log,
+        [&] {
+            return req->accepted(opt.wait_start ? early_acceptance_wait : std::chrono::seconds(10));
+        },
+        std::unique_ptr<page_channel>());
 }
 
 // The source's holes (transport/page_holes.hpp), on a thread of their own:
