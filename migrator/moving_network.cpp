@@ -133,22 +133,26 @@ void migration::silence_source_links() noexcept {
 }
 
 void migration::unsilence_source_links() noexcept {
-    if (_source_arp_ignore.empty())
+    // The copy takes the source's MACs once it asks to resume (pagesrv's
+    // begin_taking_macs). It sends nothing from them, but a switch that saw
+    // them there anyway would keep the source's clients away.
+    const bool copy_had_macs =
+        _r.t_ready_to_resume != 0 && _r.connections_move && !_r.moving_links.empty();
+    if (_source_arp_ignore.empty() && !copy_had_macs)
         return;
     try {
-        // And it says where it is: the copy had its MACs for a moment
-        // (pagesrv's begin_taking_macs), which a switch may have seen.
         netlink::in_netns(netlink::netns_of(_opt.pid), [&] {
             netlink::link_control links;
             for (const auto& [link, value] : _source_arp_ignore)
                 links.set_arp_ignore(link, value);
+            _source_arp_ignore.clear();
+            // It says where it is.
             netlink::announcer announce;
             for (const auto& l : _r.moving_links)
                 announce.announce(l);
         });
-        _source_arp_ignore.clear();
     } catch (const std::exception& e) {
-        _log->error("the source's links answer no ARP: {}", e.what());
+        _log->error("the source's links may not be where its clients look: {}", e.what());
     }
 }
 

@@ -16,6 +16,7 @@
 #include "daemon.hpp"
 #include "engine_restore.hpp"
 #include "netlink/announce.hpp"
+#include "netlink/ipv6_silence.hpp"
 #include "netlink/link_identity.hpp"
 #include "netlink/links.hpp"
 #include "netlink/moving_link_wire.hpp"
@@ -166,6 +167,10 @@ class incoming_session {
     std::unique_ptr<netlink::link_control> _copy_links;
     std::unique_ptr<netlink::announcer> _copy_announcer;
     unique_fd _copy_injector; // netlink/packet_inject.hpp
+    // Each moving link's IPv6, off while the copy is quiet; if it cannot be
+    // turned off, the copy takes the MACs only at the takeover.
+    std::vector<netlink::ipv6_silence> _copy_ipv6;
+    bool _ipv6_loud = false;
     // Gives the quiet copy the source's MACs while the migrator decides
     // (joined at the takeover, or here, before what it uses goes).
     std::string _taking_macs_failed;

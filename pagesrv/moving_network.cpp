@@ -6,9 +6,11 @@
 // Before CRIU restores a socket, the daemon adds the source's addresses to
 // them, for CRIU to restore the sockets on, but the links ignore ARP until the
 // resume: answering for the addresses would draw the clients' traffic to a
-// copy with no sockets yet, whose kernel would reset their connections. At
-// the resume the copy takes the source's MACs, answers again and tells the
-// segment where they are now.
+// copy with no sockets yet, whose kernel would reset their connections. Nor
+// does IPv6 send from them (ipv6_silence.hpp): its frames would draw the
+// same traffic once the copy has the source's MACs, which it takes while
+// the migrator decides (the change waits for an RCU grace period). At the
+// resume it answers again and tells the segment where they are now.
 // Packets the source's lock dropped during the freeze come from the
 // migrator afterwards, and go in as if they had just arrived.
 #include "incoming_session.hpp"
@@ -88,6 +90,8 @@ void incoming_session::open_copy_sockets(const std::filesystem::path& netns) {
         _copy_links = std::make_unique<netlink::link_control>();
         _copy_announcer = std::make_unique<netlink::announcer>();
         _copy_injector = netlink::open_injector();
+        for (const auto& l : _moving_links)
+            _copy_ipv6.emplace_back(l.name);
     });
 }
 
@@ -106,7 +110,19 @@ void incoming_session::quiet_netns(const std::filesystem::path& netns) {
                         "the copy got the container's own address {} from this host's IPAM, "
                         "which announced it: the hosts' address pools overlap",
                         netlink::address_only(a)));
-    // arp_notify off too: the MAC change ahead must not announce anything.
+    // IPv6 off, and arp_notify off: the MAC change ahead must not announce
+    // anything, and no frame may leave from the source's MAC until the
+    // takeover (netlink/ipv6_silence.hpp says why).
+    const uint64_t t0 = monotonic_ns();
+    try {
+        for (auto& v6 : _copy_ipv6)
+            v6.silence();
+    } catch (const std::exception& e) {
+        _ipv6_loud = true;
+        _log->warn("the copy's IPv6 stays on ({}): it takes the source's MACs only at the resume",
+                   e.what());
+    }
+    const uint64_t t_ipv6 = monotonic_ns();
     for (const auto& l : _moving_links) {
         _arp_before[l.name] = {_copy_links->arp_ignore(l.name), _copy_links->arp_notify(l.name)};
         _copy_links->set_arp_ignore(l.name, netlink::arp_ignore_all);
@@ -115,16 +131,17 @@ void incoming_session::quiet_netns(const std::filesystem::path& netns) {
             _copy_links->add_ipv4(l.name, a, true);
     }
     _copy_quiet = true;
-    _log->info("the copy has the source's addresses, and answers no ARP until the resume: {}",
-               netlink::describe(_moving_links));
+    _log->info("the copy has the source's addresses, and answers no ARP until the resume: {} "
+               "(IPv6 off in {:.2f} ms)",
+               netlink::describe(_moving_links), ns_to_ms(t_ipv6 - t0));
 }
 
-// The copy is quiet (arp_ignore 8, arp_notify 0) and its tasks cannot run
-// before the gate's answer, so it may take the MACs before the decision:
-// the kernel sends nothing for the change itself. If the migrator refuses,
-// the copy is killed with them.
+// The copy is quiet (arp_ignore 8, arp_notify 0, IPv6 off) and its tasks
+// cannot run before the gate's answer, so it may take the MACs before the
+// decision: the kernel sends nothing for the change itself, nor from the
+// links after it. If the migrator refuses, the copy is killed with them.
 void incoming_session::begin_taking_macs() noexcept {
-    if (!_copy_quiet || _taking_macs.joinable())
+    if (!_copy_quiet || _ipv6_loud || _taking_macs.joinable())
         return;
     _taking_macs = std::jthread([this] {
         try {
@@ -164,10 +181,17 @@ void incoming_session::take_over_network(pid_t root) noexcept {
             _copy_announcer->announce(l);
         }
         const uint64_t t1 = monotonic_ns();
+        // IPv6 last: it starts anew from the source's MAC, and IPv4's
+        // clients need none of it.
+        for (auto& v6 : _copy_ipv6)
+            v6.restore();
+        const uint64_t t2 = monotonic_ns();
         _log->info("took over {} in {:.2f} ms (opening and the early MAC change {:.2f}, MAC "
-                   "{:.2f}, arp_ignore and arp_notify {:.2f}, announcing {:.2f})",
+                   "{:.2f}, arp_ignore and arp_notify {:.2f}, announcing {:.2f}), IPv6 back in "
+                   "{:.2f} ms",
                    netlink::describe(_moving_links), ns_to_ms(t1 - t0), ns_to_ms(t_open - t0),
-                   ns_to_ms(t_mac - t_open), ns_to_ms(t_arp - t_mac), ns_to_ms(t1 - t_arp));
+                   ns_to_ms(t_mac - t_open), ns_to_ms(t_arp - t_mac), ns_to_ms(t1 - t_arp),
+                   ns_to_ms(t2 - t1));
     } catch (const std::exception& e) {
         _log->error("the copy could not take over its network: {}", e.what());
     }

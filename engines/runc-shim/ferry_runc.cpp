@@ -329,6 +329,14 @@ int let_criu_wait_for_images(const std::string& gate, const fs::path& bundle,
         const int w = p[1];
         ::close_range(3, unsigned(w) - 1, 0);
         ::close_range(unsigned(w) + 1, ~0U, 0);
+        // Nor runc's stdin and stdout (CRIU's, which may be the container's
+        // stdio): stderr stays, for the reason the gate gives.
+        if (const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC); null >= 0) {
+            ::dup2(null, 0);
+            ::dup2(null, 1);
+            if (null > 2)
+                ::close(null);
+        }
         int rc = 1;
         try {
             wait_for_images(gate, bundle, devshm);

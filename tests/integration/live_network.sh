@@ -9,8 +9,8 @@
 #      it there, and the source is gone.
 #   2. A migration stopped at the last moment before the commit (the copy
 #      is restored on b, with the same address, waiting to resume): the
-#      source keeps its address and its connection, which goes on, and
-#      nothing is left on b.
+#      source keeps its address and its connection, which goes on, nothing
+#      is left on b, and no frame from the source's MAC ever came from b.
 # FERRY_TEST_ENGINE picks the workload: a podman (default) or docker
 # container on the network "ferry", or `tree`: a bare process tree (the
 # init of its own PID namespace) in a network namespace of its own, with a
@@ -231,6 +231,16 @@ log "2. a migration stopped right before the commit: the source keeps its addres
 ip2=$cnet.110
 echo_server a e2 "$ip2"
 start_client e2 "$ip2"
+# Nothing may come from e2's MAC on b's port of the segment's switch: the
+# copy takes that MAC before the decision, and one frame from it (IPv6's
+# duplicate address detection, say) would send e2's clients to b, where the
+# killed copy's kernel resets their connections.
+ip netns exec "$FERRY_TESTBED-sw" python3 "$repo/tests/integration/mac_watch.py" --link n-b \
+  --mac "$(mac_in a e2)" --stop-file "$work/e2.watch.stop" --ready-file "$work/e2.watch.ready" \
+  --seconds 120 >"$work/e2.watch.json" &
+watch_pid=$!
+for _ in $(seq 1 100); do [ -e "$work/e2.watch.ready" ] && break; sleep 0.05; done
+[ -e "$work/e2.watch.ready" ] || fail "the watch on b's port did not start"
 if FERRY_FAULT=interrupt-before-commit migrate e2; then
   fail "the interrupted migration succeeded"
 fi
@@ -240,6 +250,11 @@ fi
 for _ in $(seq 1 100); do [ "$(state b e2)" = absent ] && break; sleep 0.2; done
 [ "$(state b e2)" = absent ] || fail "the copy of e2 is still on b: $(state b e2)"
 sleep 1
+touch "$work/e2.watch.stop"
+wait "$watch_pid" || fail "the watch on b's port failed"
+[ "$(json "$work/e2.watch.json" frames)" = 0 ] ||
+  fail "b sent $(json "$work/e2.watch.json" frames) frames from e2's MAC before any commit" \
+    "(first: $(json "$work/e2.watch.json" first))"
 stop_client e2
 on c "$client" --addr "$ip2:7000" --max-requests 20 --seconds 5 --no-reconnect >"$work/e2.new.json" ||
   fail "a new connection to $ip2 on a failed"

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/unique_fd.hpp"
 #include "netlink/held_packets.hpp"
+#include "netlink/ipv6_silence.hpp"
 #include "netlink/link_identity.hpp"
 #include "netlink/links.hpp"
 #include "netlink/moving_link_wire.hpp"
@@ -16,11 +17,17 @@
 #include <arpa/inet.h>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
 #include <netinet/ip.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <set>
 #include <thread>
 
 using namespace ferry;
@@ -98,6 +105,53 @@ struct veth_pair {
     }
     std::filesystem::path path(const std::string& ns) const { return "/run/netns/" + ns; }
 };
+
+// The source MACs of the IPv6 frames that reach `link` of the namespace
+// `netns` within `limit`, from the moment `after` has run; stops at the
+// first frame if `first_only`.
+std::set<std::string> ipv6_senders(const std::filesystem::path& netns, const std::string& link,
+                                   std::chrono::milliseconds limit,
+                                   const std::function<void()>& after, bool first_only) {
+    unique_fd sock;
+    in_netns(netns, [&] {
+        sock = unique_fd(::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_IPV6)));
+        REQUIRE(sock);
+        sockaddr_ll at{};
+        at.sll_family = AF_PACKET;
+        at.sll_protocol = htons(ETH_P_IPV6);
+        at.sll_ifindex = int(::if_nametoindex(link.c_str()));
+        REQUIRE(at.sll_ifindex > 0);
+        REQUIRE(::bind(sock.get(), reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+    });
+    after();
+    std::set<std::string> senders;
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until && !(first_only && !senders.empty())) {
+        pollfd p{sock.get(), POLLIN, 0};
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            until - std::chrono::steady_clock::now());
+        if (::poll(&p, 1, int(std::max<int64_t>(1, left.count()))) <= 0)
+            continue;
+        uint8_t frame[256];
+        sockaddr_ll from{};
+        socklen_t len = sizeof from;
+        if (::recvfrom(sock.get(), frame, sizeof frame, 0, reinterpret_cast<sockaddr*>(&from),
+                       &len) > 0 &&
+            from.sll_pkttype != PACKET_OUTGOING)
+            senders.insert(fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                                       from.sll_addr[0], from.sll_addr[1], from.sll_addr[2],
+                                       from.sll_addr[3], from.sll_addr[4], from.sll_addr[5]));
+    }
+    return senders;
+}
+
+int disable_ipv6_in(const std::filesystem::path& netns, const std::string& link) {
+    int value = -1;
+    in_netns(netns, [&] {
+        std::ifstream(fmt::format("/proc/sys/net/ipv6/conf/{}/disable_ipv6", link)) >> value;
+    });
+    return value;
+}
 
 } // namespace
 
@@ -332,4 +386,54 @@ TEST_CASE("a move's kernel steps between two namespaces") {
     const uint32_t ack =
         uint32_t(p[28]) << 24 | uint32_t(p[29]) << 16 | uint32_t(p[30]) << 8 | p[31];
     CHECK(ack == 12346);
+}
+
+// A link coming up sends MLD reports and duplicate address detection from
+// its MAC at once; a silenced one sends nothing, whatever its MAC, until
+// its IPv6 is back (the copy's takeover), which then speaks from the MAC it
+// has now.
+TEST_CASE("a link whose IPv6 is silenced sends no frame until it is restored") {
+    if (::geteuid() != 0) {
+        WARN("needs root: skipped");
+        return;
+    }
+    if (!std::filesystem::exists("/proc/sys/net/ipv6")) {
+        WARN("no IPv6 in this kernel: skipped");
+        return;
+    }
+    veth_pair net;
+    const auto bounce = [&] {
+        for (const char* state : {"down", "up"})
+            (void)run_capture({"ip", "-n", net.b, "link", "set", "v1", state},
+                              std::chrono::seconds(10));
+    };
+    // Unsilenced, the check sees the frames it looks for.
+    const auto loud = ipv6_senders(net.path(net.a), "v0", std::chrono::seconds(3), bounce, true);
+    REQUIRE_FALSE(loud.empty());
+
+    std::unique_ptr<link_control> in_b;
+    std::unique_ptr<ipv6_silence> silence;
+    in_netns(net.path(net.b), [&] {
+        in_b = std::make_unique<link_control>();
+        silence = std::make_unique<ipv6_silence>("v1");
+    });
+    silence->silence();
+    CHECK(silence->silenced());
+    CHECK(disable_ipv6_in(net.path(net.b), "v1") == 1);
+    const auto quiet = ipv6_senders(
+        net.path(net.a), "v0", std::chrono::milliseconds(1500),
+        [&] {
+            bounce();
+            in_b->set_mac("v1", *parse_mac("02:00:00:00:0b:02"));
+        },
+        false);
+    CHECK(quiet.empty());
+
+    const auto back = ipv6_senders(
+        net.path(net.a), "v0", std::chrono::seconds(3), [&] { silence->restore(); }, true);
+    CHECK(disable_ipv6_in(net.path(net.b), "v1") == 0);
+    CHECK_FALSE(silence->silenced());
+    CHECK(back == std::set<std::string>{"02:00:00:00:0b:02"});
+    silence->restore(); // once more: nothing changes
+    CHECK(disable_ipv6_in(net.path(net.b), "v1") == 0);
 }

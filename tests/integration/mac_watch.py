@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Counts the frames that come in on one link with a given source MAC, until
+a stop file appears or a time limit passes; prints one JSON line:
+{"frames": N, "first": "ethertype 0x86dd, 92 bytes, +0.123 s"}.
+
+  mac_watch.py --link n-b --mac 02:..:01 --stop-file F --seconds 60
+
+live_network.sh runs it on the testbed switch's port of the destination
+host: a copy that is not yet committed must send nothing from the source's
+MAC, or the switch sends the source's clients to it.
+"""
+import argparse
+import json
+import os
+import select
+import socket
+import time
+
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--link", required=True)
+    ap.add_argument("--mac", required=True)
+    ap.add_argument("--stop-file", required=True)
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--ready-file")
+    a = ap.parse_args()
+    mac = bytes.fromhex(a.mac.replace(":", ""))
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    s.bind((a.link, 0))
+    if a.ready_file:
+        open(a.ready_file, "w").close()
+    start = time.monotonic()
+    frames, first = 0, None
+    while time.monotonic() - start < a.seconds and not os.path.exists(a.stop_file):
+        if not select.select([s], [], [], 0.1)[0]:
+            continue
+        data, addr = s.recvfrom(65536)
+        if addr[2] == PACKET_OUTGOING or len(data) < 14 or data[6:12] != mac:
+            continue
+        frames += 1
+        if first is None:
+            first = "ethertype 0x%04x, %d bytes, +%.3f s" % (
+                int.from_bytes(data[12:14], "big"), len(data), time.monotonic() - start)
+    print(json.dumps({"frames": frames, "first": first}))
+
+
+if __name__ == "__main__":
+    main()
