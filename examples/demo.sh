@@ -51,7 +51,7 @@ print(f"   downtime        {r['downtime_ms']:8.1f} ms   (dump {p['dump']:.1f}, s
       f"restore {p['restore_until_gate']:.1f}, commit {p['commit']:.2f}, resume {p['resume']:.1f})")
 print(f"   total           {r['total_ms']:8.1f} ms   (post-copy {p['post_copy']:.1f} ms)")
 print(f"   lazy pages      {r['pages_total']:8d}      faulted {r['pages_faulted']}, prefetched {r['pages_prefetched']}, "
-      f"background {r['pages_background']}, zero-filled holes {r['pages_zero']}")
+      f"background {r['pages_background']}, holes never sent {r['pages_absent']}")
 print(f"   sent            {r['bytes_sent']/2**20:8.1f} MiB  ({r['image_files']} image files, {r['image_bytes']/1024:.0f} KiB)")
 print(f"   fault latency   p50 {r['fault_p50_us']:.0f} us, p99 {r['fault_p99_us']:.0f} us over {r['faults']} faults")
 print(f"   now running on host b as pid {r['destination_pid']}")

@@ -232,8 +232,10 @@ std::string human_summary(const migration_result& r) {
     s += fmt::format("  total         {:8.1f} ms  (post-copy {:.1f} ms)\n", r.total_ms(),
                      span_ms(r.t_resumed, r.t_transferred));
     s += fmt::format(
-        "  pages         {} lazy: {} faulted, {} prefetched, {} background; {} zero-filled holes\n",
-        t.pages_total, t.pages_faulted, t.pages_prefetched, t.pages_background, t.pages_zero);
+        "  pages         {} lazy: {} faulted, {} prefetched, {} background; {} holes never sent "
+        "({} zero-filled at a fault)\n",
+        t.pages_total, t.pages_faulted, t.pages_prefetched, t.pages_background, t.pages_absent,
+        t.pages_zero);
     if (t.pages_dropped || t.pages_forked || t.pages_refetched)
         s += fmt::format(
             "                {} dropped (unmapped/exited), {} into forked children, {} refetched "

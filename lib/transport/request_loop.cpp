@@ -56,8 +56,10 @@ void serve_requests(net::stream& conn, page_source& src) {
         iovec iov[3] = {{rh.data(), rh.size()},
                         {checksums.data(), size_t(rep.nr_pages) * sizeof(uint64_t)},
                         {pages, size_t(rep.nr_pages) * page_size}};
+        // Counted first: writev_full advances the iovecs as it writes.
+        const uint64_t bytes = iov[0].iov_len + iov[1].iov_len + iov[2].iov_len;
         net::writev_full(conn, iov, 3, net::after(std::chrono::seconds(30)), "send page reply");
-        src.count_sent(rep.nr_pages, rh.size() + iov[1].iov_len + iov[2].iov_len);
+        src.count_sent(rep.nr_pages, bytes);
         if (st != wire::status::ok)
             log->warn("refused pid {} [{:#x}, +{} pages): {}", req.pid, req.vaddr, req.nr_pages,
                       wire::to_string(st));
