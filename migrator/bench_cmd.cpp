@@ -34,6 +34,8 @@ int run_bench(const bench_args& a) {
         "python3",         script.string(), "--workload",      a.workload,
         "--engine",        a.engine,        "--runs",          std::to_string(a.runs),
         "--fault-fabrics", a.fault_fabrics, "--fault-threads", a.fault_threads};
+    if (!a.network.empty())
+        argv.insert(argv.end(), {"--network", a.network});
     if (!a.sizes.empty())
         argv.insert(argv.end(), {"--sizes", a.sizes});
     if (!a.methods.empty())

@@ -12,6 +12,7 @@ namespace ferry::migrator {
 struct bench_args {
     std::string workload = "memload";
     std::string engine = "podman"; // for workload container
+    std::string network;           // for workload container; empty: the engine's default
     std::string sizes;             // empty: 256M,1G,4G (redis: 1G)
     int runs = 3;
     std::string methods; // empty: every method that applies

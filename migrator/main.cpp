@@ -314,6 +314,9 @@ int main(int argc, char** argv) {
     bench_cmd->add_option("--engine", bench.engine, "the engine of --workload container|redis")
         ->check(CLI::IsMember({"podman", "docker"}))
         ->capture_default_str();
+    bench_cmd->add_option("--network", bench.network,
+                          "the container's network (--workload container; default the "
+                          "engine's): `ferry` is the testbed's container network");
     bench_cmd->add_option("--sizes", bench.sizes,
                           "memory sizes, comma-separated (M or G); default 256M,1G,4G, for "
                           "redis one size, 1G");

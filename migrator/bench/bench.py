@@ -120,6 +120,10 @@ def main(argv=None):
                     "container with known keys, under a client (one size, default 1G)")
     ap.add_argument("--engine", default="podman", choices=["podman", "docker"],
                     help="the container engine (--workload container)")
+    ap.add_argument("--network", default="",
+                    help="the container's network (--workload container): the engine's default if empty; "
+                         "'ferry' is the testbed's container network (a macvlan segment), as a real "
+                         "container's own address would be")
     ap.add_argument("--sizes", default=None, help="memory sizes, e.g. 256M,1G,4G (default; redis: 1G)")
     ap.add_argument("--runs", type=int, default=3, help="repetitions of each measurement")
     ap.add_argument("--methods", default=None,
@@ -176,7 +180,7 @@ def main(argv=None):
         elif a.workload == "container":
             progress.note(f"[bench] starting the testbed (hosts a and b, each with its own {a.engine})")
             testbed("up", "--engines", timeout=600)
-            ctr = containers.ContainerBench(a.engine)
+            ctr = containers.ContainerBench(a.engine, a.network)
             progress.note("[bench] building a Debian image (debootstrap) for both hosts")
             ctr.prepare()
         else:
@@ -208,6 +212,7 @@ def main(argv=None):
     doc = {"command": ["migrator", "bench", *(argv if argv is not None else sys.argv[1:])],
            "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
            "workload": a.workload, "engine": a.engine if a.workload != "memload" else None,
+           "network": (a.network or "engine default") if a.workload == "container" else None,
            "sizes_mib": a.sizes, "runs": a.runs, "methods": a.methods, "fault_mib": a.fault_mib,
            "failed_runs": failures, "summary": summary, "raw": raw}
     import plots

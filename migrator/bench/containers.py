@@ -15,8 +15,9 @@ from benchlib import BUILD, REPO, sh, testbed
 
 
 class ContainerBench:
-    def __init__(self, engine):
+    def __init__(self, engine, network=""):
         self.engine = engine
+        self.network = network  # empty: the engine's default
         self.image = "localhost/ferry-bench:latest" if engine == "podman" else "ferry-bench:latest"
         self.work = tempfile.mkdtemp(prefix="ferry-bench-ctr.")
         self.serial = 0
@@ -36,7 +37,8 @@ class ContainerBench:
         shutil.rmtree(self.work, ignore_errors=True)
 
     def run_args(self, name, mib):
-        return ["--name", name, "-v", f"{os.path.join(BUILD, 'examples')}:/ferry:ro", self.image,
+        network = ["--network", self.network] if self.network else []
+        return ["--name", name, *network, "-v", f"{os.path.join(BUILD, 'examples')}:/ferry:ro", self.image,
                 "/ferry/memload", "--mib", str(mib), "--child-mib", "0", "--threads", "1"]
 
     def start(self, mib):
