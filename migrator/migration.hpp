@@ -15,6 +15,7 @@
 #include "migrate.hpp"
 #include "migration_record.hpp"
 #include "netlink/held_packets.hpp"
+#include "netlink/links.hpp"
 #include "park.hpp"
 #include "sys/vma_flag_watch.hpp"
 #include "wire/control.hpp"
@@ -151,6 +152,10 @@ class migration {
     bool _committing = false;                      // the commit was sent (or is about to be)
     std::unique_ptr<netlink::held_packets> _held;  // from before the freeze to the resume
     std::map<std::string, int> _source_arp_ignore; // the links' own, while silenced
+    // Opened inside the workload's namespace before the freeze, kept until
+    // the source is ended: silencing its links at the commit then takes no
+    // trip into the namespace (a thread, setns and a socket).
+    std::unique_ptr<netlink::link_control> _source_links;
     // A process tree's network namespace, whose links move: held from the
     // check to the end, when the links left behind are removed.
     unique_fd _source_netns;

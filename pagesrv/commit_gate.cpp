@@ -50,8 +50,7 @@ void incoming_session::report_resumed(uint64_t restore_ns,
 }
 
 bool incoming_session::ask_to_resume() {
-    // The kernel's MAC change on a macvlan waits for an RCU grace period
-    // (4-16 ms here): it runs while the migrator decides.
+    // Begun at the quiet step already; here if that did not come first.
     begin_taking_macs();
     let_lazy_pages_pull_ahead();
     std::string refusal = "the migrator went away";
