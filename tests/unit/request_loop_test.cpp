@@ -3,8 +3,8 @@
 // that went out, for replies larger than the socket takes in one write.
 #include "core/checksum.hpp"
 #include "core/page.hpp"
+#include "patterned_source.hpp"
 #include "sys/stream.hpp"
-#include "transport/page_source.hpp"
 #include "transport/request_loop.hpp"
 #include "wire/page_wire.hpp"
 
@@ -25,36 +25,6 @@ namespace {
 
 constexpr uint64_t base = 0x7f0000000000;
 constexpr uint64_t pages = wire::max_pages_per_request;
-
-// Pages whose first bytes name their address.
-class counting_source final : public page_source {
-  public:
-    counting_source() { _index.add(1, base, base + pages * page_size); }
-    const std::string& id() const noexcept override { return _id; }
-    const criu::lazy_page_index& lazy_pages() const noexcept override { return _index; }
-    wire::status read_pages(const wire::page_request& r, std::byte* out,
-                            uint64_t* checksums) override {
-        for (uint32_t i = 0; i < r.nr_pages; i++) {
-            const uint64_t addr = r.vaddr + uint64_t(i) * page_size;
-            std::byte* p = out + size_t(i) * page_size;
-            std::memset(p, 0, page_size);
-            std::memcpy(p, &addr, sizeof addr);
-            checksums[i] = page_checksum(p);
-        }
-        return wire::status::ok;
-    }
-    void count_sent(uint64_t n, uint64_t bytes) noexcept override {
-        sent_pages += n;
-        sent_bytes += bytes;
-    }
-    void destination_done() override { done = true; }
-    std::atomic<uint64_t> sent_pages{0}, sent_bytes{0};
-    std::atomic<bool> done{false};
-
-  private:
-    std::string _id = "request-loop-test";
-    criu::lazy_page_index _index;
-};
 
 // Asks for `n` pages at `vaddr` and reads the whole reply; returns its
 // pages' first words, checked against their checksums.
@@ -92,7 +62,7 @@ TEST_CASE("a page channel's source sends what is asked and counts every byte it 
     REQUIRE(::fcntl(sv[0], F_SETFL, ::fcntl(sv[0], F_GETFL) | O_NONBLOCK) == 0);
     net::socket_stream server{unique_fd(sv[0])};
     net::socket_stream client{unique_fd(sv[1])};
-    counting_source src;
+    test::patterned_source src(base, pages);
     std::thread serving([&] { serve_requests(server, src); });
 
     const auto few = fetch(client, base + 5 * page_size, 3, 7);
@@ -107,7 +77,7 @@ TEST_CASE("a page channel's source sends what is asked and counts every byte it 
     serving.join();
 
     CHECK(src.done);
-    CHECK(src.sent_pages == 3 + pages);
+    CHECK(src.sent == 3 + pages);
     CHECK(src.sent_bytes ==
           2 * wire::page_header_size + (3 + pages) * (sizeof(uint64_t) + page_size));
 }

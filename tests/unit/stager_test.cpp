@@ -3,7 +3,7 @@
 #include "core/checksum.hpp"
 #include "core/clock.hpp"
 #include "core/page.hpp"
-#include "transport/page_source.hpp"
+#include "patterned_source.hpp"
 #include "transport/staging/stager.hpp"
 
 #include <catch2/catch.hpp>
@@ -21,32 +21,6 @@ namespace {
 
 constexpr uint64_t pages = 256;
 constexpr uint64_t base = 0x7f0000000000;
-
-// Pages whose bytes name their address, as a frozen task's would be read.
-class patterned_source final : public page_source {
-  public:
-    patterned_source() { _index.add(1, base, base + pages * page_size); }
-    const std::string& id() const noexcept override { return _id; }
-    const criu::lazy_page_index& lazy_pages() const noexcept override { return _index; }
-    wire::status read_pages(const wire::page_request& r, std::byte* out,
-                            uint64_t* checksums) override {
-        for (uint32_t i = 0; i < r.nr_pages; i++) {
-            const uint64_t addr = r.vaddr + uint64_t(i) * page_size;
-            std::byte* p = out + size_t(i) * page_size;
-            for (size_t off = 0; off < page_size; off += sizeof addr)
-                std::memcpy(p + off, &addr, sizeof addr);
-            checksums[i] = page_checksum(p);
-        }
-        return wire::status::ok;
-    }
-    void count_sent(uint64_t n, uint64_t) noexcept override { sent += n; }
-    void destination_done() override {}
-    std::atomic<uint64_t> sent{0};
-
-  private:
-    std::string _id = "stager-test";
-    criu::lazy_page_index _index;
-};
 
 std::filesystem::path temp_dir() {
     char name[] = "/tmp/ferry-stager-test.XXXXXX";
@@ -71,7 +45,7 @@ bool wait_until(F done) {
 TEST_CASE("the stager stages requested pages at once and every page only after the commit",
           "[staging]") {
     const auto dir = temp_dir();
-    patterned_source src;
+    test::patterned_source src(base, pages);
     {
         staging::stager st(src, staging::region_file::create(dir, src.id(), 0));
         const auto region = st.region();
