@@ -14,8 +14,8 @@
 #include "engine.hpp"
 #include "migrate.hpp"
 #include "migration_record.hpp"
+#include "netlink/conf_file.hpp"
 #include "netlink/held_packets.hpp"
-#include "netlink/links.hpp"
 #include "park.hpp"
 #include "sys/vma_flag_watch.hpp"
 #include "wire/control.hpp"
@@ -152,10 +152,13 @@ class migration {
     bool _committing = false;                      // the commit was sent (or is about to be)
     std::unique_ptr<netlink::held_packets> _held;  // from before the freeze to the resume
     std::map<std::string, int> _source_arp_ignore; // the links' own, while silenced
-    // Opened inside the workload's namespace before the freeze, kept until
-    // the source is ended: silencing its links at the commit then takes no
-    // trip into the namespace (a thread, setns and a socket).
-    std::unique_ptr<netlink::link_control> _source_links;
+    // Each moving link's arp_ignore, opened inside the workload's namespace
+    // before the freeze and kept until the source is ended: the silence at
+    // the commit is then one write each, with no trip into the namespace
+    // (a thread, setns and a socket) and no RTNL lock, which the copy's MAC
+    // change holds through an RCU grace period at that moment (a wait when
+    // both hosts share a kernel, as on the testbed: 4-18 ms).
+    std::map<std::string, netlink::conf_file> _source_arp_files;
     // A process tree's network namespace, whose links move: held from the
     // check to the end, when the links left behind are removed.
     unique_fd _source_netns;

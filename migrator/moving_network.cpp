@@ -39,10 +39,12 @@ constexpr uint64_t held_before_freeze_ns = 2'000'000;
 void migration::read_moving_links() {
     const auto netns = netlink::netns_of(_opt.pid);
     netlink::in_netns(netns, [&] {
-        _source_links = std::make_unique<netlink::link_control>();
-        _r.moving_links = _source_links->read_links();
+        netlink::link_control links;
+        _r.moving_links = links.read_links();
         if (!_container)
-            _r.moving_routes = _source_links->read_routes();
+            _r.moving_routes = links.read_routes();
+        for (const auto& l : _r.moving_links)
+            _source_arp_files.emplace(l.name, netlink::conf_file("ipv4", l.name, "arp_ignore"));
     });
     // The addresses an earlier move brought in are the workload's; the one
     // the engine gave the copy on arrival stays behind, or each move would
@@ -117,12 +119,12 @@ void migration::hand_over_packets(bool last) {
 }
 
 void migration::silence_source_links() noexcept {
-    if (!_r.connections_move || _r.moving_links.empty() || !_source_links)
+    if (!_r.connections_move)
         return;
     try {
-        for (const auto& l : _r.moving_links) {
-            _source_arp_ignore[l.name] = _source_links->arp_ignore(l.name);
-            _source_links->set_arp_ignore(l.name, netlink::arp_ignore_all);
+        for (const auto& [link, file] : _source_arp_files) {
+            _source_arp_ignore[link] = file.read();
+            file.write(netlink::arp_ignore_all);
         }
     } catch (const std::exception& e) {
         _log->warn("the source's links still answer ARP: {}", e.what());
@@ -139,7 +141,7 @@ void migration::unsilence_source_links() noexcept {
         return;
     try {
         for (const auto& [link, value] : _source_arp_ignore)
-            _source_links->set_arp_ignore(link, value); // silenced: it was opened
+            _source_arp_files.at(link).write(value);
         _source_arp_ignore.clear();
         netlink::in_netns(netlink::netns_of(_opt.pid), [&] {
             // It says where it is.

@@ -50,7 +50,8 @@ void incoming_session::report_resumed(uint64_t restore_ns,
 }
 
 bool incoming_session::ask_to_resume() {
-    // Begun at the quiet step already; here if that did not come first.
+    // The kernel's MAC change on a macvlan waits for an RCU grace period
+    // (4-16 ms here): it runs while the migrator decides.
     begin_taking_macs();
     let_lazy_pages_pull_ahead();
     std::string refusal = "the migrator went away";

@@ -8,9 +8,9 @@
 // resume: answering for the addresses would draw the clients' traffic to a
 // copy with no sockets yet, whose kernel would reset their connections. Nor
 // does IPv6 send from them (ipv6_silence.hpp): its frames would draw the
-// same traffic once the copy has the source's MACs, which it takes at once
-// (the change waits for an RCU grace period). At the resume it answers
-// again and tells the segment where they are now.
+// same traffic once the copy has the source's MACs, which it takes while
+// the migrator decides (the change waits for an RCU grace period). At the
+// resume it answers again and tells the segment where they are now.
 // Packets the source's lock dropped during the freeze come from the
 // migrator afterwards, and go in as if they had just arrived.
 #include "incoming_session.hpp"
@@ -134,16 +134,15 @@ void incoming_session::quiet_netns(const std::filesystem::path& netns) {
     _log->info("the copy has the source's addresses, and answers no ARP until the resume: {} "
                "(IPv6 off in {:.2f} ms)",
                netlink::describe(_moving_links), ns_to_ms(t_ipv6 - t0));
-    begin_taking_macs();
 }
 
 // The copy is quiet (arp_ignore 8, arp_notify 0, IPv6 off) and its tasks
-// cannot run before the gate's answer, so it may take the MACs at once: the
-// kernel sends nothing for the change itself, nor from the links after it.
-// The change holds the kernel's RTNL lock through an RCU grace period
-// (4-16 ms here): begun as the copy asks to resume, it held up the
-// source's own link change at the commit, when both hosts share a kernel
-// (the testbed). If the migrator refuses, the copy is killed with them.
+// cannot run before the gate's answer, so it may take the MACs before the
+// decision: the kernel sends nothing for the change itself, nor from the
+// links after it. Not before its sockets are restored: with the MACs and no
+// sockets, it would take in and reset what a switch floods to them (one
+// whose entry for a MAC aged out). If the migrator refuses, the copy is
+// killed with them.
 void incoming_session::begin_taking_macs() noexcept {
     if (!_copy_quiet || _ipv6_loud || _taking_macs.joinable())
         return;

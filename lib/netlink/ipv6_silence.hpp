@@ -8,7 +8,7 @@
 // over; then back as it was, and IPv6 starts anew from the source's MAC.
 #pragma once
 
-#include "core/unique_fd.hpp"
+#include "netlink/conf_file.hpp"
 
 #include <string>
 
@@ -28,10 +28,7 @@ class ipv6_silence {
     bool silenced() const { return _silenced; }
 
   private:
-    int read_value();
-    void write_value(int value);
-    std::string _link;
-    unique_fd _conf;
+    conf_file _conf;
     int _before = 0;
     bool _silenced = false;
 };

@@ -4,6 +4,7 @@
 // crafted ones on the other.
 #include "core/error.hpp"
 #include "core/unique_fd.hpp"
+#include "netlink/conf_file.hpp"
 #include "netlink/held_packets.hpp"
 #include "netlink/ipv6_silence.hpp"
 #include "netlink/link_identity.hpp"
@@ -343,6 +344,19 @@ TEST_CASE("a move's kernel steps between two namespaces") {
         b.set_arp_ignore("v1", arp_ignore_all);
         CHECK(b.arp_ignore("v1") == arp_ignore_all);
         b.set_arp_ignore("v1", 0);
+        // The same setting through its /proc/sys file, opened inside b.
+        conf_file arp;
+        in_netns(net.path(net.b), [&] { arp = conf_file("ipv4", "v1", "arp_ignore"); });
+        REQUIRE(arp);
+        arp.write(arp_ignore_all);
+        CHECK(arp.read() == arp_ignore_all);
+        CHECK(b.arp_ignore("v1") == arp_ignore_all);
+        arp.write(0);
+        CHECK(b.arp_ignore("v1") == 0);
+        in_netns(net.path(net.b), [&] {
+            CHECK_FALSE(conf_file("ipv4", "no-such-link", "arp_ignore", true));
+            CHECK_THROWS(conf_file("ipv4", "no-such-link", "arp_ignore"));
+        });
         const auto links = b.read_links();
         REQUIRE(links.size() == 1);
         CHECK(links[0].name == "v1");
