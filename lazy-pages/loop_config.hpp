@@ -1,6 +1,9 @@
 // The fault path's tuning and its account.
 #pragma once
 
+#include "core/page.hpp"
+#include "transport/page_holes.hpp"
+
 #include <chrono>
 #include <cstdint>
 
@@ -19,8 +22,8 @@ struct loop_config {
     // The background pulls a process's small areas first, smallest first:
     // areas up to early_area_pages, at most early_total_pages in all (see
     // background_pacer.hpp).
-    uint32_t early_area_pages = 4096;   // 16 MiB
-    uint32_t early_total_pages = 16384; // 64 MiB
+    uint32_t early_area_pages = uint32_t(small_area_bytes / page_size); // 16 MiB
+    uint32_t early_total_pages = 16384;                                 // 64 MiB
     std::chrono::milliseconds fetch_deadline{10'000};
     std::chrono::milliseconds progress_interval{200};
     std::chrono::microseconds spin{200}; // a handler polls a tcp channel this long for a reply

@@ -149,16 +149,16 @@ class migration {
     bool _cgroup_was_frozen = false;
     records::migration_record _rec; // what `migrator status` shows of this migration
     bool _daemon_told_abort = false;
-    bool _committing = false;                      // the commit was sent (or is about to be)
-    std::unique_ptr<netlink::held_packets> _held;  // from before the freeze to the resume
-    std::map<std::string, int> _source_arp_ignore; // the links' own, while silenced
-    // Each moving link's arp_ignore, opened inside the workload's namespace
-    // before the freeze and kept until the source is ended: the silence at
-    // the commit is then one write each, with no trip into the namespace
-    // (a thread, setns and a socket) and no RTNL lock, which the copy's MAC
-    // change holds through an RCU grace period at that moment (a wait when
-    // both hosts share a kernel, as on the testbed: 4-18 ms).
-    std::map<std::string, netlink::conf_file> _source_arp_files;
+    bool _committing = false;                     // the commit was sent (or is about to be)
+    std::unique_ptr<netlink::held_packets> _held; // from before the freeze to the resume
+    // Each moving link's arp_ignore, held at arp_ignore_all from the commit.
+    // Opened inside the workload's namespace before the freeze and kept
+    // until the source is ended: the silence is then one write each, with no
+    // trip into the namespace (a thread, setns and a socket) and no RTNL
+    // lock, which the copy's MAC change holds through an RCU grace period at
+    // that moment (a wait when both hosts share a kernel, as on the testbed:
+    // 4-18 ms).
+    std::vector<netlink::conf_override> _source_arp_silence;
     // A process tree's network namespace, whose links move: held from the
     // check to the end, when the links left behind are removed.
     unique_fd _source_netns;

@@ -26,6 +26,8 @@
 #include <net/if.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+
 namespace ferry::migrator {
 
 namespace {
@@ -44,7 +46,8 @@ void migration::read_moving_links() {
         if (!_container)
             _r.moving_routes = links.read_routes();
         for (const auto& l : _r.moving_links)
-            _source_arp_files.emplace(l.name, netlink::conf_file("ipv4", l.name, "arp_ignore"));
+            _source_arp_silence.emplace_back(netlink::conf_file("ipv4", l.name, "arp_ignore"),
+                                             netlink::arp_ignore_all);
     });
     // The addresses an earlier move brought in are the workload's; the one
     // the engine gave the copy on arrival stays behind, or each move would
@@ -122,10 +125,8 @@ void migration::silence_source_links() noexcept {
     if (!_r.connections_move)
         return;
     try {
-        for (const auto& [link, file] : _source_arp_files) {
-            _source_arp_ignore[link] = file.read();
-            file.write(netlink::arp_ignore_all);
-        }
+        for (auto& link : _source_arp_silence)
+            link.apply();
     } catch (const std::exception& e) {
         _log->warn("the source's links still answer ARP: {}", e.what());
     }
@@ -137,12 +138,13 @@ void migration::unsilence_source_links() noexcept {
     // them there anyway would keep the source's clients away.
     const bool copy_had_macs =
         _r.t_ready_to_resume != 0 && _r.connections_move && !_r.moving_links.empty();
-    if (_source_arp_ignore.empty() && !copy_had_macs)
+    const bool silenced = std::any_of(_source_arp_silence.begin(), _source_arp_silence.end(),
+                                      [](const auto& link) { return link.applied(); });
+    if (!silenced && !copy_had_macs)
         return;
     try {
-        for (const auto& [link, value] : _source_arp_ignore)
-            _source_arp_files.at(link).write(value);
-        _source_arp_ignore.clear();
+        for (auto& link : _source_arp_silence)
+            link.restore();
         netlink::in_netns(netlink::netns_of(_opt.pid), [&] {
             // It says where it is.
             netlink::announcer announce;

@@ -260,7 +260,7 @@ void migration::wait_transfer() {
 // the destination runs the workload, so the source must never run again.
 void migration::finish_source() {
     set_phase("finishing");
-    _source_arp_files.clear(); // the source is gone
+    _source_arp_silence.clear(); // the source is gone
     try {
         FerryControl__OutgoingFinish f = FERRY_CONTROL__OUTGOING_FINISH__INIT;
         control::send_message(*_src, f, net::after(control_timeout));

@@ -169,7 +169,7 @@ class incoming_session {
     unique_fd _copy_injector; // netlink/packet_inject.hpp
     // Each moving link's IPv6, off while the copy is quiet; if it cannot be
     // turned off, the copy takes the MACs only at the takeover.
-    std::vector<netlink::ipv6_silence> _copy_ipv6;
+    std::vector<netlink::conf_override> _copy_ipv6;
     bool _ipv6_loud = false;
     // Gives the quiet copy the source's MACs while the migrator decides
     // (joined at the takeover, or here, before what it uses goes).

@@ -91,7 +91,7 @@ void incoming_session::open_copy_sockets(const std::filesystem::path& netns) {
         _copy_announcer = std::make_unique<netlink::announcer>();
         _copy_injector = netlink::open_injector();
         for (const auto& l : _moving_links)
-            _copy_ipv6.emplace_back(l.name);
+            _copy_ipv6.push_back(netlink::ipv6_silence(l.name));
     });
 }
 
@@ -116,7 +116,7 @@ void incoming_session::quiet_netns(const std::filesystem::path& netns) {
     const uint64_t t0 = monotonic_ns();
     try {
         for (auto& v6 : _copy_ipv6)
-            v6.silence();
+            v6.apply();
     } catch (const std::exception& e) {
         _ipv6_loud = true;
         _log->warn("the copy's IPv6 stays on ({}): it takes the source's MACs only at the resume",

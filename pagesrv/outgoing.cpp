@@ -61,8 +61,41 @@ outgoing_migration::~outgoing_migration() {
         _holes_thread.join(); // bounded: one walk of the tasks' page tables
 }
 
-// The areas the destination pulls first, as lazy-pages' --early-area-pages.
-constexpr uint64_t small_area_bytes = 16ull << 20;
+// The holes of the lazy areas up to small_area_bytes (`small`), or of the
+// larger ones.
+outgoing_migration::holes_result outgoing_migration::scan_areas(bool small) const {
+    holes_result r;
+    const uint64_t t0 = monotonic_ns();
+    try {
+        std::vector<proc::page_run> present;
+        for (const auto& [image_pid, p] : _procs) {
+            proc::page_presence presence(p.host_pid);
+            for (const auto& range : p.lazy) {
+                if ((range.end - range.start <= small_area_bytes) != small)
+                    continue;
+                present.clear();
+                if (!presence.existing(range.start, range.end, present))
+                    throw error("this kernel has no PAGEMAP_SCAN");
+                for (const auto& h : proc::holes_in(range.start, range.end, present)) {
+                    r.holes.push_back({image_pid, h.start, h.end});
+                    r.pages += (h.end - h.start) / page_size;
+                }
+            }
+        }
+    } catch (const std::exception& e) {
+        r.unknown = e.what();
+        r.holes.clear();
+        r.pages = 0;
+    }
+    r.scan_ns = monotonic_ns() - t0;
+    r.done = true;
+    if (r.unknown.empty())
+        _log->debug("{} lazy pages of the {} areas are holes ({} runs), scanned in {:.1f} ms",
+                    r.pages, small ? "small" : "large", r.holes.size(), double(r.scan_ns) / 1e6);
+    else
+        _log->warn("cannot find the holes of the lazy pages ({}): every page is sent", r.unknown);
+    return r;
+}
 
 // PAGEMAP_SCAN of the frozen tasks' lazy areas: a walk of their page tables
 // (about 3 ms per GiB here), at SCHED_IDLE. From the commit, the small areas
@@ -76,47 +109,7 @@ constexpr uint64_t small_area_bytes = 16ull << 20;
 void outgoing_migration::scan_holes() {
     sched_param none{};
     (void)::sched_setscheduler(0, SCHED_IDLE, &none);
-    auto scan = [&](bool small) {
-        holes_result r;
-        const uint64_t t0 = monotonic_ns();
-        try {
-            std::vector<proc::page_run> present;
-            for (const auto& [image_pid, p] : _procs) {
-                proc::page_presence presence(p.host_pid);
-                for (const auto& range : p.lazy) {
-                    if ((range.end - range.start <= small_area_bytes) != small)
-                        continue;
-                    present.clear();
-                    if (!presence.existing(range.start, range.end, present)) {
-                        r.unknown = "this kernel has no PAGEMAP_SCAN";
-                        r.holes.clear();
-                        break;
-                    }
-                    for (const auto& h : proc::holes_in(range.start, range.end, present)) {
-                        r.holes.push_back({image_pid, h.start, h.end});
-                        r.pages += (h.end - h.start) / page_size;
-                    }
-                }
-                if (!r.unknown.empty())
-                    break;
-            }
-        } catch (const std::exception& e) {
-            r.unknown = e.what();
-            r.holes.clear();
-            r.pages = 0;
-        }
-        r.scan_ns = monotonic_ns() - t0;
-        r.done = true;
-        if (r.unknown.empty())
-            _log->debug("{} lazy pages of the {} areas are holes ({} runs), scanned in {:.1f} ms",
-                        r.pages, small ? "small" : "large", r.holes.size(),
-                        double(r.scan_ns) / 1e6);
-        else
-            _log->warn("cannot find the holes of the lazy pages ({}): every page is sent",
-                       r.unknown);
-        return r;
-    };
-    auto small = scan(true);
+    auto small = scan_areas(true);
     const bool small_failed = !small.unknown.empty();
     {
         std::unique_lock lock(_holes_mutex);
@@ -130,7 +123,7 @@ void outgoing_migration::scan_holes() {
             return;
         }
     }
-    auto rest = scan(false);
+    auto rest = scan_areas(false);
     {
         std::lock_guard lock(_holes_mutex);
         _holes = std::move(rest);

@@ -142,6 +142,7 @@ class outgoing_migration final : public transport::page_source {
     };
     [[nodiscard]] bool is_lazy(const process& p, uint64_t start, uint64_t end) const noexcept;
     void scan_holes();
+    [[nodiscard]] holes_result scan_areas(bool small) const;
     void resume_source();
 
     const std::string _id;

@@ -35,4 +35,21 @@ void conf_file::write(int value) const {
         throw sys_error(fmt::format("set {} to {}", _what, value));
 }
 
+void conf_override::apply() {
+    if (!_file || _before)
+        return;
+    const int before = _file.read();
+    if (before != _value)
+        _file.write(_value);
+    _before = before;
+}
+
+void conf_override::restore() {
+    if (!_before)
+        return;
+    if (*_before != _value)
+        _file.write(*_before);
+    _before.reset();
+}
+
 } // namespace ferry::netlink

@@ -7,6 +7,7 @@
 
 #include "core/unique_fd.hpp"
 
+#include <optional>
 #include <string>
 
 namespace ferry::netlink {
@@ -26,6 +27,25 @@ class conf_file {
   private:
     std::string _what; // net.FAMILY.conf.LINK.NAME, for errors
     unique_fd _fd;
+};
+
+// A setting held at one value for a while, then put back as it was: a
+// link kept quiet (arp_ignore, disable_ipv6) until its workload's copy
+// takes over, or the migration is called off.
+class conf_override {
+  public:
+    conf_override(conf_file file, int value) : _file(std::move(file)), _value(value) {}
+    // Remembers the setting and sets the value (once; a no-op for an empty
+    // file, a setting this kernel does not have).
+    void apply();
+    // Puts the remembered setting back; a no-op unless applied.
+    void restore();
+    [[nodiscard]] bool applied() const noexcept { return _before.has_value(); }
+
+  private:
+    conf_file _file;
+    int _value;
+    std::optional<int> _before;
 };
 
 } // namespace ferry::netlink

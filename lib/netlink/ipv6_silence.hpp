@@ -14,23 +14,9 @@
 
 namespace ferry::netlink {
 
-class ipv6_silence {
-  public:
-    // Opens net.ipv6.conf.LINK.disable_ipv6 of the calling thread's
-    // namespace (the file acts there from any thread). A kernel without
-    // IPv6 has nothing to silence: every call is then a no-op. Throws if
-    // the link has no such file otherwise.
-    explicit ipv6_silence(const std::string& link);
-    // Turns IPv6 off on the link, remembering the setting before.
-    void silence();
-    // Puts the setting back; no-op unless silence() changed it.
-    void restore();
-    bool silenced() const { return _silenced; }
-
-  private:
-    conf_file _conf;
-    int _before = 0;
-    bool _silenced = false;
-};
+// net.ipv6.conf.LINK.disable_ipv6 of the calling thread's namespace, to be
+// held at 1. A kernel without IPv6 has nothing to silence: the override
+// then does nothing. Throws if the link has no such file otherwise.
+conf_override ipv6_silence(const std::string& link);
 
 } // namespace ferry::netlink

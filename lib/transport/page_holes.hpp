@@ -24,6 +24,11 @@ struct page_hole {
     bool operator==(const page_hole&) const = default;
 };
 
+// The lazy areas the destination pulls first (lazy-pages' default
+// --early-area-pages), whose holes the source finds at the commit; those of
+// larger areas follow once the destination asks.
+inline constexpr uint64_t small_area_bytes = 16ull << 20;
+
 struct page_holes_answer {
     std::string unknown; // why the source could not tell (then: no more holes)
 };

@@ -426,13 +426,13 @@ TEST_CASE("a link whose IPv6 is silenced sends no frame until it is restored") {
     REQUIRE_FALSE(loud.empty());
 
     std::unique_ptr<link_control> in_b;
-    std::unique_ptr<ipv6_silence> silence;
+    std::unique_ptr<conf_override> silence;
     in_netns(net.path(net.b), [&] {
         in_b = std::make_unique<link_control>();
-        silence = std::make_unique<ipv6_silence>("v1");
+        silence = std::make_unique<conf_override>(ipv6_silence("v1"));
     });
-    silence->silence();
-    CHECK(silence->silenced());
+    silence->apply();
+    CHECK(silence->applied());
     CHECK(disable_ipv6_in(net.path(net.b), "v1") == 1);
     const auto quiet = ipv6_senders(
         net.path(net.a), "v0", std::chrono::milliseconds(1500),
@@ -446,7 +446,7 @@ TEST_CASE("a link whose IPv6 is silenced sends no frame until it is restored") {
     const auto back = ipv6_senders(
         net.path(net.a), "v0", std::chrono::seconds(3), [&] { silence->restore(); }, true);
     CHECK(disable_ipv6_in(net.path(net.b), "v1") == 0);
-    CHECK_FALSE(silence->silenced());
+    CHECK_FALSE(silence->applied());
     CHECK(back == std::set<std::string>{"02:00:00:00:0b:02"});
     silence->restore(); // once more: nothing changes
     CHECK(disable_ipv6_in(net.path(net.b), "v1") == 0);
