@@ -5,11 +5,14 @@
 #include "criu/workload_release.hpp"
 #include "docker/docker_api.hpp"
 #include "engine_dump.hpp"
+#include "network_hook.hpp"
 #include "rootfs_diff.hpp"
 #include "runc_state.hpp"
 #include "sys/proc.hpp"
 
 #include <fmt/format.h>
+
+#include <sys/stat.h>
 
 #include <fstream>
 
@@ -26,6 +29,35 @@ void locate_vfs_layers(container& c, const fs::path& root) {
     if (!fs::is_directory(c.layer_dir) || !fs::is_directory(c.base_dir))
         throw error(
             fmt::format("docker's vfs layers of {} are not where the layer store says", c.name));
+}
+
+// The bundle of a running container's task: its init is a child of its
+// containerd shim, whose work dir is the bundle.
+fs::path task_bundle(pid_t init) {
+    const pid_t shim = proc::parent(init);
+    const auto shim_name = proc::comm(shim);
+    if (shim_name.rfind("containerd-shim", 0) != 0)
+        throw error(fmt::format("the container's init is a child of '{}', not of a "
+                                "containerd shim",
+                                shim_name));
+    return fs::read_symlink(fmt::format("/proc/{}/cwd", shim));
+}
+
+// When docker's network hook configures the container's namespace, the
+// destination sets up its copy's before the restore and CRIU joins it
+// there (network_hook.hpp): the dump records the namespace as external, as
+// runc's own checkpoint does for one its bundle names.
+criu::dump_settings with_external_netns(criu::dump_settings settings, const container& c) {
+    std::ifstream in(task_bundle(c.pid) / "config.json");
+    if (!engines::network_set_up_by_hook(json::parse(in)))
+        return settings;
+    struct stat st {};
+    const auto ns = fmt::format("/proc/{}/ns/net", c.pid);
+    if (::stat(ns.c_str(), &st) != 0)
+        throw sys_error("stat " + ns);
+    settings.criu_options +=
+        fmt::format("external net[{}]:{}\n", st.st_ino, engines::runc_netns_key);
+    return settings;
 }
 
 } // namespace
@@ -110,8 +142,8 @@ class docker_dump final : public engine_dump {
     // from is indexed now, so the freeze only walks the layer itself.
     docker_dump(container c, fs::path dir, std::string id, criu::dump_settings settings,
                 host_tools tools)
-        : engine_dump("docker", c, std::move(dir), std::move(id), std::move(settings),
-                      std::move(tools)),
+        : engine_dump("docker", c, std::move(dir), std::move(id),
+                      with_external_netns(std::move(settings), c), std::move(tools)),
           _c(std::move(c)), _api(_tools.docker_socket) {
         fs::create_directories(images_dir());
         if (_c.storage_driver == "vfs")
@@ -162,13 +194,7 @@ class docker_dump final : public engine_dump {
     // destination restores cold.
     std::vector<criu::engine_file> configuration_before_start() const override {
         try {
-            const pid_t shim = proc::parent(_c.pid);
-            const auto shim_name = proc::comm(shim);
-            if (shim_name.rfind("containerd-shim", 0) != 0)
-                throw error(fmt::format("the container's init is a child of '{}', not of a "
-                                        "containerd shim",
-                                        shim_name));
-            const auto bundle = fs::read_symlink(fmt::format("/proc/{}/cwd", shim));
+            const auto bundle = task_bundle(_c.pid);
             std::ifstream opts(bundle / "options.json");
             if (!opts)
                 throw error(

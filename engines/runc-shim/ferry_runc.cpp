@@ -8,6 +8,7 @@
 #include "core/unique_fd.hpp"
 #include "engine_request.hpp"
 #include "line_socket.hpp"
+#include "network_hook.hpp"
 #include "runc_state.hpp"
 #include "sys/subprocess.hpp"
 #include "wire/criu_event_wire.hpp"
@@ -43,6 +44,9 @@ using namespace ferry;
 constexpr auto hold_timeout = std::chrono::seconds(300);
 constexpr auto images_timeout = std::chrono::seconds(600);
 constexpr auto untar_timeout = std::chrono::seconds(60);
+// Docker's network hook, run ahead of a restore (~150 ms here on a
+// user-defined network).
+constexpr auto network_hook_timeout = std::chrono::seconds(60);
 
 void say(const std::string& what) {
     std::fprintf(stderr, "ferry-runc: %s\n", what.c_str());
@@ -249,6 +253,18 @@ void restore_devshm(const fs::path& bundle, const std::string& tar) {
     throw std::runtime_error("the container's /dev/shm has no host directory to restore into");
 }
 
+// Docker's network namespace is made and configured now, not by runc and
+// its hook at CRIU's setup-namespaces (network_hook.hpp): for a warm
+// restore that is before the freeze. The source's dump marked the namespace
+// external for the same config.json. A failure fails the restore.
+void set_up_network_early(const fs::path& bundle, const std::string& id) {
+    std::ifstream in(bundle / "config.json");
+    if (!engines::network_set_up_by_hook(nlohmann::json::parse(in)))
+        return;
+    const auto path = engines::set_up_network_before_restore(bundle, id, network_hook_timeout);
+    say("the container's network is set up before its restore, at " + path.string());
+}
+
 void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     const auto images = option_value(args, "--image-path");
     if (!images)
@@ -257,6 +273,7 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     if (!req)
         return;
     const fs::path bundle = fs::absolute(option_value(args, "--bundle").value_or("."));
+    set_up_network_early(bundle, args.back());
     // CRIU connects to lazy-pages.socket in its work dir: Ferry's session
     // dir, where lazy-pages listens and where CRIU's restore.log then stays
     // for the post-mortem (engines remove their own work dirs).

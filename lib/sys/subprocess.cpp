@@ -32,10 +32,12 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 extern "C" char** environ;
 
 // In the forked child: stdout/stderr to the given fds (-1: inherited),
-// stdin from /dev/null, no blocked signals, then exec. Async-signal-safe
-// calls only: the parent may have threads.
+// stdin from `in_fd` (-1: /dev/null), no blocked signals, then exec of
+// `program` (nullptr: argv[0], searched in PATH). Async-signal-safe calls
+// only: the parent may have threads.
 [[noreturn]] void exec_child(int out_fd, int err_fd, char* const* argv, char* const* envp,
-                             const int* keep = nullptr, size_t n_keep = 0, bool own_group = false) {
+                             const int* keep = nullptr, size_t n_keep = 0, bool own_group = false,
+                             int in_fd = -1, const char* program = nullptr) {
     if (own_group)
         ::setpgid(0, 0);
     for (size_t i = 0; i < n_keep; i++)
@@ -44,13 +46,16 @@ extern "C" char** environ;
         ::dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0)
         ::dup2(err_fd, STDERR_FILENO);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0)
-        ::dup2(devnull, STDIN_FILENO);
+    const int in = in_fd >= 0 ? in_fd : ::open("/dev/null", O_RDONLY);
+    if (in >= 0)
+        ::dup2(in, STDIN_FILENO);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execvpe(argv[0], argv, envp);
+    if (program)
+        ::execve(program, argv, envp);
+    else
+        ::execvpe(argv[0], argv, envp);
     ::_exit(127);
 }
 
@@ -156,17 +161,36 @@ std::string describe_wait_status(int status) {
     return fmt::format("wait status {:#x}", status);
 }
 
-std::string run_capture(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+std::string run_capture(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                        const command_input& input) {
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC))
         throw sys_error("pipe");
     unique_fd out_r(out[0]), out_w(out[1]), err_r(err[0]), err_w(err[1]);
+    // The input goes into the pipe whole before the fork: the child can
+    // never block the parent on it.
+    unique_fd in_r;
+    if (!input.stdin_text.empty()) {
+        int in[2];
+        if (::pipe2(in, O_CLOEXEC))
+            throw sys_error("pipe");
+        in_r.reset(in[0]);
+        unique_fd in_w(in[1]);
+        if (input.stdin_text.size() > 65536 ||
+            ::write(in_w.get(), input.stdin_text.data(), input.stdin_text.size()) !=
+                ssize_t(input.stdin_text.size()))
+            throw error(fmt::format("cannot give '{}' its {} bytes of input", argv[0],
+                                    input.stdin_text.size()));
+    }
     auto args = c_strings(argv);
+    auto env = input.env ? c_strings(*input.env) : std::vector<char*>();
     const pid_t pid = ::fork();
     if (pid < 0)
         throw sys_error("fork");
     if (pid == 0)
-        exec_child(out_w.get(), err_w.get(), args.data(), environ);
+        exec_child(out_w.get(), err_w.get(), args.data(), input.env ? env.data() : environ, nullptr,
+                   0, false, in_r.get(), input.program.empty() ? nullptr : input.program.c_str());
+    in_r.reset();
     out_w.reset();
     err_w.reset();
     std::string stdout_text, stderr_text;

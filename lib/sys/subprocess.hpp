@@ -67,8 +67,21 @@ class child_process {
 // "exit status 3", "killed by signal 9".
 std::string describe_wait_status(int status);
 
+// What a command run to its end may be given besides its arguments.
+struct command_input {
+    // The file to run when it is not argv[0] (an OCI hook's path, whose
+    // argv[0] says what the program should do); empty: argv[0], searched in
+    // PATH.
+    std::string program;
+    // Its standard input (up to a pipe's buffer, 64 KiB); empty: /dev/null.
+    std::string stdin_text;
+    // Its whole environment (NAME=VALUE); nothing: this process's.
+    std::optional<std::vector<std::string>> env;
+};
+
 // Runs a command to its end and returns its stdout; throws ferry::error with
 // its stderr when it fails or outlives `timeout`.
-std::string run_capture(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+std::string run_capture(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                        const command_input& input = {});
 
 } // namespace ferry
