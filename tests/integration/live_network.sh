@@ -190,6 +190,11 @@ if [ "$engine" != tree ]; then
   e1_id=$(json "$work/e1.json" migration_id)
   runs=$(grep -c "ferry-criu-action\]" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$e1_id/restore.log")
   [ "$runs" = 2 ] || fail "CRIU ran ferry-criu-action $runs times in e1's restore, not twice"
+  # CRIU joined the namespace the engine set up before the restore: podman
+  # names it in the bundle; docker's hook ran ahead of the restore
+  # (engines/network_hook.hpp), not inside it at setup-namespaces.
+  grep -q "Found id extRootNetNS" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$e1_id/restore.log" ||
+    fail "CRIU did not join a network namespace set up before e1's restore"
 fi
 [ "$(state a e1)" = absent ] || fail "e1 is still on a: $(state a e1)"
 [ "$(state b e1)" = running ] || fail "e1 is not running on b: $(state b e1)"
