@@ -156,6 +156,31 @@ void incoming_session::begin_taking_macs() noexcept {
     });
 }
 
+// Once the migrator said resume, before the copy's tasks may run: the
+// links have the source's MACs. A task that sent first would make the copy
+// ask ARP from its own MAC with the source's address, and a client takes no
+// newer ARP answer within a second of that (neigh locktime): it would send
+// to a MAC no one has for a second. Seen with docker: the echo server's
+// first reply, queued behind that ARP, was lost in the MAC change and went
+// again only after TCP's 1 s timeout. Usually done by then (it began with
+// the request to resume).
+void incoming_session::finish_taking_macs() noexcept {
+    if (!_taking_macs.joinable())
+        return;
+    const uint64_t t0 = monotonic_ns();
+    _taking_macs.join();
+    _mac_wait_ns = monotonic_ns() - t0;
+    if (_taking_macs_failed.empty())
+        return;
+    _log->warn("the early MAC change failed ({}); changing them now", _taking_macs_failed);
+    try {
+        for (const auto& l : _moving_links)
+            _copy_links->set_mac(l.name, l.mac);
+    } catch (const std::exception& e) {
+        _log->error("the copy cannot take the source's MACs: {}", e.what());
+    }
+}
+
 // After the gate said resume: errors are logged, the copy runs on (its
 // clients then wait for their ARP entries to expire).
 void incoming_session::take_over_network(pid_t root) noexcept {
@@ -166,10 +191,7 @@ void incoming_session::take_over_network(pid_t root) noexcept {
     try {
         if (!_copy_links) // never quieted (its restore did not ask): open them now
             open_copy_sockets(netlink::netns_of(root));
-        if (_taking_macs.joinable())
-            _taking_macs.join();
-        if (!_taking_macs_failed.empty())
-            _log->warn("the early MAC change failed ({}); changing them now", _taking_macs_failed);
+        finish_taking_macs();
         const uint64_t t_open = monotonic_ns();
         for (const auto& l : _moving_links) {
             _copy_links->set_mac(l.name, l.mac); // done already, unless the early change failed
@@ -191,10 +213,10 @@ void incoming_session::take_over_network(pid_t root) noexcept {
         const uint64_t t2 = monotonic_ns();
         _log->info("took over {} in {:.2f} ms (opening and the early MAC change {:.2f}, MAC "
                    "{:.2f}, arp_ignore and arp_notify {:.2f}, announcing {:.2f}), IPv6 back in "
-                   "{:.2f} ms",
+                   "{:.2f} ms; the resume waited {:.2f} ms for the early MAC change",
                    netlink::describe(_moving_links), ns_to_ms(t1 - t0), ns_to_ms(t_open - t0),
                    ns_to_ms(t_mac - t_open), ns_to_ms(t_arp - t_mac), ns_to_ms(t1 - t_arp),
-                   ns_to_ms(t2 - t1));
+                   ns_to_ms(t2 - t1), ns_to_ms(_mac_wait_ns));
     } catch (const std::exception& e) {
         _log->error("the copy could not take over its network: {}", e.what());
     }

@@ -212,6 +212,8 @@ bool incoming_session::restore_with_engine() {
                 gated = true;
                 _log->warn("{}", ex.what());
             }
+            if (resume)
+                finish_taking_macs();
             engines::answer_gate(conn.get(), resume, resume ? "" : "not committed");
             t_resume = monotonic_ns();
             if (resume)

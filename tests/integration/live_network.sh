@@ -163,13 +163,18 @@ stop_client() {
     fail "$1 answered $(json "$j" replies) of $(json "$j" requests) requests"
 }
 # mac_in HOST NAME: the MAC of eth0 in the workload's network namespace.
-mac_in() { nsenter -t "$(pid_of "$1" "$2")" -n cat /sys/class/net/eth0/address; }
+# (Through netlink: /sys/class/net shows the links of the namespace that
+# mounted sysfs, not those of the namespace nsenter entered.)
+mac_in() {
+  nsenter -t "$(pid_of "$1" "$2")" -n ip -o link show dev eth0 | sed -n 's/.* link\/ether \([0-9a-f:]*\) .*/\1/p'
+}
 addresses_in() { nsenter -t "$(pid_of "$1" "$2")" -n ip -4 -o addr show dev eth0; }
 
 log "1. migrate a $engine echo server on the container network while a client on c holds one connection"
 ip1=$cnet.70
 echo_server a e1 "$ip1"
 mac_a=$(mac_in a e1)
+[ -n "$mac_a" ] || fail "cannot read the MAC of e1 on a"
 if [ "$engine" = tree ]; then
   # A name that outlives the tree (as `ip netns add` makes): its moved link
   # must go, or the MAC would stay on the segment twice.
@@ -177,6 +182,16 @@ if [ "$engine" = tree ]; then
   mount --bind "/proc/$(pid_of a e1)/ns/net" "$work/e1.netns"
 fi
 start_client e1 "$ip1"
+# No ARP from b may give e1's address with another MAC than e1's: the copy
+# must have the source's MAC before its tasks run (pagesrv's
+# finish_taking_macs), or the client sends to the copy's first MAC for a
+# second (its ARP entry is locked that long).
+ip netns exec "$FERRY_TESTBED-sw" python3 "$repo/tests/integration/mac_watch.py" --link n-b \
+  --mac "$mac_a" --arp-ip "$ip1" --stop-file "$work/e1.watch.stop" --ready-file "$work/e1.watch.ready" \
+  --seconds 120 >"$work/e1.watch.json" &
+watch1_pid=$!
+for _ in $(seq 1 100); do [ -e "$work/e1.watch.ready" ] && break; sleep 0.05; done
+[ -e "$work/e1.watch.ready" ] || fail "the watch on b's port did not start"
 migrate e1 || fail "migration failed: $(cat "$work/e1.json" "$work/e1.err")"
 [ "$(json "$work/e1.json" ok)" = true ] || fail "not ok"
 case "$(json "$work/e1.json" network)" in
@@ -200,6 +215,11 @@ fi
 [ "$(state b e1)" = running ] || fail "e1 is not running on b: $(state b e1)"
 # The client goes on for a second with the container on b.
 sleep 1
+touch "$work/e1.watch.stop"
+wait "$watch1_pid" || fail "the watch on b's port failed"
+[ "$(json "$work/e1.watch.json" foreign_arp)" = 0 ] ||
+  fail "b gave e1's address with another MAC than $(json "$work/e1.watch.json" mac) in" \
+    "$(json "$work/e1.watch.json" foreign_arp) ARP frames (first: $(json "$work/e1.watch.json" first_foreign_arp))"
 stop_client e1
 gap=$(json "$work/e1.client.json" longest_gap_ms)
 last=$(awk 'END { print $1 }' "$work/e1.replies")
