@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -129,7 +130,7 @@ class incoming_session {
     void quiet_netns(const std::filesystem::path& netns);
     void open_copy_sockets(const std::filesystem::path& netns);
     void begin_taking_macs() noexcept;
-    void finish_taking_macs() noexcept;
+    void finish_taking_macs(bool before_resume) noexcept;
     void take_over_network(pid_t root) noexcept;
     void deliver_held_packets(const FerryControl__HeldPackets& held) noexcept;
     void receive_held_packets() noexcept;
@@ -176,7 +177,8 @@ class incoming_session {
     // (joined at the takeover, or here, before what it uses goes).
     std::string _taking_macs_failed;
     std::jthread _taking_macs;
-    uint64_t _mac_wait_ns = 0; // how long the gate's answer waited for it
+    std::future<void> _macs_taken; // ready once _taking_macs is done
+    uint64_t _mac_wait_ns = 0;     // how long the gate's answer waited for it
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;

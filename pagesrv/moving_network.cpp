@@ -34,6 +34,8 @@ namespace {
 
 // From the gate's answer to CRIU's report that the tasks run.
 constexpr auto resumed_report_limit = std::chrono::seconds(2);
+// How long the gate's answer waits for the copy's MAC change (4-8 ms here).
+constexpr auto mac_change_limit = std::chrono::milliseconds(2000);
 
 // The network namespace runc's bundle puts the container in; empty when
 // runc makes a new one (docker's, which libnetwork's hook configures at
@@ -146,13 +148,16 @@ void incoming_session::quiet_netns(const std::filesystem::path& netns) {
 void incoming_session::begin_taking_macs() noexcept {
     if (!_copy_quiet || _ipv6_loud || _taking_macs.joinable())
         return;
-    _taking_macs = std::jthread([this] {
+    std::promise<void> done;
+    _macs_taken = done.get_future();
+    _taking_macs = std::jthread([this, done = std::move(done)]() mutable {
         try {
             for (const auto& l : _moving_links)
                 _copy_links->set_mac(l.name, l.mac);
         } catch (const std::exception& e) {
             _taking_macs_failed = e.what();
         }
+        done.set_value();
     });
 }
 
@@ -164,12 +169,23 @@ void incoming_session::begin_taking_macs() noexcept {
 // first reply, queued behind that ARP, was lost in the MAC change and went
 // again only after TCP's 1 s timeout. Usually done by then (it began with
 // the request to resume).
-void incoming_session::finish_taking_macs() noexcept {
+//
+// Bounded before the gate's answer: a change stuck in the kernel (RTNL held
+// elsewhere) must not hold the workload, which then runs with the stall risk
+// above; the takeover, after the answer, joins it whatever it takes.
+void incoming_session::finish_taking_macs(bool before_resume) noexcept {
     if (!_taking_macs.joinable())
         return;
     const uint64_t t0 = monotonic_ns();
+    if (before_resume && _macs_taken.wait_for(mac_change_limit) != std::future_status::ready) {
+        _mac_wait_ns = monotonic_ns() - t0;
+        _log->warn("the copy's MAC change did not end within {} ms: it resumes before it",
+                   mac_change_limit.count());
+        return;
+    }
     _taking_macs.join();
-    _mac_wait_ns = monotonic_ns() - t0;
+    if (before_resume)
+        _mac_wait_ns = monotonic_ns() - t0;
     if (_taking_macs_failed.empty())
         return;
     _log->warn("the early MAC change failed ({}); changing them now", _taking_macs_failed);
@@ -191,7 +207,7 @@ void incoming_session::take_over_network(pid_t root) noexcept {
     try {
         if (!_copy_links) // never quieted (its restore did not ask): open them now
             open_copy_sockets(netlink::netns_of(root));
-        finish_taking_macs();
+        finish_taking_macs(false);
         const uint64_t t_open = monotonic_ns();
         for (const auto& l : _moving_links) {
             _copy_links->set_mac(l.name, l.mac); // done already, unless the early change failed

@@ -213,7 +213,7 @@ bool incoming_session::restore_with_engine() {
                 _log->warn("{}", ex.what());
             }
             if (resume)
-                finish_taking_macs();
+                finish_taking_macs(true);
             engines::answer_gate(conn.get(), resume, resume ? "" : "not committed");
             t_resume = monotonic_ns();
             if (resume)
