@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/unique_fd.hpp"
+#include "sys/mountinfo.hpp"
 #include "sys/subprocess.hpp"
 
 #include <fcntl.h>
@@ -116,23 +117,6 @@ class namespace_holder {
     uint64_t _inode = 0;
 };
 
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string unescape_mountinfo(const std::string& s) {
-    std::string out;
-    for (size_t i = 0; i < s.size(); i++) {
-        if (s[i] == '\\' && i + 3 < s.size()) {
-            const auto oct = s.substr(i + 1, 3);
-            if (oct.find_first_not_of("01234567") == std::string::npos) {
-                out += char(std::stoi(oct, nullptr, 8));
-                i += 3;
-                continue;
-            }
-        }
-        out += s[i];
-    }
-    return out;
-}
-
 void run_hook(const json& hook, const json& state, std::chrono::milliseconds bound) {
     const auto path = hook.value("path", "");
     std::vector<std::string> argv;
@@ -173,18 +157,9 @@ bool network_set_up_by_hook(const json& spec) {
 
 fs::path netns_mount_point(const std::string& mountinfo, uint64_t inode) {
     const std::string root = fmt::format("net:[{}]", inode);
-    std::istringstream lines(mountinfo);
-    for (std::string line; std::getline(lines, line);) {
-        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
-        std::istringstream f(line);
-        std::string id, parent, dev, mount_root, point;
-        if (!(f >> id >> parent >> dev >> mount_root >> point) || mount_root != root)
-            continue;
-        const auto dash = line.find(" - ");
-        if (dash == std::string::npos || line.compare(dash + 3, 5, "nsfs ") != 0)
-            continue;
-        return unescape_mountinfo(point);
-    }
+    for (const auto& m : parse_mountinfo(mountinfo))
+        if (m.fstype == "nsfs" && m.root == root)
+            return m.point;
     return {};
 }
 

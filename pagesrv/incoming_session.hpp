@@ -173,12 +173,12 @@ class incoming_session {
     // turned off, the copy takes the MACs only at the takeover.
     std::vector<netlink::conf_override> _copy_ipv6;
     bool _ipv6_loud = false;
-    // Gives the quiet copy the source's MACs while the migrator decides
-    // (joined at the takeover, or here, before what it uses goes).
-    std::string _taking_macs_failed;
-    std::jthread _taking_macs;
-    std::future<void> _macs_taken; // ready once _taking_macs is done
-    uint64_t _mac_wait_ns = 0;     // how long the gate's answer waited for it
+    // Gives the quiet copy the source's MACs while the migrator decides, on
+    // a thread of its own (std::async: waited for before the gate's answer,
+    // at the takeover, or here, before what it uses goes); get() rethrows
+    // its failure.
+    std::future<void> _taking_macs;
+    uint64_t _mac_wait_ns = 0; // how long the gate's answer waited for it
     std::shared_ptr<spdlog::logger> _log;
     std::filesystem::path _dir;
     lazy_child _lazy;

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <future>
 
 namespace ferry::pagesrv {
 
@@ -146,19 +147,16 @@ void incoming_session::quiet_netns(const std::filesystem::path& netns) {
 // whose entry for a MAC aged out). If the migrator refuses, the copy is
 // killed with them.
 void incoming_session::begin_taking_macs() noexcept {
-    if (!_copy_quiet || _ipv6_loud || _taking_macs.joinable())
+    if (!_copy_quiet || _ipv6_loud || _taking_macs.valid())
         return;
-    std::promise<void> done;
-    _macs_taken = done.get_future();
-    _taking_macs = std::jthread([this, done = std::move(done)]() mutable {
-        try {
+    try {
+        _taking_macs = std::async(std::launch::async, [this] {
             for (const auto& l : _moving_links)
                 _copy_links->set_mac(l.name, l.mac);
-        } catch (const std::exception& e) {
-            _taking_macs_failed = e.what();
-        }
-        done.set_value();
-    });
+        });
+    } catch (const std::exception& e) {
+        _log->warn("cannot start the early MAC change ({}): it happens at the takeover", e.what());
+    }
 }
 
 // Once the migrator said resume, before the copy's tasks may run: the
@@ -174,21 +172,23 @@ void incoming_session::begin_taking_macs() noexcept {
 // elsewhere) must not hold the workload, which then runs with the stall risk
 // above; the takeover, after the answer, joins it whatever it takes.
 void incoming_session::finish_taking_macs(bool before_resume) noexcept {
-    if (!_taking_macs.joinable())
+    if (!_taking_macs.valid())
         return;
     const uint64_t t0 = monotonic_ns();
-    if (before_resume && _macs_taken.wait_for(mac_change_limit) != std::future_status::ready) {
+    if (before_resume && _taking_macs.wait_for(mac_change_limit) != std::future_status::ready) {
         _mac_wait_ns = monotonic_ns() - t0;
         _log->warn("the copy's MAC change did not end within {} ms: it resumes before it",
                    mac_change_limit.count());
         return;
     }
-    _taking_macs.join();
-    if (before_resume)
-        _mac_wait_ns = monotonic_ns() - t0;
-    if (_taking_macs_failed.empty())
+    try {
+        _taking_macs.get();
+        if (before_resume)
+            _mac_wait_ns = monotonic_ns() - t0;
         return;
-    _log->warn("the early MAC change failed ({}); changing them now", _taking_macs_failed);
+    } catch (const std::exception& e) {
+        _log->warn("the early MAC change failed ({}); changing them now", e.what());
+    }
     try {
         for (const auto& l : _moving_links)
             _copy_links->set_mac(l.name, l.mac);

@@ -1,5 +1,7 @@
 #include "criu/cgroup_yard.hpp"
 
+#include "sys/mountinfo.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -32,20 +34,12 @@ struct cgroup_mount {
 
 std::vector<cgroup_mount> cgroup_mounts(const fs::path& mountinfo) {
     std::vector<cgroup_mount> out;
-    std::ifstream in(mountinfo);
-    for (std::string line; std::getline(in, line);) {
-        // ID PARENT MAJ:MIN ROOT POINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPER
-        std::istringstream s(line);
-        std::string id, parent, dev, root, point, options, word, fstype, source, super;
-        s >> id >> parent >> dev >> root >> point >> options;
-        while (s >> word && word != "-") {
-        }
-        s >> fstype >> source >> super;
-        const auto opts = split(super, ',');
+    for (const auto& m : read_mountinfo(mountinfo)) {
+        const auto opts = split(m.super_options, ',');
         const bool favordynmods = std::find(opts.begin(), opts.end(), "favordynmods") != opts.end();
-        if (fstype == "cgroup2") {
-            out.push_back({point, root, "", favordynmods});
-        } else if (fstype == "cgroup") {
+        if (m.fstype == "cgroup2") {
+            out.push_back({m.point, m.root, "", favordynmods});
+        } else if (m.fstype == "cgroup") {
             std::vector<std::string> names;
             for (const auto& o : opts)
                 if (o != "rw" && o != "ro" && o != "clone_children" && o != "xattr" &&
@@ -56,7 +50,7 @@ std::vector<cgroup_mount> cgroup_mounts(const fs::path& mountinfo) {
             std::string h;
             for (const auto& n : names)
                 h += (h.empty() ? "" : ",") + n;
-            out.push_back({point, root, h, favordynmods});
+            out.push_back({m.point, m.root, h, favordynmods});
         }
     }
     return out;
