@@ -29,6 +29,8 @@ class background_pacer {
 
     void note_fault(uint64_t now_ns) noexcept;
     [[nodiscard]] bool faulting() const noexcept;
+    // A fault within the last cfg.fault_window, however few.
+    [[nodiscard]] bool fault_lately() const noexcept;
     // Background requests to keep in flight now.
     [[nodiscard]] uint32_t depth() const noexcept;
     // Pages per background request now.
@@ -39,6 +41,7 @@ class background_pacer {
     uint64_t _window_start_ns = 0;
     uint32_t _window_faults = 0;
     uint64_t _busy_until_ns = 0;
+    uint64_t _last_fault_ns = 0;
 };
 
 // Which of a process's lazy areas the background pulls first: the small
@@ -52,10 +55,11 @@ class background_pacer {
 // move took ~45 faults, ~13 ms, in its 8 MiB arena).
 std::vector<address_range> early_areas(const range_map& lazy, const loop_config& cfg);
 
-// Keeps background requests in flight once the lazy areas are registered:
-// each process's early areas, then runs of lazy pages after its cursor,
-// none that a fault asked for, taken from the processes in turn. Under the
-// state lock.
-void pump_background(fault_state& s);
+// Keeps background requests in flight on one stream once the lazy areas are
+// registered: each process's early areas, then runs of lazy pages after its
+// cursor, none that a fault asked for, taken from the processes in turn
+// (the streams share the cursors). Under the state lock, by the stream's
+// own thread.
+void pump_background(fault_state& s, uint8_t stream);
 
 } // namespace ferry::lazy

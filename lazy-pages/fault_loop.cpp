@@ -15,12 +15,15 @@
 //                             starts it earlier, while the migrator commits
 //     while fault requests are outstanding: poll the channel (one-sided
 //     fabrics always; others for a short spin, then epoll wakes a handler)
-//   background thread:
+//   background threads, one per background stream:
 //     outside the lock: receives and decrypts background replies and
-//     verifies their checksums (the channel and its ring are its own);
+//     verifies their checksums (the stream's channel and ring are its own);
 //     under the lock: installs them in slices, yielding to any waiting
-//     handler; pump_background (background_pacer.cpp) keeps requests in
-//     flight; fetch deadlines, progress reports, the end
+//     handler; pump_background (background_pacer.cpp) keeps the stream's
+//     requests in flight; fetch deadlines; the first stream's thread also
+//     applies the holes and reports progress; whichever sees the last page
+//     in ends the loop. With two streams one installs (which holds the
+//     lock) while the other receives, decrypts and verifies
 //
 // Nothing here allocates in steady state: requests live in fixed rings, reply
 // data lands in staging buffers reserved at start (or stays in the fabric's
@@ -87,22 +90,34 @@ void pin_to(int cpu) {
     (void)::pthread_setaffinity_np(::pthread_self(), sizeof set, &set); // best effort
 }
 
-loop_config clamped(loop_config cfg, const page_channel& fault, const page_channel& background) {
+loop_config clamped(loop_config cfg, const page_channel& fault,
+                    const std::vector<std::unique_ptr<page_channel>>& background) {
+    if (background.empty() || background.size() > 255)
+        throw error("the fault loop needs 1 to 255 background channels");
     cfg.max_window_pages = std::clamp<uint32_t>(cfg.max_window_pages, 1, fault.max_pages());
     cfg.fault_window_pages = std::clamp<uint32_t>(cfg.fault_window_pages, 1, cfg.max_window_pages);
-    cfg.background_chunk_pages =
-        std::clamp<uint32_t>(cfg.background_chunk_pages, 1, background.max_pages());
+    for (const auto& ch : background)
+        cfg.background_chunk_pages =
+            std::clamp<uint32_t>(cfg.background_chunk_pages, 1, ch->max_pages());
     cfg.background_depth = std::min<uint32_t>(cfg.background_depth, 16);
+    cfg.background_streams = uint32_t(background.size());
     return cfg;
+}
+
+std::vector<page_channel*> raw(const std::vector<std::unique_ptr<page_channel>>& channels) {
+    std::vector<page_channel*> out;
+    for (const auto& ch : channels)
+        out.push_back(ch.get());
+    return out;
 }
 
 } // namespace
 
 fault_loop::fault_loop(loop_config cfg, std::unique_ptr<page_channel> fault_channel,
-                       std::unique_ptr<page_channel> background_channel)
-    : _cfg(clamped(cfg, *fault_channel, *background_channel)), _fault_ch(std::move(fault_channel)),
-      _bg_ch(std::move(background_channel)), _wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      _s(_cfg, *_fault_ch, *_bg_ch) {
+                       std::vector<std::unique_ptr<page_channel>> background_channels)
+    : _cfg(clamped(cfg, *fault_channel, background_channels)), _fault_ch(std::move(fault_channel)),
+      _bg_chs(std::move(background_channels)), _bg_replies(_bg_chs.size(), nullptr),
+      _wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), _s(_cfg, *_fault_ch, raw(_bg_chs)) {
     if (!_wake)
         throw sys_error("eventfd");
     _cpus = allowed_cpus();
@@ -179,7 +194,10 @@ void fault_loop::post_holes(std::vector<page_hole> holes) {
 }
 
 uint64_t fault_loop::bytes_received() const noexcept {
-    return _fault_ch->bytes_received() + _bg_ch->bytes_received();
+    uint64_t bytes = _fault_ch->bytes_received();
+    for (const auto& ch : _bg_chs)
+        bytes += ch->bytes_received();
+    return bytes;
 }
 
 void fault_loop::wake_all() noexcept {
@@ -207,8 +225,16 @@ void fault_loop::run() {
                 stop_with(std::current_exception()); // rethrown by run(), once every thread ended
             }
         });
+    for (size_t k = 1; k < _bg_chs.size(); k++)
+        threads.emplace_back([this, k] {
+            try {
+                background_main(uint8_t(k));
+            } catch (...) {
+                stop_with(std::current_exception());
+            }
+        });
     try {
-        background_main();
+        background_main(0);
     } catch (...) {
         stop_with(std::current_exception());
     }
@@ -292,21 +318,23 @@ void fault_loop::lock_as_handler(std::unique_lock<std::mutex>& lock) {
     _handlers_waiting.fetch_sub(1, std::memory_order_relaxed);
 }
 
-// Background pull, deadlines, progress, and the end of the transfer.
-void fault_loop::background_main() {
+// One background stream's pull and deadlines; the first stream's thread also
+// reports progress. Whichever sees the transfer finished ends it.
+void fault_loop::background_main(uint8_t stream) {
     struct normal_policy_on_return {
         ~normal_policy_on_return() { set_idle_policy(false); }
     } restore_policy;
+    incoming_reply*& reply = _bg_replies[stream];
     for (;;) {
         set_idle_policy(true);
-        receive_background();
+        receive_background(stream);
         std::unique_lock lock(_mu, std::defer_lock);
         lock_as_background(lock);
         if (_stop)
             return;
         bool installed = false;
-        if (_bg_reply && install_background_reply(_s, *_bg_ch, *_bg_reply, _handlers_waiting)) {
-            _bg_reply = nullptr;
+        if (reply && install_background_reply(_s, _s.bg[stream], *reply, _handlers_waiting)) {
+            reply = nullptr;
             installed = true;
         }
         if (_s.finished()) {
@@ -314,7 +342,7 @@ void fault_loop::background_main() {
             wake_all();
             return;
         }
-        const bool outstanding = background_turn();
+        const bool outstanding = background_turn(stream);
         lock.unlock();
         const bool slowed = installed && fault_injected(fault::slow_background);
         if (!outstanding || slowed) {
@@ -330,33 +358,36 @@ void fault_loop::background_main() {
 // thread pushes and pops the background ring and uses its channel; handlers
 // read the ring's front under the lock, for deadlines, and never the fields
 // written here.
-void fault_loop::receive_background() {
-    if (_s.bg_reqs.empty())
+void fault_loop::receive_background(uint8_t stream) {
+    background_stream& st = _s.bg[stream];
+    if (st.reqs.empty())
         return;
-    outstanding_request& req = _s.bg_reqs.front();
+    page_channel& ch = st.ch;
+    incoming_reply*& current = _bg_replies[stream];
+    outstanding_request& req = st.reqs.front();
     auto ready = [&] {
-        return _bg_reply &&
-               (_bg_reply->complete() || req.verified - req.consumed >= _cfg.install_batch_pages);
+        return current &&
+               (current->complete() || req.verified - req.consumed >= _cfg.install_batch_pages);
     };
     const uint64_t give_up = monotonic_ns() + 10'000'000;
     while (!ready()) {
-        const uint64_t before = _bg_ch->bytes_received();
-        if (incoming_reply* reply = _bg_ch->pump(background_receive_bytes)) {
-            if (!_bg_reply) {
+        const uint64_t before = ch.bytes_received();
+        if (incoming_reply* reply = ch.pump(background_receive_bytes)) {
+            if (!current) {
                 check_reply(req, *reply);
-                _bg_reply = reply;
+                current = reply;
             }
             verify_pages(req, *reply, reply->pages_ready);
         }
-        if (ready() || _bg_ch->bytes_received() != before || _bg_ch->buffered())
+        if (ready() || ch.bytes_received() != before || ch.buffered())
             continue;
         if (monotonic_ns() > give_up)
             return;
-        if (_bg_ch->capabilities().one_sided) {
+        if (ch.capabilities().one_sided) {
             // The source stages pages on its own: hand it the CPU meanwhile.
             ::sched_yield();
         } else {
-            pollfd p{_bg_ch->wait_fd(), POLLIN, 0};
+            pollfd p{ch.wait_fd(), POLLIN, 0};
             (void)::poll(&p, 1, 10);
         }
     }
@@ -371,9 +402,9 @@ void fault_loop::lock_as_background(std::unique_lock<std::mutex>& lock) {
     lock.lock();
 }
 
-// One turn of the background thread, under the lock; true if background
-// requests are outstanding.
-bool fault_loop::background_turn() {
+// One turn of a stream's thread, under the lock; true if the stream has
+// requests outstanding.
+bool fault_loop::background_turn(uint8_t stream) {
     // Holes before fetching: a slice per turn keeps the lock's hold short.
     constexpr size_t holes_per_turn = 1024;
     if (_s.lazy_areas_ready() && _s.holes_applied < _s.holes.size()) {
@@ -381,15 +412,15 @@ bool fault_loop::background_turn() {
         (void)apply_holes(_s, std::span(_s.holes).subspan(_s.holes_applied, n));
         _s.holes_applied += n;
     }
-    pump_background(_s);
+    pump_background(_s, stream);
     _s.check_deadlines();
     const uint64_t now = monotonic_ns();
-    if (_progress &&
+    if (stream == 0 && _progress &&
         now - _last_progress_ns >= uint64_t(_cfg.progress_interval.count()) * 1'000'000) {
         _last_progress_ns = now;
         _progress(_s.stats);
     }
-    return !_s.bg_reqs.empty();
+    return !_s.bg[stream].reqs.empty();
 }
 
 void fault_loop::handle_criu_socket() {
@@ -427,7 +458,7 @@ void fault_loop::handle_daemon_socket() {
 }
 
 void fault_loop::announce_done() {
-    _bg_ch->send(wire::page_request{wire::op::done, 0, 0, 0, _s.next_request_id++});
+    _bg_chs.front()->send(wire::page_request{wire::op::done, 0, 0, 0, _s.next_request_id++});
 }
 
 } // namespace ferry::lazy

@@ -31,8 +31,9 @@ class fault_loop {
   public:
     using progress_fn = std::function<void(const loop_stats&)>;
 
+    // One background stream per background channel (at least one).
     fault_loop(loop_config cfg, std::unique_ptr<page_channel> fault_channel,
-               std::unique_ptr<page_channel> background_channel);
+               std::vector<std::unique_ptr<page_channel>> background_channels);
     ~fault_loop();
 
     // The socket CRIU's restore is connected on: "restore finished" arrives
@@ -83,10 +84,10 @@ class fault_loop {
     void handler_main(size_t index);
     void poll_fault_replies(std::unique_lock<std::mutex>& lock);
     void lock_as_handler(std::unique_lock<std::mutex>& lock);
-    void background_main();
-    void receive_background();
+    void background_main(uint8_t stream);
+    void receive_background(uint8_t stream);
     void lock_as_background(std::unique_lock<std::mutex>& lock);
-    bool background_turn();
+    bool background_turn(uint8_t stream);
     void handle_criu_socket();
     void handle_daemon_socket();
     void stop_with(std::exception_ptr error) noexcept;
@@ -97,11 +98,12 @@ class fault_loop {
 
     loop_config _cfg;
     std::unique_ptr<page_channel> _fault_ch;
-    std::unique_ptr<page_channel> _bg_ch;
-    incoming_reply* _bg_reply = nullptr; // the background reply being received
-    std::vector<int> _cpus;              // one handler thread per CPU
-    std::vector<unique_fd> _epolls;      // one per handler; each holds every uffd
-    unique_fd _wake;                     // eventfd that ends every handler's wait
+    std::vector<std::unique_ptr<page_channel>> _bg_chs;
+    // Per stream: the background reply being received (its thread's own).
+    std::vector<incoming_reply*> _bg_replies;
+    std::vector<int> _cpus;         // one handler thread per CPU
+    std::vector<unique_fd> _epolls; // one per handler; each holds every uffd
+    unique_fd _wake;                // eventfd that ends every handler's wait
     unique_fd _criu_sock;
     int _daemon_sock = -1;
     progress_fn _progress;

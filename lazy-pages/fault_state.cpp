@@ -17,8 +17,8 @@ lazy_process& fault_state::add(std::unique_ptr<lazy_process> p) {
 }
 
 void fault_state::issue(request_kind kind, lazy_process& p, uint64_t addr, uint64_t img_addr,
-                        uint32_t nr_pages, uint64_t fault_addr, uint64_t fault_ns,
-                        uint8_t attempt) {
+                        uint32_t nr_pages, uint64_t fault_addr, uint64_t fault_ns, uint8_t attempt,
+                        uint8_t stream) {
     outstanding_request r;
     r.id = next_request_id++;
     r.proc = &p;
@@ -30,6 +30,7 @@ void fault_state::issue(request_kind kind, lazy_process& p, uint64_t addr, uint6
     r.fault_ns = fault_ns;
     r.attempt = attempt;
     r.kind = kind;
+    r.stream = stream;
     wire::page_request wr{attempt ? wire::op::refetch : wire::op::get, p.image_pid, nr_pages,
                           img_addr, r.id};
     if (kind == request_kind::fault) {
@@ -37,9 +38,11 @@ void fault_state::issue(request_kind kind, lazy_process& p, uint64_t addr, uint6
         p.in_flight.insert_identity(addr, addr + uint64_t(nr_pages) * page_size);
         fault_ch.send(wr);
     } else {
-        bg_reqs.push(r);
+        background_stream& st = bg[stream];
+        st.reqs.push(r);
+        p.bg_in_flight.insert_identity(addr, addr + uint64_t(nr_pages) * page_size);
         p.bg_outstanding++;
-        bg_ch.send(wr);
+        st.ch.send(wr);
     }
 }
 
@@ -51,6 +54,7 @@ void fault_state::process_gone(lazy_process& p) {
         stats.pages_dropped += pages_in(p.lazy.bytes());
     p.lazy.clear();
     p.in_flight.clear();
+    p.bg_in_flight.clear();
     unwatch_uffd(p.uffd.get());
     p.uffd.reset();
 }
@@ -59,19 +63,20 @@ void fault_state::check_deadlines() const {
     const uint64_t now = monotonic_ns();
     const uint64_t limit = uint64_t(cfg.fetch_deadline.count()) * 1'000'000;
     const auto& fault = fault_reqs;
-    const auto& background = bg_reqs;
     if (!fault.empty() && now - fault.front().issued_ns > limit)
         throw error(fmt::format(
             "the source did not answer a fault request for pid {} page {:#x} within {} ms",
             fault.front().proc->image_pid, fault.front().img_addr, cfg.fetch_deadline.count()));
-    if (!background.empty() && now - background.front().issued_ns > limit)
-        throw error(
-            fmt::format("the source did not answer a background request for pid {} within {} ms",
-                        background.front().proc->image_pid, cfg.fetch_deadline.count()));
+    for (const auto& st : bg)
+        if (!st.reqs.empty() && now - st.reqs.front().issued_ns > limit)
+            throw error(fmt::format(
+                "the source did not answer a background request for pid {} within {} ms",
+                st.reqs.front().proc->image_pid, cfg.fetch_deadline.count()));
 }
 
 bool fault_state::finished() const noexcept {
-    if (!restore_finished || !fault_reqs.empty() || !bg_reqs.empty())
+    if (!restore_finished || !fault_reqs.empty() ||
+        std::any_of(bg.begin(), bg.end(), [](const auto& st) { return !st.reqs.empty(); }))
         return false;
     return std::all_of(procs.begin(), procs.end(),
                        [](const auto& p) { return p->exited || p->lazy.empty(); });

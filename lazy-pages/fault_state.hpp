@@ -18,15 +18,32 @@
 
 namespace ferry::lazy {
 
+// A background stream: a channel of its own and its requests in flight,
+// answered in order. One thread per stream (fault_loop.cpp) issues its
+// requests, receives its replies and installs them; the stream's ring is
+// pushed and popped by that thread alone (under the state lock), so it may
+// read the front outside the lock while it receives. Handlers read the
+// fronts under the lock, for deadlines.
+struct background_stream {
+    explicit background_stream(page_channel& c) noexcept : ch(c) {}
+    page_channel& ch;
+    request_ring<16> reqs;
+};
+
 struct fault_state {
-    fault_state(const loop_config& c, page_channel& fault, page_channel& background)
-        : cfg(c), fault_ch(fault), bg_ch(background), pacer(c) {}
+    // At least one background channel; their number is fixed from here on.
+    fault_state(const loop_config& c, page_channel& fault,
+                const std::vector<page_channel*>& background)
+        : cfg(c), fault_ch(fault), pacer(c) {
+        bg.reserve(background.size());
+        for (page_channel* ch : background)
+            bg.emplace_back(*ch);
+    }
 
     const loop_config& cfg;
     page_channel& fault_ch; // faults travel alone, ahead of background data
-    page_channel& bg_ch;
     request_ring<256> fault_reqs;
-    request_ring<16> bg_reqs;
+    std::vector<background_stream> bg;
     std::vector<std::unique_ptr<lazy_process>> procs;
     size_t bg_next_proc = 0;
     uint64_t next_request_id = 1;
@@ -55,9 +72,11 @@ struct fault_state {
 
     // A new process (restored, or forked after restore) joins the loop.
     lazy_process& add(std::unique_ptr<lazy_process> p);
-    // Sends a request and records it in flight.
+    // Sends a request and records it in flight: a fault's on the fault
+    // channel, a background one on background stream `stream`.
     void issue(request_kind kind, lazy_process& p, uint64_t addr, uint64_t img_addr,
-               uint32_t nr_pages, uint64_t fault_addr, uint64_t fault_ns, uint8_t attempt);
+               uint32_t nr_pages, uint64_t fault_addr, uint64_t fault_ns, uint8_t attempt,
+               uint8_t stream = 0);
     // The process exited: its lazy pages are dropped, its uffd forgotten.
     void process_gone(lazy_process& p);
     // Throws if the oldest request of either kind has waited too long: a

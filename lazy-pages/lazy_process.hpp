@@ -18,6 +18,11 @@ struct lazy_process {
     // merged, so no range crosses a VMA boundary.
     range_map lazy{false};
     range_map in_flight; // pages with an outstanding fault request
+    // Pages with an outstanding background request: the background skips
+    // them (two streams, or the main pass reaching an early area still in
+    // flight, would ask twice). Faults do not: a fault never waits behind a
+    // background reply.
+    range_map bg_in_flight;
     // Areas the background pulls before the rest, in order; the front one's
     // start serves as its cursor (background_pacer.hpp).
     std::vector<address_range> early;

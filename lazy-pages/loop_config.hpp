@@ -12,8 +12,12 @@ namespace ferry::lazy {
 struct loop_config {
     uint32_t fault_window_pages = 4; // pages per fault (the faulting one and its successors) ...
     uint32_t max_window_pages = 64;  // ... growing to this while the access is sequential
-    uint32_t background_chunk_pages = 256;        // 1 MiB per background request
-    uint32_t background_depth = 2;                // background requests in flight
+    uint32_t background_chunk_pages = 256; // 1 MiB per background request
+    uint32_t background_depth = 2;         // background requests in flight, per stream
+    // Background streams: each a channel and a thread of its own, so that
+    // one receives, decrypts and verifies while another installs (installs
+    // hold the state lock). main.cpp opens as many as the fabric gains from.
+    uint32_t background_streams = 2;
     uint32_t faulting_chunk_pages = 16;           // background request size while faults arrive
     uint32_t faulting_depth = 1;                  // background requests in flight meanwhile
     std::chrono::microseconds fault_window{2000}; // faults are counted per window ...

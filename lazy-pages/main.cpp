@@ -451,10 +451,22 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
         const auto fabric = fabric_spec::parse(opt.fabric);
         auto fault_req =
             ask_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64, *log);
-        auto bg_req = ask_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
-                                         wire::max_pages_per_request, *log);
+        // More than one background stream only where a reply costs this
+        // side CPU before its install (tcp: receive, decrypt, verify): a
+        // second stream does that while the first installs. A one-sided
+        // fabric's replies cost nothing before the install, and a pool
+        // reads its own nodes.
+        const uint32_t streams =
+            fabric.name == "tcp" && opt.pool.empty() ? opt.loop.background_streams : 1;
+        std::vector<std::optional<page_channel_request>> bg_reqs;
+        for (uint32_t k = 0; k < streams; k++)
+            bg_reqs.push_back(ask_source_channel(opt, fabric,
+                                                 FERRY_CONTROL__CHANNEL_KIND__BACKGROUND,
+                                                 wire::max_pages_per_request, *log));
         auto fault_ch = accepted_source_channel(opt, fault_req, *log);
-        auto bg_ch = accepted_source_channel(opt, bg_req, *log);
+        std::vector<std::unique_ptr<page_channel>> bg_chs;
+        for (auto& req : bg_reqs)
+            bg_chs.push_back(accepted_source_channel(opt, req, *log));
         if (opt.wait_start) {
             // Wait until the daemon says go: the images are here.
             auto go = control::receive(opt.report_fd, net::no_deadline);
@@ -465,9 +477,10 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
         if (!opt.pool.empty()) {
             pool = std::make_unique<pool_source>(opt, images);
             fault_ch = pool->channel(std::move(fault_ch), 64, "fault");
-            bg_ch = pool->channel(std::move(bg_ch), wire::max_pages_per_request, "background");
+            bg_chs.front() =
+                pool->channel(std::move(bg_chs.front()), wire::max_pages_per_request, "background");
         }
-        loop = std::make_unique<lazy::fault_loop>(opt.loop, std::move(fault_ch), std::move(bg_ch));
+        loop = std::make_unique<lazy::fault_loop>(opt.loop, std::move(fault_ch), std::move(bg_chs));
 
         unique_fd listener = lazy::listen_lazy_socket(opt.images_dir);
         report.ready();
@@ -551,6 +564,11 @@ int main(int argc, char** argv) {
     app.add_option("--background-depth", opt.loop.background_depth,
                    "background requests in flight (0: none)")
         ->check(CLI::Range(0, 16));
+    app.add_option("--background-streams", opt.loop.background_streams,
+                   "background channels, each with a thread of its own (tcp without a pool; "
+                   "other fabrics use one)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4));
     app.add_option("--early-area-pages", opt.loop.early_area_pages,
                    "areas up to this many pages are pulled first, smallest first");
     app.add_option("--early-total-pages", opt.loop.early_total_pages,

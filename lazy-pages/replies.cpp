@@ -123,8 +123,10 @@ void finish_request(fault_state& s, const outstanding_request& req) {
     lazy_process& p = *req.proc;
     if (req.kind == request_kind::fault)
         p.in_flight.erase(req.addr, req.addr + uint64_t(req.nr_pages) * page_size);
-    else
+    else {
+        p.bg_in_flight.erase(req.addr, req.addr + uint64_t(req.nr_pages) * page_size);
         p.bg_outstanding--;
+    }
     if (req.bad_from == ~0u || p.exited)
         return;
     const uint32_t bad = req.nr_pages - req.bad_from;
@@ -136,7 +138,7 @@ void finish_request(fault_state& s, const outstanding_request& req) {
     const uint64_t addr = req.addr + uint64_t(req.bad_from) * page_size;
     const uint64_t img = req.img_addr + uint64_t(req.bad_from) * page_size;
     s.issue(req.kind, p, addr, img, bad, req.fault_addr >= addr ? req.fault_addr : ~0ull,
-            req.fault_ns, 1);
+            req.fault_ns, 1, req.stream);
 }
 
 } // namespace
@@ -189,9 +191,9 @@ void drain_fault_replies(fault_state& s, page_channel& ch) {
     }
 }
 
-bool install_background_reply(fault_state& s, page_channel& ch, const incoming_reply& reply,
+bool install_background_reply(fault_state& s, background_stream& st, const incoming_reply& reply,
                               const std::atomic<uint32_t>& handlers_waiting) {
-    outstanding_request& req = s.bg_reqs.front();
+    outstanding_request& req = st.reqs.front();
     while (req.consumed < req.verified) {
         if (handlers_waiting.load(std::memory_order_relaxed) > 0)
             return false; // a fault goes first; the rest waits for the next turn
@@ -202,8 +204,8 @@ bool install_background_reply(fault_state& s, page_channel& ch, const incoming_r
         return false; // the rest has not arrived yet
     // Pop before finishing: a refetch pushes onto the same ring.
     const outstanding_request done = req;
-    s.bg_reqs.pop();
-    ch.finish_reply();
+    st.reqs.pop();
+    st.ch.finish_reply();
     finish_request(s, done);
     return true;
 }

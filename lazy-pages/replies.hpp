@@ -27,12 +27,12 @@ void check_reply(const outstanding_request& req, const incoming_reply& reply);
 // first bad one (req.bad_from). Touches only `req`: no lock needed.
 void verify_pages(outstanding_request& req, const incoming_reply& reply, uint32_t upto) noexcept;
 
-// Installs the verified pages of the oldest background request, a slice of
+// Installs the verified pages of a stream's oldest background request, a slice of
 // cfg.install_batch_pages at a time, leaving the rest to the next call as
 // soon as a handler waits for the lock. Once the reply is complete and
 // installed, finishes the request (and refetches a corrupt tail). Under the
 // state lock; true when the request was finished.
-bool install_background_reply(fault_state& s, page_channel& ch, const incoming_reply& reply,
+bool install_background_reply(fault_state& s, background_stream& st, const incoming_reply& reply,
                               const std::atomic<uint32_t>& handlers_waiting);
 
 } // namespace ferry::lazy

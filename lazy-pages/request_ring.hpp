@@ -27,6 +27,7 @@ struct outstanding_request {
     uint64_t fault_ns = 0; // when the fault was read; carried over a refetch
     uint8_t attempt = 0;
     request_kind kind = request_kind::fault;
+    uint8_t stream = 0; // a background request's stream (fault_state.hpp)
 };
 
 template <size_t Capacity>

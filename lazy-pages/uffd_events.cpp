@@ -104,8 +104,10 @@ void handle_remap(lazy_process& p, const uffd_msg& msg) {
     p.lazy.remap(from, to, len);
     // Requests in flight for either range are checked against the map when
     // they land; clear the marks so new faults ask again.
-    p.in_flight.erase(from, from + len);
-    p.in_flight.erase(to, to + len);
+    for (range_map* busy : {&p.in_flight, &p.bg_in_flight}) {
+        busy->erase(from, from + len);
+        busy->erase(to, to + len);
+    }
     p.bg_cursor = 0; // ranges may now lie behind the cursor
     // Threads blocked on the old range retry their access and see the move.
     (void)uffd::wake(p.uffd.get(), from, len);
@@ -142,6 +144,7 @@ void handle_remove(fault_state& s, lazy_process& p, const uffd_msg& msg) {
     if (!p.forked)
         s.stats.pages_dropped += pages_in(dropped);
     p.in_flight.erase(start, end);
+    p.bg_in_flight.erase(start, end);
     (void)uffd::wake(p.uffd.get(), start, end - start);
 }
 

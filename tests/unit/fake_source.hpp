@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <list>
@@ -49,6 +50,10 @@ class fake_source {
     std::atomic<uint64_t> first_read_vaddr{0}; // the first page request's address
     std::atomic<bool> done_received{false};
     std::atomic<bool> plaintext_pages{false}; // leave TLS after the acceptance
+    // Pages served on each connection, in the order they were accepted
+    // (lazy-pages opens its fault channel first, then its background ones).
+    static constexpr size_t counted_connections = 8;
+    std::array<std::atomic<uint64_t>, counted_connections> pages_by_connection{};
 
   private:
     static net::endpoint any_loopback() {
@@ -70,11 +75,12 @@ class fake_source {
             auto& c = _conns.emplace_back();
             c.tls = std::make_shared<tls::tls_stream>(std::move(fd), loopback_credentials(),
                                                       tls::tls_stream::role::server);
-            c.thread = std::thread([this, s = c.tls] { serve(*s); });
+            const size_t index = _conns.size() - 1;
+            c.thread = std::thread([this, s = c.tls, index] { serve(*s, index); });
         }
     }
 
-    void serve(tls::tls_stream& s) {
+    void serve(tls::tls_stream& s, size_t index) {
         try {
             tls::authenticate_client(s, {}, net::after(std::chrono::seconds(5)));
             auto open = control::receive(s, net::after(std::chrono::seconds(5)));
@@ -117,6 +123,8 @@ class fake_source {
                         sums[i] = page_checksum(pages.data() + i * page_size);
                     if (corrupt_always || corrupt_replies.fetch_sub(1) > 0)
                         pages[100] ^= std::byte{0xff};
+                    if (index < counted_connections)
+                        pages_by_connection[index] += r.nr_pages;
                 }
                 auto hb = wire::encode(rep);
                 iovec iov[3] = {{hb.data(), hb.size()},

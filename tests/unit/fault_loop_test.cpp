@@ -93,16 +93,19 @@ struct lazy_region {
     }
 };
 
+// cfg.background_streams background channels, as lazy-pages opens over tcp.
 fault_loop make_loop(const test::fake_source& src, loop_config cfg = {}) {
     auto ep = src.endpoint();
     const auto tcp = fabric_spec::parse("tcp");
     auto fault_ch = open_page_channel(tcp, ep, test::loopback_credentials(), "test",
                                       FERRY_CONTROL__CHANNEL_KIND__FAULT, 64,
                                       std::chrono::seconds(5), std::chrono::seconds(5));
-    auto bg_ch = open_page_channel(tcp, ep, test::loopback_credentials(), "test",
-                                   FERRY_CONTROL__CHANNEL_KIND__BACKGROUND, 1024,
-                                   std::chrono::seconds(5), std::chrono::seconds(5));
-    return fault_loop(cfg, std::move(fault_ch), std::move(bg_ch));
+    std::vector<std::unique_ptr<page_channel>> bg_chs;
+    for (uint32_t k = 0; k < cfg.background_streams; k++)
+        bg_chs.push_back(open_page_channel(tcp, ep, test::loopback_credentials(), "test",
+                                           FERRY_CONTROL__CHANNEL_KIND__BACKGROUND, 1024,
+                                           std::chrono::seconds(5), std::chrono::seconds(5)));
+    return fault_loop(cfg, std::move(fault_ch), std::move(bg_chs));
 }
 
 // "restore finished" over a socket pair, as CRIU sends it.
@@ -163,6 +166,40 @@ TEST_CASE("faults are served, holes zero-filled, the rest pulled in the backgrou
     REQUIRE(src.done_received == false); // announce_done was not called
     loop.announce_done();
     REQUIRE(loop.fault_latency().count() == s.pages_faulted);
+}
+
+// The hole makes [0, 300) a small area, pulled first: the main pass that
+// follows starts at the bottom while its last request may still be in
+// flight, and must not ask for those pages again.
+TEST_CASE("one or two background streams: each carries pages, every page arrives once",
+          "[fault_loop][uffd][background]") {
+    const uint32_t streams = GENERATE(1u, 2u);
+    lazy_region region(8192, {{300, 310}});
+    test::fake_source src = region.serve();
+    loop_config cfg;
+    cfg.background_streams = streams;
+    auto loop = make_loop(src, cfg);
+    loop.set_restore_finished();
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    std::thread runner([&] { loop.run(); });
+    runner.join();
+
+    for (size_t p = 0; p < region.pages; p++)
+        if (p < 300 || p >= 310)
+            REQUIRE(region.page_ok(p));
+    const auto& s = loop.stats();
+    REQUIRE(s.pages_background == 8192 - 10);
+    REQUIRE(s.pages_duplicate == 0);
+    // Connection 0 is the fault channel; then the streams, which split the
+    // pull between them.
+    CHECK(src.pages_by_connection[0] == 0);
+    uint64_t pulled = 0;
+    for (uint32_t k = 1; k <= streams; k++) {
+        CHECK(src.pages_by_connection[k] > 0);
+        pulled += src.pages_by_connection[k];
+    }
+    CHECK(pulled == 8192 - 10);
+    loop.announce_done();
 }
 
 TEST_CASE("a corrupt page is refetched once and never installed", "[fault_loop][uffd][checksum]") {
