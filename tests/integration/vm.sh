@@ -42,7 +42,12 @@ for h in a b; do
   on "$h" rdma link show | grep -q "rxe0/1 state ACTIVE" || fail "no active rxe0 on $h"
 done
 ip_b=$("$testbed" ip b)
-on b bash -c "timeout 60 rping -s -a $ip_b -C 3 >$shared/rping-server.log 2>&1 &"
+# RDMA CM resolves b's address through the guests' neighbour tables; in one
+# CI run its first resolutions timed out (RDMA_CM_EVENT_ADDR_ERROR -110)
+# until the 60 s server had gone. Plain IP first, so a broken guest link is
+# named as such, and a server that outlives the client's retries.
+on a busybox ping -c 3 -W 2 "$ip_b" >"$work/ping.out" 2>&1 || fail "a cannot reach b at $ip_b: $(tail -n 3 "$work/ping.out")"
+on b bash -c "timeout 150 rping -s -a $ip_b -C 3 >$shared/rping-server.log 2>&1 &"
 ok=0
 for _ in $(seq 1 20); do
   if on a timeout 30 rping -c -a "$ip_b" -C 3 -v >"$work/rping.out" 2>&1; then ok=1; break; fi
