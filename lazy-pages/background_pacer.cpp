@@ -95,9 +95,16 @@ void background_pacer::note_fault(uint64_t now) noexcept {
     _last_fault_ns = now;
 }
 
-bool background_pacer::fault_lately() const noexcept {
-    return _last_fault_ns &&
-           monotonic_ns() - _last_fault_ns < uint64_t(_cfg.fault_window.count()) * 1000;
+// One stream while the application faults: its small requests are all that
+// shares the source and this loop with the faults. Also for a window after a
+// single fault: a workload's first faults after the resume are few and far
+// between, and each waited up to 2 ms behind two streams' installs and CPU
+// (a Redis container moved idle, fault p99 0.35-0.50 ms with one stream,
+// 1.1-2.4 with two, 0.46-0.75 with this pause).
+uint32_t background_pacer::streams() const noexcept {
+    const bool fault_lately = _last_fault_ns && monotonic_ns() - _last_fault_ns <
+                                                    uint64_t(_cfg.fault_window.count()) * 1000;
+    return faulting() || fault_lately ? 1 : _cfg.background_streams;
 }
 
 bool background_pacer::faulting() const noexcept {
@@ -117,13 +124,7 @@ uint32_t background_pacer::chunk_pages() const noexcept {
 void pump_background(fault_state& s, uint8_t stream) {
     if (!s.lazy_areas_ready() || s.procs.empty() || s.cfg.background_depth == 0)
         return;
-    // While the application faults, one stream carries the background: its
-    // small requests are all that shares the source and this loop with the
-    // faults. The others also pause at a single fault: a workload's first
-    // faults after the resume are few and far between, and each waited up
-    // to 2 ms behind two streams' installs and CPU (a Redis container
-    // moved idle, fault p99 0.35-0.50 ms with one stream, 1.1-2.4 with two).
-    if (stream > 0 && (s.pacer.faulting() || s.pacer.fault_lately()))
+    if (stream >= s.pacer.streams())
         return;
     const uint32_t depth = s.pacer.depth();
     while (s.bg[stream].reqs.size() < depth) {

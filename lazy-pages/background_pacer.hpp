@@ -29,9 +29,11 @@ class background_pacer {
 
     void note_fault(uint64_t now_ns) noexcept;
     [[nodiscard]] bool faulting() const noexcept;
-    // A fault within the last cfg.fault_window, however few.
-    [[nodiscard]] bool fault_lately() const noexcept;
-    // Background requests to keep in flight now.
+    // Background streams that may ask for more now: all of them, or only
+    // the first while the application faults and for a fault window after
+    // any single fault.
+    [[nodiscard]] uint32_t streams() const noexcept;
+    // Background requests to keep in flight now, per stream.
     [[nodiscard]] uint32_t depth() const noexcept;
     // Pages per background request now.
     [[nodiscard]] uint32_t chunk_pages() const noexcept;

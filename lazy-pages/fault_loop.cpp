@@ -20,9 +20,9 @@
 //     verifies their checksums (the stream's channel and ring are its own);
 //     under the lock: installs them in slices, yielding to any waiting
 //     handler; pump_background (background_pacer.cpp) keeps the stream's
-//     requests in flight; fetch deadlines; the first stream's thread also
-//     applies the holes and reports progress; whichever sees the last page
-//     in ends the loop. With two streams one installs (which holds the
+//     requests in flight (background_pacer.hpp says how many streams pull
+//     now); holes, fetch deadlines, progress reports; whichever sees the
+//     last page in ends the loop. With two streams one installs (which holds the
 //     lock) while the other receives, decrypts and verifies
 //
 // Nothing here allocates in steady state: requests live in fixed rings, reply
@@ -318,8 +318,8 @@ void fault_loop::lock_as_handler(std::unique_lock<std::mutex>& lock) {
     _handlers_waiting.fetch_sub(1, std::memory_order_relaxed);
 }
 
-// One background stream's pull and deadlines; the first stream's thread also
-// reports progress. Whichever sees the transfer finished ends it.
+// One background stream's pull, deadlines and progress. Whichever stream's
+// thread sees the transfer finished ends it.
 void fault_loop::background_main(uint8_t stream) {
     struct normal_policy_on_return {
         ~normal_policy_on_return() { set_idle_policy(false); }
@@ -415,7 +415,7 @@ bool fault_loop::background_turn(uint8_t stream) {
     pump_background(_s, stream);
     _s.check_deadlines();
     const uint64_t now = monotonic_ns();
-    if (stream == 0 && _progress &&
+    if (_progress &&
         now - _last_progress_ns >= uint64_t(_cfg.progress_interval.count()) * 1'000'000) {
         _last_progress_ns = now;
         _progress(_s.stats);
