@@ -3,12 +3,12 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/page.hpp"
-#include "criu/cgroup_yard.hpp"
 #include "criu/criu_rpc.hpp"
 #include "engine_restore.hpp"
 #include "incoming.hpp"
 #include "outgoing_session.hpp"
 #include "pool_node.hpp"
+#include "sys/cgroup_task_moves.hpp"
 #include "tls/tls_stream.hpp"
 #include "transport/backend.hpp"
 #include "transport/request_loop.hpp"
@@ -66,6 +66,7 @@ daemon::daemon(daemon_config cfg)
     engines::remove_stale_reservations(_cfg.state_dir / "incoming", _cfg.tools);
     _criu_version = criu::require_supported_criu(_cfg.tools.criu).to_string();
     _breakpoints = hw_breakpoints::probe();
+    make_cgroup_task_moves_fast();
     if (_cfg.pool) {
         _pool = std::make_unique<pool_store>(*_cfg.pool);
         _log->info("pool node: {} MiB arena in {}-byte chunks, {} eviction, disk tier {}",
@@ -83,6 +84,28 @@ daemon::~daemon() {
     drain();
 }
 
+void daemon::make_cgroup_task_moves_fast() {
+    const auto p = cgroup_task_moves::plan_fast_moves(read_mountinfo("/proc/self/mountinfo"));
+    if (p.already_fast) {
+        _log->info("a cgroup mount has favordynmods: a container's restore moves its task into "
+                   "its cgroups without waiting for an RCU grace period");
+        return;
+    }
+    if (!_cfg.favor_cgroup_moves) {
+        _log->info("no cgroup mount has favordynmods: a container's restore waits for an RCU "
+                   "grace period (10-15 ms here) to move its task into its cgroups; "
+                   "--favor-cgroup-moves sets it (README, Tuning)");
+        return;
+    }
+    try {
+        _log->info("{}", cgroup_task_moves::make_fast());
+    } catch (const std::exception& e) {
+        _log->warn("--favor-cgroup-moves: {}; a container's restore waits for an RCU grace "
+                   "period to move its task into its cgroups",
+                   e.what());
+    }
+}
+
 void daemon::run() {
     ::signal(SIGPIPE, SIG_IGN);
     _log->info("listening on {}, state in {}, CRIU {}; CRIU restores by {}",
@@ -90,10 +113,6 @@ void daemon::run() {
                criu_stop_method(false).reason);
     if (_criu_events.fd() < 0)
         _log->warn("another daemon in this network namespace receives the CRIU plugin's reports");
-    if (!criu::cgroup_moves_are_quick())
-        _log->info("no cgroup mount has favordynmods: a container's restore waits ~10 ms for an "
-                   "RCU grace period to move its tasks into their cgroups (`mount -o "
-                   "remount,favordynmods` on the cgroup2 mount removes it; README, Tuning)");
     for (;;) {
         pollfd fds[3] = {{_listener.get(), POLLIN, 0},
                          {_signals.get(), POLLIN, 0},

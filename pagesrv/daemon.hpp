@@ -55,6 +55,11 @@ struct daemon_config {
     // The link a moving process tree's macvlan links sit on here (empty:
     // the same name as on the source host).
     std::string macvlan_parent;
+    // Set favordynmods on a cgroup mount at start, so that a container's
+    // restore does not wait for an RCU grace period to move its task into
+    // its cgroups (lib/sys/cgroup_task_moves.hpp). Host-wide until the next
+    // boot, so only when asked.
+    bool favor_cgroup_moves = false;
 };
 
 class daemon {
@@ -118,6 +123,7 @@ class daemon {
     std::shared_ptr<outgoing_migration> find_outgoing(const std::string& id,
                                                       std::chrono::milliseconds wait,
                                                       std::chrono::milliseconds while_preparing);
+    void make_cgroup_task_moves_fast();
     void reap_finished_connections();
     void drain();
 

@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
     app.add_option("--macvlan-parent", macvlan_parent,
                    "the link that a migrated process tree's macvlan links sit on here (default: "
                    "the link of the same name as on the source host)");
+    bool favor_cgroup_moves = false;
+    app.add_flag("--favor-cgroup-moves", favor_cgroup_moves,
+                 "set favordynmods on the cgroup mount (host-wide, until the next boot): a "
+                 "container's restore then does not wait for an RCU grace period to move its "
+                 "task into its cgroups; forks and exits cost a little more");
     CLI11_PARSE(app, argc, argv);
 
     // One thread per connection: without a cap, glibc gives threads arenas
@@ -85,6 +90,7 @@ int main(int argc, char** argv) {
         cfg.peers.names = allowed_peers;
         cfg.metrics_listen = metrics;
         cfg.macvlan_parent = macvlan_parent;
+        cfg.favor_cgroup_moves = favor_cgroup_moves;
         log->info("this host is {} (credentials in {}); {}", cfg.credentials->identity(),
                   cfg.credentials->dir().string(),
                   allowed_peers.empty()

@@ -29,16 +29,14 @@ std::vector<std::string> split(const std::string& s, char sep) {
 // and name=).
 struct cgroup_mount {
     std::string point, root, hierarchy;
-    bool favordynmods = false;
 };
 
 std::vector<cgroup_mount> cgroup_mounts(const fs::path& mountinfo) {
     std::vector<cgroup_mount> out;
     for (const auto& m : read_mountinfo(mountinfo)) {
         const auto opts = split(m.super_options, ',');
-        const bool favordynmods = std::find(opts.begin(), opts.end(), "favordynmods") != opts.end();
         if (m.fstype == "cgroup2") {
-            out.push_back({m.point, m.root, "", favordynmods});
+            out.push_back({m.point, m.root, ""});
         } else if (m.fstype == "cgroup") {
             std::vector<std::string> names;
             for (const auto& o : opts)
@@ -50,7 +48,7 @@ std::vector<cgroup_mount> cgroup_mounts(const fs::path& mountinfo) {
             std::string h;
             for (const auto& n : names)
                 h += (h.empty() ? "" : ",") + n;
-            out.push_back({m.point, m.root, h, favordynmods});
+            out.push_back({m.point, m.root, h});
         }
     }
     return out;
@@ -101,12 +99,6 @@ yard_choice host_cgroup_yard(const fs::path& proc, const fs::path& root) {
     if (!any)
         return no("this host lists no cgroup hierarchies");
     return {root, ""};
-}
-
-bool cgroup_moves_are_quick(const fs::path& proc) {
-    const auto mounts = cgroup_mounts(proc / "self/mountinfo");
-    return std::any_of(mounts.begin(), mounts.end(),
-                       [](const cgroup_mount& m) { return m.favordynmods; });
 }
 
 std::string cgroup_yard_config_line(const yard_choice& choice) {

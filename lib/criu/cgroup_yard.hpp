@@ -29,12 +29,4 @@ yard_choice host_cgroup_yard(const std::filesystem::path& proc = "/proc",
 // The CRIU config line that uses `choice` ("" when CRIU mounts its own).
 std::string cgroup_yard_config_line(const yard_choice& choice);
 
-// Whether moving a task into a cgroup is quick on this host. Every move
-// takes one kernel-wide lock (cgroup_threadgroup_rwsem) as a writer, which
-// waits for an RCU grace period unless a cgroup hierarchy is mounted with
-// favordynmods (Linux 6.0+; it makes forks and exits a little slower).
-// A container's restore moves its tasks into their cgroups: in CRIU's log
-// here, that move took 11 ms without it and under 1.5 ms with it.
-bool cgroup_moves_are_quick(const std::filesystem::path& proc = "/proc");
-
 } // namespace ferry::criu

@@ -10,7 +10,8 @@
 #      its network with nftables (where CRIU can), and the lock is gone on b;
 #      the restore started warm (before the freeze); CRIU ran its action
 #      script only where Ferry acts (criu-patches/0013); CRIU used the
-#      host's cgroup mounts, and the copy is in its engine's cgroups;
+#      host's cgroup mounts, and the copy is in its engine's cgroups; the
+#      daemons set favordynmods (--favor-cgroup-moves) or found it set;
 #   2. the destination daemon dies as the images arrive: the source
 #      container keeps running, its memory intact; nothing is left on b once
 #      its daemon is back;
@@ -143,6 +144,13 @@ if [ "$(json "$work/m1.json" criu_cgroup_yard)" = /sys/fs/cgroup ]; then
     fail "CRIU's restore mounted a cgroup yard of its own"
 fi
 m1_b_id=$(ctr b inspect m1 --format '{{.Id}}')
+# The testbed's daemons run with --favor-cgroup-moves: b's found favordynmods
+# on a cgroup mount or set it there, and the kernel shows it.
+grep -Eq "a cgroup mount has favordynmods|reconfigured with favordynmods" \
+  "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.log" ||
+  fail "b's daemon did not report favordynmods: $(grep -i cgroup "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.log")"
+awk '$0 ~ / - cgroup2? / { n = split($NF, o, ","); for (i = 1; i <= n; i++) if (o[i] == "favordynmods") f = 1 } END { exit !f }' \
+  /proc/self/mountinfo || fail "no cgroup mount has favordynmods after b's daemon started"
 grep -q "$m1_b_id" "/proc/$(ctr b inspect m1 --format '{{.State.Pid}}')/cgroup" ||
   fail "m1 on b is not in its container's cgroups: $(cat "/proc/$(ctr b inspect m1 --format '{{.State.Pid}}')/cgroup")"
 [ "$(ctr b exec m1 stat -c '%F %a %u %g' /proc/acpi)" = "$acpi" ] ||
