@@ -164,6 +164,28 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
     return r;
 }
 
+void criu_config_gate_only(const std::filesystem::path& file) {
+    std::ifstream in(file);
+    if (!in)
+        throw error(fmt::format("cannot read CRIU's config {}", file.string()));
+    const std::string prefix = std::string(script_actions_option) + " ";
+    std::string text;
+    bool names_actions = false;
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind(prefix, 0) == 0) {
+            line = prefix + script_actions_gate;
+            names_actions = true;
+        }
+        text += line + "\n";
+    }
+    if (!names_actions)
+        return;
+    std::ofstream out(file, std::ios::trunc);
+    out << text;
+    if (!out.flush())
+        throw error(fmt::format("cannot write CRIU's config {}", file.string()));
+}
+
 void podman_remove(const std::string& podman, const std::string& name_or_id) {
     (void)run_capture({podman, "container", "rm", "--force", "--time", "0", name_or_id},
                       std::chrono::minutes(1));

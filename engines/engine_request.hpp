@@ -110,6 +110,23 @@ inline constexpr const char* gate_setup_namespaces = "setup-namespaces";
 inline constexpr const char* hold_request = "hold";
 inline constexpr const char* go_answer = "go";
 
+// The steps of a restore CRIU runs Ferry's action script at, where it can
+// (criu-patches/0013, `action-script-actions` in the restore's CRIU config):
+// post-restore, the commit gate, always; setup-namespaces too when the
+// container's addresses move (not only loopback's connections), unless the shim finds that the
+// copy's network namespace is not made inside the restore (the bundle names it: podman's, and
+// docker's once its hook ran ahead), since then the daemon has nothing to do there and the step
+// would only cost a fork and an exec
+// (~2 ms here) in the downtime.
+inline constexpr const char* script_actions_gate = "post-restore";
+inline constexpr const char* script_actions_gate_and_network = "post-restore,setup-namespaces";
+inline constexpr const char* script_actions_option = "action-script-actions";
+
+// Narrows the CRIU config at `file` to script_actions_gate, where it names
+// the actions at all (a CRIU without 0013 runs the script at every step
+// anyway). Throws ferry::error if the file cannot be read or written.
+void criu_config_gate_only(const std::filesystem::path& file);
+
 // `podman container rm --force --time 0 NAME_OR_ID`; throws ferry::error.
 void podman_remove(const std::string& podman, const std::string& name_or_id);
 

@@ -86,7 +86,8 @@ fs::path engine_restore::write_restore_request(const fs::path& dir, const fs::pa
                                                const std::vector<std::string>& criu_env,
                                                const host_tools& tools, bool warm) const {
     return engine_restore_detail::write_restore_request(dir, images, migration_id, devshm_tar,
-                                                        criu_env, tools, warm, _connections_move);
+                                                        criu_env, tools, warm, _connections_move,
+                                                        _links_move);
 }
 
 namespace engine_restore_detail {
@@ -94,7 +95,7 @@ namespace engine_restore_detail {
 fs::path write_restore_request(const fs::path& dir, const fs::path& images,
                                const std::string& migration_id, const std::string& devshm_tar,
                                const std::vector<std::string>& criu_env, const host_tools& tools,
-                               bool warm, bool tcp_established) {
+                               bool warm, bool tcp_established, bool links_move) {
     if (tools.runc_shim.empty())
         throw error("cannot find Ferry's runc shim ferry-runc (set FERRY_RUNC_SHIM)");
     engines::restore_request req;
@@ -114,13 +115,15 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
         req.criu_waits = criu::supports_option_value(tools.criu, "restore-wait-fd", "0");
     }
     // The action script acts at post-restore (the gate) and, when the
-    // network moves, at setup-namespaces; CRIU runs it only then where it
-    // can (criu-patches/0013): each other run is a fork and an exec in the
-    // downtime (1-2.7 ms here).
-    const std::string actions = tcp_established ? "post-restore,setup-namespaces" : "post-restore";
+    // addresses move, at setup-namespaces (engine_request.hpp); CRIU runs
+    // it only then where it can (criu-patches/0013): each other run is a
+    // fork and an exec in the downtime (1-2.7 ms here).
+    const std::string actions = tcp_established && links_move
+                                    ? engines::script_actions_gate_and_network
+                                    : engines::script_actions_gate;
     const std::string only_then =
-        criu::supports_option_value(tools.criu, "action-script-actions", actions)
-            ? "action-script-actions " + actions + "\n"
+        criu::supports_option_value(tools.criu, engines::script_actions_option, actions)
+            ? std::string(engines::script_actions_option) + " " + actions + "\n"
             : "";
     // The host's cgroup mounts as CRIU's yard: CRIU mounts none of its own.
     criu::write_config(

@@ -45,6 +45,7 @@ class engine_restore {
     void keep_network(const std::vector<netlink::link_identity>& links) {
         keep_addresses(links);
         _connections_move = true;
+        _links_move = !links.empty();
     }
     // Before the freeze, once the source's engine has written the
     // container's configuration (`files`, named as the engine names them):
@@ -97,6 +98,7 @@ class engine_restore {
 
   private:
     bool _connections_move = false;
+    bool _links_move = false; // addresses too, not only loopback's connections
 };
 
 inline constexpr const char* reservation_file = "engine-reservation.json";
@@ -119,12 +121,13 @@ namespace engine_restore_detail {
 // lazy-pages socket and gate of the session in `dir`, and a CRIU config with
 // the shim (tools.runc_shim) as action script. `devshm_tar` may be empty.
 // A warm restore's request (`warm`) makes the shim wait for the images and
-// take them from `dir`.
+// take them from `dir`. `links_move`: the copy takes the source's
+// addresses, possibly at setup-namespaces (engine_request.hpp).
 std::filesystem::path
 write_restore_request(const std::filesystem::path& dir, const std::filesystem::path& images,
                       const std::string& migration_id, const std::string& devshm_tar,
                       const std::vector<std::string>& criu_env, const host_tools& tools,
-                      bool warm = false, bool tcp_established = false);
+                      bool warm = false, bool tcp_established = false, bool links_move = false);
 // The session's engine file `name` ("engine.<name>"); throws if it is missing.
 std::filesystem::path engine_file(const std::filesystem::path& dir, const std::string& name);
 // The container paths the source deleted from its writable layer (the

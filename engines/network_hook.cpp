@@ -155,6 +155,11 @@ bool network_set_up_by_hook(const json& spec) {
     return ns && ns->value("path", "").empty() && setkey_hook(spec).has_value();
 }
 
+bool network_namespace_made_in_restore(const json& spec) {
+    const auto* ns = network_namespace(spec);
+    return ns && ns->value("path", "").empty();
+}
+
 fs::path netns_mount_point(const std::string& mountinfo, uint64_t inode) {
     const std::string root = fmt::format("net:[{}]", inode);
     for (const auto& m : parse_mountinfo(mountinfo))

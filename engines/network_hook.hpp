@@ -34,6 +34,12 @@ inline constexpr const char* runc_netns_key = "extRootNetNS";
 // configured by libnetwork's prestart hook: docker's way.
 bool network_set_up_by_hook(const nlohmann::json& spec);
 
+// True when runc makes the container's network namespace inside the
+// restore (the spec has one, with no path): only then is there anything to
+// do to it at CRIU's setup-namespaces. After the hook above has run ahead,
+// docker's bundle names a path too.
+bool network_namespace_made_in_restore(const nlohmann::json& spec);
+
 // Runs the bundle's libnetwork-setkey hook now, for a new network namespace
 // held by a placeholder process, and rewrites the bundle's config.json to
 // name the path dockerd bound that namespace to, without the hook. Returns

@@ -11,8 +11,10 @@
  *   post-restore      "post-restore PID" -> "resume": the commit gate; any
  *                     other answer makes CRIU kill the restored tasks;
  *   setup-namespaces  "setup-namespaces PID" -> "go", when the network
- *                     moves: the daemon gives the copy the source's
- *                     addresses before CRIU restores a socket.
+ *                     moves and runc makes the copy's namespace inside the
+ *                     restore (ferry-runc says so, FERRY_NETWORK_MOVES):
+ *                     the daemon gives the copy the source's addresses
+ *                     before CRIU restores a socket.
  * The gate's protocol is engine_request.hpp's: one line each way.
  */
 #include <errno.h>

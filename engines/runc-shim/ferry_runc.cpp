@@ -281,7 +281,13 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
     args.insert(args.begin() + long(cmd) + 1, "--lazy-pages");
     if (req->tcp_established) {
         args.insert(args.begin() + long(cmd) + 1, "--tcp-established");
-        ::setenv("FERRY_NETWORK_MOVES", "1", 1); // for setup-namespaces (ferry-criu-action)
+        // The daemon gives the copy the source's addresses at setup-namespaces
+        // only if runc makes its namespace then; otherwise before CRIU starts.
+        std::ifstream spec(bundle / "config.json");
+        if (engines::network_namespace_made_in_restore(nlohmann::json::parse(spec)))
+            ::setenv("FERRY_NETWORK_MOVES", "1", 1); // for ferry-criu-action
+        else if (!req->criu_config.empty())
+            engines::criu_config_gate_only(req->criu_config);
     }
     ::setenv("FERRY_GATE", req->gate_socket.c_str(), 1);
     export_for_criu(req->migration_id, req->criu_config, req->criu_env);

@@ -127,11 +127,12 @@ grep -q "Restored the tmpfs at .* without tar: 1 entries" "/tmp/ferry-testbed/$F
   fail "CRIU ran tar for the empty tmpfs mounts"
 grep -Eq "Restored the tmpfs at .* without tar: ([2-9]|[1-9][0-9]+) entries" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
   fail "CRIU ran tar for /dev"
-# CRIU ran its action script only at the steps Ferry acts in
+# CRIU ran its action script only at the step Ferry acts in
 # (criu-patches/0013), not at the other five or six of the restore:
-# post-restore (the commit gate) and, if the network moved, setup-namespaces.
+# post-restore (the commit gate). Connections move here, but the bundle
+# names the copy's network namespace (podman's; docker's once its hook ran
+# ahead), so the shim dropped setup-namespaces (engine_request.hpp).
 want="post-restore "
-case "$(json "$work/m1.json" network)" in moves* | *"connections move"*) want="setup-namespaces post-restore " ;; esac
 actions=$(grep -B2 "ferry-criu-action\]" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" |
   sed -n 's/.*Running \([a-z-]*\) scripts.*/\1/p' | tr '\n' ' ')
 [ "$actions" = "$want" ] || fail "CRIU ran ferry-criu-action at: $actions (network: $(json "$work/m1.json" network))"

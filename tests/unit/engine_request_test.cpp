@@ -138,3 +138,32 @@ TEST_CASE("the gate's requests: images for a warm restore, post-restore for the 
     CHECK_THROWS_WITH(ask("images relative/path\n"), Contains("malformed gate request"));
     CHECK_THROWS_WITH(ask("post-restore many\n"), Contains("malformed gate request"));
 }
+
+TEST_CASE("a restore's CRIU config narrows to the commit gate only where it names actions",
+          "[engine_request]") {
+    scratch_dir d;
+    const auto conf = d.path / "criu-restore.conf";
+    auto slurp = [&] {
+        std::ifstream in(conf);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    SECTION("a CRIU with criu-patches/0013: setup-namespaces is dropped, the rest kept") {
+        write_text(conf, "action-script /x/ferry-criu-action\n"
+                         "action-script-actions post-restore,setup-namespaces\n"
+                         "tcp-established\n");
+        criu_config_gate_only(conf);
+        CHECK(slurp() == "action-script /x/ferry-criu-action\n"
+                         "action-script-actions post-restore\n"
+                         "tcp-established\n");
+    }
+    SECTION("a CRIU without it: the config names no actions and stays as it was") {
+        const std::string text = "action-script /x/ferry-criu-action\ntcp-established\n";
+        write_text(conf, text);
+        criu_config_gate_only(conf);
+        CHECK(slurp() == text);
+    }
+    SECTION("no config: a clear error") {
+        CHECK_THROWS_WITH(criu_config_gate_only(d.path / "absent.conf"),
+                          Contains("cannot read CRIU's config"));
+    }
+}

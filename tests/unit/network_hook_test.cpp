@@ -80,6 +80,12 @@ TEST_CASE("a spec is docker's when its network namespace has no path and libnetw
     auto no_netns = spec;
     no_netns["linux"]["namespaces"].erase(1); // the host's network
     CHECK_FALSE(ferry::engines::network_set_up_by_hook(no_netns));
+    // Only a namespace runc makes has anything left to do at CRIU's
+    // setup-namespaces: not podman's, nor the host's network.
+    CHECK(ferry::engines::network_namespace_made_in_restore(spec));
+    CHECK(ferry::engines::network_namespace_made_in_restore(no_hook));
+    CHECK_FALSE(ferry::engines::network_namespace_made_in_restore(with_path));
+    CHECK_FALSE(ferry::engines::network_namespace_made_in_restore(no_netns));
 }
 
 TEST_CASE("a bound network namespace is found in mountinfo by its inode") {
