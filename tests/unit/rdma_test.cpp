@@ -26,7 +26,7 @@ using namespace ferry;
 namespace {
 
 constexpr uint32_t test_pid = 4242;
-constexpr uint64_t base = 0x7f0000000000;
+constexpr uint64_t rdma_test_base = 0x7f0000000000;
 
 // The frozen task's memory, as the staging thread reads it: a pattern
 // per page, read `delay_us` slowly per call, with the first read of one
@@ -34,7 +34,7 @@ constexpr uint64_t base = 0x7f0000000000;
 class pattern_source final : public transport::page_source {
   public:
     explicit pattern_source(uint64_t pages) {
-        _index.add(test_pid, base, base + pages * page_size);
+        _index.add(test_pid, rdma_test_base, rdma_test_base + pages * page_size);
     }
     const std::string& id() const noexcept override { return _id; }
     const criu::lazy_page_index& lazy_pages() const noexcept override { return _index; }
@@ -43,7 +43,7 @@ class pattern_source final : public transport::page_source {
         if (delay_us)
             std::this_thread::sleep_for(std::chrono::microseconds(delay_us.load()));
         for (uint32_t i = 0; i < r.nr_pages; i++) {
-            const uint64_t page = (r.vaddr - base) / page_size + i;
+            const uint64_t page = (r.vaddr - rdma_test_base) / page_size + i;
             fill(page, pages + size_t(i) * page_size);
             checksums[i] = page_checksum(pages + size_t(i) * page_size);
             if (page == damaged_page && !damage_done.exchange(true))
@@ -162,7 +162,7 @@ read_result fetch(page_channel& ch, const wire::page_request& r) {
 }
 
 wire::page_request get(uint64_t first_page, uint32_t n, uint32_t id, wire::op op = wire::op::get) {
-    return {op, test_pid, n, base + first_page * page_size, id};
+    return {op, test_pid, n, rdma_test_base + first_page * page_size, id};
 }
 
 // Every page is the pattern and matches its checksum.
