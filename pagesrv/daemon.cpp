@@ -98,7 +98,7 @@ void daemon::make_cgroup_task_moves_fast() {
         return;
     }
     try {
-        _log->info("{}", cgroup_task_moves::make_fast());
+        _log->info("{}", cgroup_task_moves::make_fast(p));
     } catch (const std::exception& e) {
         _log->warn("--favor-cgroup-moves: {}; a container's restore waits for an RCU grace "
                    "period to move its task into its cgroups",

@@ -19,6 +19,7 @@
 #include "core/clock.hpp"
 #include "core/latency_recorder.hpp"
 #include "pool_store.hpp"
+#include "sys/mountinfo.hpp" // comma_list
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -30,7 +31,6 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -248,15 +248,6 @@ cell run_cell(const std::string& policy, const std::string& pattern, uint64_t ws
     return h.result(double(monotonic_ns() - t0) / 1e9);
 }
 
-std::vector<std::string> split(const std::string& s) {
-    std::vector<std::string> out;
-    std::stringstream in(s);
-    for (std::string item; std::getline(in, item, ',');)
-        if (!item.empty())
-            out.push_back(item);
-    return out;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -286,7 +277,7 @@ int main(int argc, char** argv) {
             ? std::filesystem::path(fmt::format("/tmp/ferry-eviction-bench-{}", ::getpid()))
             : std::filesystem::path(tier_dir);
     std::filesystem::create_directories(dir);
-    const auto policies = split(policies_text);
+    const auto policies = comma_list(policies_text);
     nlohmann::json all = nlohmann::json::array();
     fmt::print("working set {} chunks of 4 KiB; disk tier in {}\n", ws_chunks, dir.string());
     fmt::print("{:<10} {:>4} {:<7} | {:>7} {:>8} {:>8} {:>8} | {:>7} {:>7} | {:>9}\n", "pattern",
@@ -327,12 +318,12 @@ int main(int argc, char** argv) {
         }
         std::fflush(stdout);
     };
-    for (const auto& pattern : split(patterns_text))
-        for (const auto& cap : split(caps_text))
+    for (const auto& pattern : comma_list(patterns_text))
+        for (const auto& cap : comma_list(caps_text))
             report(pattern, std::stoull(cap), 1);
     if (threads > 1)
         for (const char* pattern : {"uniform", "zipf"})
-            for (const auto& cap : split(caps_text))
+            for (const auto& cap : comma_list(caps_text))
                 report(pattern, std::stoull(cap), threads);
     if (tier_dir.empty())
         std::filesystem::remove_all(dir);

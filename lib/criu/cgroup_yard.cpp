@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 #include <vector>
 
 namespace ferry::criu {
@@ -14,15 +13,6 @@ namespace ferry::criu {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<std::string> split(const std::string& s, char sep) {
-    std::vector<std::string> v;
-    std::istringstream in(s);
-    for (std::string x; std::getline(in, x, sep);)
-        if (!x.empty())
-            v.push_back(x);
-    return v;
-}
 
 // A cgroup mount of the host: its mount point, its root within the
 // hierarchy, and the hierarchy ("" for cgroup2, else its sorted controllers
@@ -34,7 +24,7 @@ struct cgroup_mount {
 std::vector<cgroup_mount> cgroup_mounts(const fs::path& mountinfo) {
     std::vector<cgroup_mount> out;
     for (const auto& m : read_mountinfo(mountinfo)) {
-        const auto opts = split(m.super_options, ',');
+        const auto opts = comma_list(m.super_options);
         if (m.fstype == "cgroup2") {
             out.push_back({m.point, m.root, ""});
         } else if (m.fstype == "cgroup") {
@@ -64,7 +54,7 @@ std::string criu_name(const std::string& controllers) {
 }
 
 std::string sorted(const std::string& controllers) {
-    auto v = split(controllers, ',');
+    auto v = comma_list(controllers);
     std::sort(v.begin(), v.end());
     std::string h;
     for (const auto& n : v)

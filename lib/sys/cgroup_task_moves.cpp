@@ -8,9 +8,9 @@
 
 #include <sys/mount.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <sstream>
 
 namespace ferry::cgroup_task_moves {
 
@@ -18,24 +18,13 @@ namespace {
 
 constexpr const char* option = "favordynmods";
 
-std::vector<std::string> split_options(const std::string& s) {
-    std::vector<std::string> out;
-    std::istringstream in(s);
-    for (std::string o; std::getline(in, o, ',');)
-        if (!o.empty())
-            out.push_back(o);
-    return out;
-}
-
 bool is_cgroup(const mount_entry& m) {
     return m.fstype == "cgroup2" || m.fstype == "cgroup";
 }
 
 bool has_option(const mount_entry& m) {
-    for (const auto& o : split_options(m.super_options))
-        if (o == option)
-            return true;
-    return false;
+    const auto options = comma_list(m.super_options);
+    return std::find(options.begin(), options.end(), option) != options.end();
 }
 
 } // namespace
@@ -60,7 +49,7 @@ plan plan_fast_moves(const std::vector<mount_entry>& mounts) {
     if (!t)
         return p;
     p.target = *t;
-    for (auto& o : split_options(t->super_options))
+    for (auto& o : comma_list(t->super_options))
         if (o != "rw" && o != "ro")
             p.options.push_back(std::move(o));
     p.options.emplace_back(option);
@@ -89,10 +78,7 @@ void apply(const plan& p) {
                                 std::strerror(errno)));
 }
 
-std::string make_fast(const std::string& mountinfo_path) {
-    const auto before = plan_fast_moves(read_mountinfo(mountinfo_path));
-    if (before.already_fast)
-        return "cgroup task moves do not wait for an RCU grace period (favordynmods is set)";
+std::string make_fast(const plan& before, const std::string& mountinfo_path) {
     apply(before);
     // The kernel ignores the root flags outside the initial cgroup
     // namespace without an error: only the mount table says if it took.

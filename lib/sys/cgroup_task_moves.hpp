@@ -36,10 +36,10 @@ struct plan {
 // alone, as mount(MS_REMOUNT) would not. Throws ferry::error.
 void apply(const plan& p);
 
-// What a daemon does at start: nothing if moves are fast already,
-// otherwise apply and check that the option took (it is refused outside
-// the initial cgroup namespace, and before Linux 6.0). Returns a sentence
-// for the log; throws ferry::error with the reason if it did not take.
-std::string make_fast(const std::string& mountinfo_path = "/proc/self/mountinfo");
+// Applies `p` (a plan whose moves are not fast yet, read from
+// `mountinfo_path`) and checks that the option took: the kernel refuses it
+// before Linux 6.0 and ignores it outside the initial cgroup namespace.
+// Returns a sentence for the log; throws ferry::error if it did not take.
+std::string make_fast(const plan& p, const std::string& mountinfo_path = "/proc/self/mountinfo");
 
 } // namespace ferry::cgroup_task_moves

@@ -47,6 +47,15 @@ std::vector<mount_entry> parse_mountinfo(const std::string& text) {
     return out;
 }
 
+std::vector<std::string> comma_list(const std::string& s) {
+    std::vector<std::string> out;
+    std::istringstream in(s);
+    for (std::string item; std::getline(in, item, ',');)
+        if (!item.empty())
+            out.push_back(item);
+    return out;
+}
+
 std::vector<mount_entry> read_mountinfo(const std::string& path) {
     std::ifstream in(path);
     std::stringstream text;

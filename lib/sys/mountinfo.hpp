@@ -20,4 +20,8 @@ std::vector<mount_entry> parse_mountinfo(const std::string& text);
 // The same, read from a file (/proc/self/mountinfo); none if unreadable.
 std::vector<mount_entry> read_mountinfo(const std::string& path);
 
+// The non-empty items of a comma-separated list: a mount's super options,
+// or the controllers of a /proc/PID/cgroup line.
+std::vector<std::string> comma_list(const std::string& s);
+
 } // namespace ferry
