@@ -448,7 +448,8 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
         // arrive during it, while the images travel; neither falls inside
         // the downtime. (The background channel's handshake used to wait
         // for the fault channel's acceptance: ~3 ms of lazy-pages' start.)
-        const auto fabric = fabric_spec::parse(opt.fabric);
+        auto fabric = fabric_spec::parse(opt.fabric);
+        fabric.deadline_scale = opt.deadline_scale;
         auto fault_req =
             ask_source_channel(opt, fabric, FERRY_CONTROL__CHANNEL_KIND__FAULT, 64, *log);
         // More than one background stream only where a reply costs this
@@ -584,8 +585,9 @@ int main(int argc, char** argv) {
                    "poll without sleeping this long after any activity (0: always block)")
         ->check(CLI::Range(0, 1'000'000));
     app.add_option("--deadline-scale", opt.deadline_scale,
-                   "the migration's --deadline-scale: multiplies the pool nodes' reply deadlines "
-                   "and the silence after which a node is lost (never below the defaults)")
+                   "the migration's --deadline-scale: multiplies the pool nodes' reply deadlines, "
+                   "the silence after which a node is lost, and how long an RDMA peer's "
+                   "silence is waited out (never below the defaults)")
         ->check(CLI::Range(0.01, 1000.0));
     app.add_option("--accept-timeout-ms", opt.accept_timeout_ms,
                    "how long to wait for restore to connect");

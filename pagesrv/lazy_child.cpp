@@ -74,9 +74,9 @@ void incoming_session::spawn_lazy_pages() {
     if (!_pool.empty()) {
         args.push_back("--pool");
         args.push_back(_pool);
-        args.push_back("--deadline-scale");
-        args.push_back(fmt::format("{}", _deadline_scale));
     }
+    args.push_back("--deadline-scale");
+    args.push_back(fmt::format("{}", _deadline_scale));
     // Extra options for tuning experiments, e.g. FERRY_LAZY_PAGES_ARGS="--window 16".
     args.insert(args.end(), tools.lazy_pages_args.begin(), tools.lazy_pages_args.end());
     child_process::options o;

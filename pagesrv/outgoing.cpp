@@ -45,6 +45,7 @@ outgoing_migration::outgoing_migration(std::string id, const std::filesystem::pa
         for (const auto& r : p.lazy)
             _index.add(pid, r.start, r.end);
     _deadlines = criu::deadlines::for_memory(_pages_total * page_size, deadline_scale);
+    _deadline_scale = deadline_scale;
     _fabric_state = _fabric.start(*this, std::move(prepared));
 }
 

@@ -62,6 +62,7 @@ class outgoing_migration final : public transport::page_source {
     void count_sent(uint64_t pages, uint64_t bytes) noexcept override;
     // The destination reported every page installed.
     void destination_done() override;
+    [[nodiscard]] double deadline_scale() const noexcept override { return _deadline_scale; }
 
     // CRIU read the VMA flags before the freeze: `reader` reads them from
     // the frozen tree, and the commit compares. Set once, before commit.
@@ -156,6 +157,7 @@ class outgoing_migration final : public transport::page_source {
     criu::lazy_page_index _index; // the same lazy pages, numbered
     uint64_t _pages_total = 0;
     criu::deadlines _deadlines;
+    double _deadline_scale = 1.0;
     std::atomic<uint64_t> _pages_served{0};
     std::atomic<uint64_t> _bytes_sent{0};
     std::atomic<bool> _corrupted_once{false}; // fault injection only

@@ -19,6 +19,7 @@
 #include "pool/pool_health.hpp"
 #include "pool/pool_layout.hpp"
 #include "pool/raid.hpp"
+#include "transport/rdma/rdma_connection.hpp"
 #include "wire/control.pb-c.h"
 #include "wire/pool_wire.hpp"
 
@@ -72,6 +73,8 @@ class pool_client {
         std::chrono::microseconds max_deadline{200'000};
         uint32_t strikes_to_dead = 3;
         std::chrono::microseconds dead_silence{500'000}; // ... and no reply for this long
+        // One-sided reads: how long an RDMA connection waits out a silent node.
+        transport::rdma::patience rdma_wait{};
 
         // The same, with the failure detector's times multiplied by `scale`
         // (a migration's --deadline-scale, for slow hosts such as emulated
@@ -86,6 +89,7 @@ class pool_client {
                 o.min_deadline = times(min_deadline);
                 o.max_deadline = times(max_deadline);
                 o.dead_silence = times(dead_silence);
+                o.rdma_wait = transport::rdma::patience::scaled(scale);
             }
             return o;
         }

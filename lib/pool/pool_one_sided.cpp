@@ -49,7 +49,7 @@ void pool_client::connect_one_sided(uint32_t slot, const FerryControl__PoolAccep
         ep.addr.sin_port = htons(uint16_t(region.port));
         std::vector<std::byte> reply;
         o->conn = rdma::rdma_connection::connect(ep, rdma::as_bytes(hello), reply, queues,
-                                                 _opt.connect_timeout);
+                                                 _opt.connect_timeout, _opt.rdma_wait);
         o->slot_bytes = one_sided::header_bytes + (_layout.member_len + 63) / 64 * 64;
         o->landing = mapping::anonymous(one_sided::slots * o->slot_bytes, "pool RDMA landing");
         o->landing_mr = rdma::register_memory(o->conn->pd(), o->landing.data(), o->landing.size(),

@@ -26,6 +26,9 @@ struct link_model {
 struct fabric_spec {
     std::string name = "tcp"; // a transport backend's (transport/backend.hpp)
     link_model model;         // for backends that emulate a link
+    // The migration's --deadline-scale, not part of the text: backends that
+    // tell a dead peer by its silence (rdma) wait this much longer.
+    double deadline_scale = 1.0;
 
     // "NAME[:lat=..,bw=..]", NAME one of the backends; throws ferry::error
     // on malformed text or an unknown backend.

@@ -24,6 +24,9 @@ class page_source {
     virtual void count_sent(uint64_t pages, uint64_t bytes) noexcept = 0;
     // The destination reported every page installed.
     virtual void destination_done() = 0;
+    // The migration's --deadline-scale: how much longer than on real hosts
+    // a silent destination is waited for.
+    [[nodiscard]] virtual double deadline_scale() const noexcept { return 1.0; }
 };
 
 // What a backend keeps on the source for one migration (shm: its region and

@@ -159,6 +159,9 @@ grep "migration $id: rdma: .* connected" "$src_log" | grep -qv disconnected ||
   fail "the source's daemon logged no RDMA connection for $id"
 grep -q "migration $id: rdma: [0-9]* stage requests answered" "$src_log" ||
   fail "the source's RDMA server did not report (region still registered?)"
+# At scale 1 a silent destination is waited out for 1.9 s (7 sends 268 ms apart).
+grep -q "migration $id: rdma: .* connected (a silent peer fails it after 1.9 s)" "$src_log" ||
+  fail "the source's RDMA connections do not wait out 1.9 s of silence: $(grep "migration $id: rdma: .* connected" "$src_log")"
 post_copy=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["phases_ms"]["post_copy"]))' "$work/rdma.json")
 log "   downtime $(json "$work/rdma.json" downtime_ms) ms, post-copy $post_copy ms (TCG), $(json "$work/rdma.json" pages_refetched) page refetched; $(grep -o "migration $id: rdma: [0-9]* stage requests answered.*" "$src_log")"
 
@@ -184,9 +187,12 @@ log "6. pool mode over rdma: RAID-5 across the VMs, a pool node killed mid-migra
 FERRY_LAZY_PAGES_ARGS="--background-chunk 1 --background-depth 1" "$testbed" start b
 nodes=""
 for i in 1 2 3 4; do nodes+="${nodes:+,}$("$testbed" addr "p$i")"; done
-# TCG guests answer slowly: the pool's failure detector waits 4x longer, so
-# that only p2, which is killed, is declared lost.
-migrate_tree pool 8 2 --fabric rdma --pool "$nodes" --raid 5 --deadline-scale 4
+# TCG guests stall for whole seconds: the pool's failure detector and the
+# RDMA connections wait 8x longer, so that only p2, which is killed (its
+# connections close at once), is declared lost. At 4x a live node was once
+# declared lost too, and once the source's RDMA channel failed after 0.4 s of
+# silence (the old ACK timeout, 67 ms x 6), killing the restored tree.
+migrate_tree pool 8 2 --fabric rdma --pool "$nodes" --raid 5 --deadline-scale 8
 for _ in $(seq 1 600); do
   on b pgrep -x memload >/dev/null 2>&1 && break
   kill -0 "$mig" 2>/dev/null || break
@@ -203,6 +209,9 @@ assert p["handed_off"], "no hand-off to the pool"
 # one-sided, a few (changed under the read, or not yet pushed) two-sided.
 assert p["one_sided_reads"] > 0, "no pool member was read one-sided"
 PY
+id=$(json "$work/pool.json" migration_id)
+grep -q "migration $id: rdma: .* connected (a silent peer fails it after 15.0 s)" "$src_log" ||
+  fail "the scale did not reach the source's RDMA connections: $(grep "migration $id: rdma: .* connected" "$src_log")"
 log "   pool: $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["pool"]; print({k: p[k] for k in p if "pages" in k or "degraded" in k or "lost" in k or "one_sided" in k})' "$work/pool.json")"
 # 7. The testbed goes down cleanly: no qemu of either VM is left.
 vm_state=$(dirname "$("$testbed" dir a)")

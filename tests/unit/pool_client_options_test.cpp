@@ -11,6 +11,8 @@ TEST_CASE("a deadline scale above 1 lengthens the pool's failure detector, all t
     CHECK(o.min_deadline == base.min_deadline * 4);
     CHECK(o.max_deadline == base.max_deadline * 4);
     CHECK(o.dead_silence == base.dead_silence * 4);
+    // ... and the RDMA connections to the nodes wait out a silence 4x as long.
+    CHECK(o.rdma_wait.ack_timeout_exponent == base.rdma_wait.ack_timeout_exponent + 2);
     // What the scale is not about stays as it was.
     CHECK(o.strikes_to_dead == base.strikes_to_dead);
     CHECK(o.connect_timeout == base.connect_timeout);
@@ -23,4 +25,5 @@ TEST_CASE("a deadline scale below 1 never makes a pool node look dead sooner") {
     CHECK(o.min_deadline == base.min_deadline);
     CHECK(o.max_deadline == 300ms);
     CHECK(o.dead_silence == 900ms);
+    CHECK(o.rdma_wait.silence() == base.rdma_wait.silence());
 }

@@ -45,12 +45,12 @@ struct rdma_accept final : accept_storage {
 
 std::unique_ptr<page_channel> rdma_backend::open(std::unique_ptr<net::stream> handshake,
                                                  const FerryControl__PageChannelAccepted& accepted,
-                                                 const fabric_spec& /*spec*/,
+                                                 const fabric_spec& spec,
                                                  FerryControl__ChannelKind kind,
                                                  uint32_t max_pages) const {
-    return std::make_unique<rdma_channel>(std::move(handshake), accepted, max_pages,
-                                          kind == FERRY_CONTROL__CHANNEL_KIND__FAULT,
-                                          connect_timeout);
+    return std::make_unique<rdma_channel>(
+        std::move(handshake), accepted, max_pages, kind == FERRY_CONTROL__CHANNEL_KIND__FAULT,
+        connect_timeout, patience::scaled(spec.deadline_scale));
 }
 
 std::unique_ptr<source_state> rdma_backend::prepare(pid_t root, const std::string& id) const {
@@ -71,7 +71,7 @@ std::unique_ptr<source_state> rdma_backend::start(page_source& src,
     st->stager = std::make_unique<staging::stager>(
         src, staging::take_region(p ? std::move(p->prepared) : staging::region_file{}, src.id()),
         [server] { server->pages_staged(); });
-    server->serve(*st->stager);
+    server->serve(*st->stager, patience::scaled(src.deadline_scale()));
     return st;
 }
 

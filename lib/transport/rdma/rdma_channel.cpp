@@ -39,7 +39,7 @@ uint64_t channel_wr_id(uint32_t slot, channel_read part) {
 
 rdma_channel::rdma_channel(std::unique_ptr<net::stream> control,
                            const FerryControl__PageChannelAccepted& accepted, uint32_t max_pages,
-                           bool urgent, std::chrono::milliseconds timeout)
+                           bool urgent, std::chrono::milliseconds timeout, patience wait)
     : _control(std::move(control)), _max_pages(std::min(max_pages, wire::max_pages_per_request)),
       _urgent(urgent) {
     if (!accepted.has_rdma_port || !accepted.has_rdma_region_addr ||
@@ -56,7 +56,8 @@ rdma_channel::rdma_channel(std::unique_ptr<net::stream> control,
     connect_hello hello;
     std::memcpy(hello.token.data(), accepted.rdma_token.data, hello.token.size());
     std::vector<std::byte> reply;
-    _conn = rdma_connection::connect(source, as_bytes(hello), reply, channel_queues, timeout);
+    _conn =
+        rdma_connection::connect(source, as_bytes(hello), reply, channel_queues, timeout, wait);
 
     // Landing slots, each laid out as [states][checksums][pages], then the
     // header's landing place; one registration.

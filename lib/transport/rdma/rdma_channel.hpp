@@ -38,10 +38,10 @@ class rdma_channel final : public page_channel {
     // acceptance's token. `control` stays open: "done" goes over it, and
     // the source treats its closing as our end. A fault channel asks the
     // source to stage missing pages at once; a background channel waits for
-    // the source's own order.
+    // the source's own order. A silent source fails it after `wait`.
     rdma_channel(std::unique_ptr<net::stream> control,
                  const FerryControl__PageChannelAccepted& accepted, uint32_t max_pages, bool urgent,
-                 std::chrono::milliseconds timeout);
+                 std::chrono::milliseconds timeout, patience wait = {});
     rdma_channel(const rdma_channel&) = delete;
     rdma_channel& operator=(const rdma_channel&) = delete;
     ~rdma_channel() override;

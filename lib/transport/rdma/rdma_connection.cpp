@@ -14,11 +14,10 @@ namespace ferry::transport::rdma {
 namespace {
 
 constexpr int resolve_ms = 2000;
-// ACK timeout 4.096 us * 2^14 = 67 ms, 5 retries: a dead peer is an error
-// in well under a second, never a hang (RNR 7 would retry forever).
-constexpr uint8_t ack_timeout_exponent = 14;
-constexpr uint8_t retry_count = 5;
+// RNR 7 would retry forever.
 constexpr uint8_t rnr_retry_count = 6;
+// 4.096 us * 2^20 = 4.3 s per try: past that a peer is gone, whatever the scale.
+constexpr uint8_t most_patient_exponent = 20;
 constexpr uint8_t read_depth = 16; // READs in flight per QP (rxe allows 128)
 
 std::string endpoint_text(const sockaddr* sa) {
@@ -30,7 +29,29 @@ std::string endpoint_text(const sockaddr* sa) {
     return fmt::format("{}:{}", ip, ntohs(in->sin_port));
 }
 
+// The CM puts the ACK timeout into the QP at its move to RTS; both sides
+// set it, so each side's sends wait as long.
+void set_ack_timeout(rdma_cm_id* id, patience wait) {
+    uint8_t t = wait.ack_timeout_exponent;
+    check_verbs(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof t),
+                "rdma_set_option (ACK timeout)");
+}
+
 } // namespace
+
+patience patience::scaled(double scale) noexcept {
+    patience p;
+    while (scale > 1.0 && p.ack_timeout_exponent < most_patient_exponent) {
+        p.ack_timeout_exponent++;
+        scale /= 2;
+    }
+    return p;
+}
+
+std::chrono::milliseconds patience::silence() const noexcept {
+    const uint64_t per_try_ns = 4096ULL << ack_timeout_exponent;
+    return std::chrono::milliseconds(per_try_ns * (uint64_t(retries) + 1) / 1'000'000);
+}
 
 rdma_connection::rdma_connection(event_channel_ptr ec, cm_id_ptr id, ibv_pd* pd, queue_sizes sizes)
     : _ec(std::move(ec)), _id(std::move(id)), _pd(pd), _sizes(sizes) {
@@ -187,7 +208,8 @@ std::unique_ptr<rdma_connection> rdma_connection::connect(const net::endpoint& p
                                                           std::span<const std::byte> hello,
                                                           std::vector<std::byte>& reply,
                                                           queue_sizes sizes,
-                                                          std::chrono::milliseconds timeout) {
+                                                          std::chrono::milliseconds timeout,
+                                                          patience wait) {
     const std::string who = peer.to_string();
     if (hello.size() > 56) // RDMA_PS_TCP's limit for a connect's private data
         throw error("RDMA connect: private data over 56 bytes");
@@ -200,8 +222,7 @@ std::unique_ptr<rdma_connection> rdma_connection::connect(const net::endpoint& p
     rdma_ack_cm_event(await_cm_event(ec.get(), RDMA_CM_EVENT_ADDR_RESOLVED,
                                      std::chrono::milliseconds(resolve_ms + 500),
                                      "RDMA address of " + who));
-    uint8_t t = ack_timeout_exponent;
-    (void)rdma_set_option(id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof t);
+    set_ack_timeout(id.get(), wait);
     check_verbs(rdma_resolve_route(id.get(), resolve_ms), "rdma_resolve_route");
     rdma_ack_cm_event(await_cm_event(ec.get(), RDMA_CM_EVENT_ROUTE_RESOLVED,
                                      std::chrono::milliseconds(resolve_ms + 500),
@@ -216,7 +237,7 @@ std::unique_ptr<rdma_connection> rdma_connection::connect(const net::endpoint& p
     cp.private_data_len = uint8_t(hello.size());
     cp.initiator_depth = read_depth;
     cp.responder_resources = 0; // nobody reads from this side
-    cp.retry_count = retry_count;
+    cp.retry_count = wait.retries;
     cp.rnr_retry_count = rnr_retry_count;
     check_verbs(rdma_connect(idp, &cp), "rdma_connect");
     rdma_cm_event* ev = await_cm_event(c->_ec.get(), RDMA_CM_EVENT_ESTABLISHED, timeout,
@@ -265,7 +286,8 @@ uint16_t rdma_listener::port() const {
 }
 
 std::unique_ptr<rdma_connection> rdma_listener::accept(const admission& admit, queue_sizes sizes,
-                                                       std::chrono::milliseconds timeout) {
+                                                       std::chrono::milliseconds timeout,
+                                                       patience wait) {
     rdma_cm_event* ev =
         await_cm_event(_ec.get(), RDMA_CM_EVENT_CONNECT_REQUEST, timeout, "RDMA accept");
     rdma_cm_id* child = ev->id;
@@ -296,6 +318,7 @@ std::unique_ptr<rdma_connection> rdma_listener::accept(const admission& admit, q
     std::unique_ptr<rdma_connection> c(
         new rdma_connection(std::move(ec), cm_id_ptr(child), _pd.get(), sizes));
     c->_peer = who;
+    set_ack_timeout(child, wait);
     c->create_qp();
     rdma_conn_param cp{};
     cp.private_data = answer->data();
@@ -304,7 +327,7 @@ std::unique_ptr<rdma_connection> rdma_listener::accept(const admission& admit, q
     // for, up to what rxe allows.
     cp.responder_resources = std::min<uint8_t>(peer_depth ? peer_depth : 1, 128);
     cp.initiator_depth = 0;
-    cp.retry_count = retry_count;
+    cp.retry_count = wait.retries;
     cp.rnr_retry_count = rnr_retry_count;
     check_verbs(rdma_accept(child, &cp), "rdma_accept");
     rdma_ack_cm_event(await_cm_event(c->_ec.get(), RDMA_CM_EVENT_ESTABLISHED, timeout,

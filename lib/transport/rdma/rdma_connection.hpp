@@ -6,8 +6,8 @@
 // Completions are polled; when there are none, the completion channel's fd
 // (wait_fd) becomes readable once arm() was called and a completion came.
 // Any completion in error fails the connection: a dead peer shows as a
-// retry-exceeded error within the CM's ACK timeout and retry count, a bad
-// rkey as a remote access error.
+// retry-exceeded error once its patience runs out, a bad rkey as a remote
+// access error.
 #pragma once
 
 #include "sys/net.hpp"
@@ -31,6 +31,22 @@ struct queue_sizes {
     uint32_t message_bytes = 256; // the largest SEND either side makes
 };
 
+// How long a silent peer is waited for. A packet without an ACK is sent
+// again `retries` times, each after 4.096 us * 2^ack_timeout_exponent; then
+// the work request fails (retry exceeded). A dead peer is an error, never a
+// hang; a peer that stalls for a moment (a busy or emulated host) is not: a
+// failed channel after the destination resumed loses the workload.
+struct patience {
+    uint8_t ack_timeout_exponent = 16; // 268 ms
+    uint8_t retries = 6; // rxe takes 7 for "forever", as the spec does RNR's 7
+
+    // At least `scale` times as long (a migration's --deadline-scale); never
+    // shorter than the default.
+    [[nodiscard]] static patience scaled(double scale) noexcept;
+    // How long a silent peer takes to fail a work request.
+    [[nodiscard]] std::chrono::milliseconds silence() const noexcept;
+};
+
 class rdma_connection {
   public:
     // Dials `peer` (its IP and RDMA CM port), presenting `hello` (at most 56
@@ -39,7 +55,8 @@ class rdma_connection {
     // failed (no route, rejected, no answer within `timeout`).
     static std::unique_ptr<rdma_connection>
     connect(const net::endpoint& peer, std::span<const std::byte> hello,
-            std::vector<std::byte>& reply, queue_sizes sizes, std::chrono::milliseconds timeout);
+            std::vector<std::byte>& reply, queue_sizes sizes, std::chrono::milliseconds timeout,
+            patience wait = {});
     rdma_connection(const rdma_connection&) = delete;
     rdma_connection& operator=(const rdma_connection&) = delete;
     ~rdma_connection();
@@ -114,11 +131,13 @@ class rdma_listener {
     // The next connection request within `timeout`: `admit` sees its
     // private data and returns the private data to accept with (at most
     // 196 bytes), or nullopt to reject it. Returns nullptr for a rejected
-    // request; throws on a timeout or a CM failure.
+    // request; throws on a timeout or a CM failure. The connection waits
+    // for a silent peer as `wait` says.
     using admission =
         std::function<std::optional<std::vector<std::byte>>(std::span<const std::byte> hello)>;
     std::unique_ptr<rdma_connection> accept(const admission& admit, queue_sizes sizes,
-                                            std::chrono::milliseconds timeout);
+                                            std::chrono::milliseconds timeout,
+                                            patience wait = {});
 
   private:
     event_channel_ptr _ec;

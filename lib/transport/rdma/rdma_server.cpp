@@ -57,7 +57,8 @@ void rdma_server::register_region(std::byte* base, uint64_t size) {
                ns_to_ms(monotonic_ns() - t0));
 }
 
-void rdma_server::serve(staging::stager& stager) {
+void rdma_server::serve(staging::stager& stager, patience wait) {
+    _patience = wait;
     _region = stager.region();
     register_region(_region.base, stager.size());
     _thread = std::thread([this] { run(); });
@@ -147,12 +148,13 @@ void rdma_server::run() {
 
 void rdma_server::admit_one() {
     try {
-        auto conn = _listener->accept(_tokens.admission(), server_queues, accept_timeout);
+        auto conn = _listener->accept(_tokens.admission(), server_queues, accept_timeout, _patience);
         if (!conn) {
             _log->warn("rdma: refused a connection that presented no token of this migration");
             return;
         }
-        _log->info("rdma: {} connected", conn->peer());
+        _log->info("rdma: {} connected (a silent peer fails it after {:.1f} s)", conn->peer(),
+                   double(_patience.silence().count()) / 1000);
         epoll_watch(_epoll.get(), conn->wait_fd(), reinterpret_cast<uintptr_t>(conn.get()));
         epoll_watch(_epoll.get(), conn->cm_fd(), reinterpret_cast<uintptr_t>(conn.get()) | cm_bit);
         _peers.push_back(std::move(conn));

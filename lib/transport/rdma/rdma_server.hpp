@@ -39,7 +39,8 @@ class rdma_server {
     void register_region(std::byte* base, uint64_t size);
     // Starts answering for `stager`'s region, registering it unless the
     // prepared registration covers it (the stager may have grown the file).
-    void serve(staging::stager& stager);
+    // Connections wait for a silent destination as `wait` says.
+    void serve(staging::stager& stager, patience wait = {});
     // Takes every connection down and deregisters the region: no peer reads
     // it after this returns. The stager may go after that.
     void stop() noexcept;
@@ -72,6 +73,7 @@ class rdma_server {
     std::shared_ptr<spdlog::logger> _log;
     std::unique_ptr<rdma_listener> _listener;
     token_gate _tokens{16}; // two channels per migration; some may go unused
+    patience _patience;
     unique_fd _wake;        // eventfd: staged pages, or stop
     unique_fd _epoll;
     std::atomic<bool> _stopping{false};
