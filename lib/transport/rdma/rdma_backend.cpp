@@ -48,9 +48,9 @@ std::unique_ptr<page_channel> rdma_backend::open(std::unique_ptr<net::stream> ha
                                                  const fabric_spec& spec,
                                                  FerryControl__ChannelKind kind,
                                                  uint32_t max_pages) const {
-    return std::make_unique<rdma_channel>(
-        std::move(handshake), accepted, max_pages, kind == FERRY_CONTROL__CHANNEL_KIND__FAULT,
-        connect_timeout, patience::scaled(spec.deadline_scale));
+    return std::make_unique<rdma_channel>(std::move(handshake), accepted, max_pages,
+                                          kind == FERRY_CONTROL__CHANNEL_KIND__FAULT,
+                                          connect_timeout, patience::scaled(spec.deadline_scale));
 }
 
 std::unique_ptr<source_state> rdma_backend::prepare(pid_t root, const std::string& id) const {

@@ -56,8 +56,7 @@ rdma_channel::rdma_channel(std::unique_ptr<net::stream> control,
     connect_hello hello;
     std::memcpy(hello.token.data(), accepted.rdma_token.data, hello.token.size());
     std::vector<std::byte> reply;
-    _conn =
-        rdma_connection::connect(source, as_bytes(hello), reply, channel_queues, timeout, wait);
+    _conn = rdma_connection::connect(source, as_bytes(hello), reply, channel_queues, timeout, wait);
 
     // Landing slots, each laid out as [states][checksums][pages], then the
     // header's landing place; one registration.

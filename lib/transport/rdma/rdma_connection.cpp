@@ -204,12 +204,10 @@ bool rdma_connection::disconnected() {
     return gone;
 }
 
-std::unique_ptr<rdma_connection> rdma_connection::connect(const net::endpoint& peer,
-                                                          std::span<const std::byte> hello,
-                                                          std::vector<std::byte>& reply,
-                                                          queue_sizes sizes,
-                                                          std::chrono::milliseconds timeout,
-                                                          patience wait) {
+std::unique_ptr<rdma_connection>
+rdma_connection::connect(const net::endpoint& peer, std::span<const std::byte> hello,
+                         std::vector<std::byte>& reply, queue_sizes sizes,
+                         std::chrono::milliseconds timeout, patience wait) {
     const std::string who = peer.to_string();
     if (hello.size() > 56) // RDMA_PS_TCP's limit for a connect's private data
         throw error("RDMA connect: private data over 56 bytes");

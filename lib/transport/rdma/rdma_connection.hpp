@@ -38,7 +38,7 @@ struct queue_sizes {
 // failed channel after the destination resumed loses the workload.
 struct patience {
     uint8_t ack_timeout_exponent = 16; // 268 ms
-    uint8_t retries = 6; // rxe takes 7 for "forever", as the spec does RNR's 7
+    uint8_t retries = 6;               // rxe takes 7 for "forever", as the spec does RNR's 7
 
     // At least `scale` times as long (a migration's --deadline-scale); never
     // shorter than the default.
@@ -136,8 +136,7 @@ class rdma_listener {
     using admission =
         std::function<std::optional<std::vector<std::byte>>(std::span<const std::byte> hello)>;
     std::unique_ptr<rdma_connection> accept(const admission& admit, queue_sizes sizes,
-                                            std::chrono::milliseconds timeout,
-                                            patience wait = {});
+                                            std::chrono::milliseconds timeout, patience wait = {});
 
   private:
     event_channel_ptr _ec;

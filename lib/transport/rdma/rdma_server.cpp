@@ -148,7 +148,8 @@ void rdma_server::run() {
 
 void rdma_server::admit_one() {
     try {
-        auto conn = _listener->accept(_tokens.admission(), server_queues, accept_timeout, _patience);
+        auto conn =
+            _listener->accept(_tokens.admission(), server_queues, accept_timeout, _patience);
         if (!conn) {
             _log->warn("rdma: refused a connection that presented no token of this migration");
             return;

@@ -74,7 +74,7 @@ class rdma_server {
     std::unique_ptr<rdma_listener> _listener;
     token_gate _tokens{16}; // two channels per migration; some may go unused
     patience _patience;
-    unique_fd _wake;        // eventfd: staged pages, or stop
+    unique_fd _wake; // eventfd: staged pages, or stop
     unique_fd _epoll;
     std::atomic<bool> _stopping{false};
     std::atomic<uint32_t> _waiting_count{0};
