@@ -78,7 +78,12 @@ REDIS_METHODS = {"podman": ("ferry_idle", "ferry", "podman_checkpoint"), "docker
 def plan(a):
     """The measurements, in the order they run."""
     items = []
+    # Goal 3 sets Ferry's moves against the bare link, measured in the same
+    # run: once per repetition, before that repetition's moves.
+    raw_link = a.workload in ("memload", "redis") and any(m in ("ferry", "ferry_idle") for m in a.methods)
     for run in range(a.runs):
+        if raw_link:
+            items.append(("raw", "raw tcp link a -> b", min(max(a.sizes), 1024), run))
         for mib in a.sizes:
             for method in a.methods:
                 items.append(("downtime", method, mib, run))
@@ -101,6 +106,8 @@ def fault_name(fabric, threads):
 
 
 def measure(kind, name, mib, ctr=None):
+    if kind == "raw":
+        return methods.raw_link(mib)
     if isinstance(ctr, redis.RedisBench):
         return {"ferry_idle": ctr.ferry_idle, "ferry": ctr.ferry, "podman_checkpoint": ctr.podman_checkpoint}[name](mib)
     if ctr and kind == "downtime":
@@ -170,7 +177,7 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
 
     items = plan(a)
-    raw = {"downtime": {}, "faults": {}}
+    raw = {"downtime": {}, "faults": {}, "raw_link": []}
     progress = Progress(len(items))
     failures = 0
     testbed("down", check=False)
@@ -200,6 +207,8 @@ def main(argv=None):
                 progress.note(f"[bench] {name} at {mib} MiB, run {run + 1} FAILED: {r['error'][-300:]}")
             if kind == "downtime":
                 raw["downtime"].setdefault(name, {}).setdefault(str(mib), []).append(r)
+            elif kind == "raw":
+                raw["raw_link"].append(r)
             else:
                 raw["faults"].setdefault(name, []).append(r)
             progress.advance()
@@ -211,7 +220,7 @@ def main(argv=None):
 
     summary = results.summarize(raw)
     if isinstance(ctr, redis.RedisBench):
-        summary["redis"] = results.redis_summary(raw)
+        summary["redis"] = results.redis_summary(raw, summary.get("raw_link_gbytes_per_s"))
         summary["redis"]["timeline"] = ctr.last_timeline
     doc = {"command": ["migrator", "bench", *(argv if argv is not None else sys.argv[1:])],
            "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(),

@@ -99,6 +99,8 @@ class RedisBench:
     def _figures(self, m, c):
         out = {"downtime_ms": m["downtime_ms"], "breakdown_ms": m["breakdown"],
                "post_copy_ms": m.get("post_copy_ms", 0.0), "total_ms": m.get("total_ms", m["downtime_ms"])}
+        if "pages_total" in m:
+            out["moved_bytes"] = m["pages_total"] * 4096
         if "pages_total" in m and out["post_copy_ms"] > 0:
             out["background_mib_per_s"] = m["pages_total"] * 4096 / 2**20 / (out["post_copy_ms"] / 1e3)
         for k in ("fault_p99_us", "pages_faulted", "engine_restore"):

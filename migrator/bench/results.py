@@ -15,9 +15,25 @@ BASELINE_NAMES = {
 }
 
 
-def redis_summary(raw):
-    """Goal 3's figures: the client's view per method, and the post-copy
-    under load against idle."""
+def moved_over_raw(runs, raw_link):
+    """Goal 3's total time: the downtime plus the post-copy (resume to the
+    last page) over the time the bare link takes to carry the memory moved
+    (`raw_link`'s p50, into fresh memory), p50 over the runs that report
+    what they moved."""
+    if not raw_link or not raw_link["p50"]:
+        return None
+    ratios = []
+    for r in runs:
+        moved = r.get("moved_bytes", r.get("pages_total", 0) * 4096)
+        post_copy = r.get("post_copy_ms", r.get("phases_ms", {}).get("post_copy"))
+        if moved and post_copy is not None:
+            ratios.append((r["downtime_ms"] + post_copy) / 1e3 / (moved / (raw_link["p50"] * 1e9)))
+    return p50_p99(ratios) if ratios else None
+
+
+def redis_summary(raw, raw_link=None):
+    """Goal 3's figures: the client's view per method, the post-copy under
+    load against idle, and each move's total time against the bare link."""
     out = {"methods": {}}
     for method, by_size in raw["downtime"].items():
         for mib, runs in by_size.items():
@@ -30,6 +46,9 @@ def redis_summary(raw):
                 vals = [r[key] for r in ok if key in r]
                 if vals:
                     row[key] = p50_p99(vals)
+            over = moved_over_raw(ok, raw_link)
+            if over:
+                row["total_over_raw_link"] = over
             out["methods"][method] = row
     m = out["methods"]
     idle = m.get("ferry_idle", {}).get("background_mib_per_s")
@@ -52,6 +71,9 @@ def p50_p99(values):
 def summarize(raw):
     """raw: {"downtime": {method: {mib: [run...]}}, "faults": {name: [run...]}}"""
     out = {"downtime_ms": {}, "breakdown_p50_ms": {}, "ratios_to_ferry_p50": {}, "faults": {}}
+    links = [r["gbytes_per_s"] for r in raw.get("raw_link", []) if "error" not in r]
+    if links:
+        out["raw_link_gbytes_per_s"] = p50_p99(links)
     for method, by_size in raw["downtime"].items():
         out["downtime_ms"][method] = {}
         out["breakdown_p50_ms"][method] = {}
@@ -66,6 +88,11 @@ def summarize(raw):
                     parts.setdefault(k, []).append(v)
             out["breakdown_p50_ms"][method][mib] = {k: statistics.median(v) for k, v in parts.items()}
     ferry = out["downtime_ms"].get("ferry", {})
+    if "raw_link_gbytes_per_s" in out:
+        for mib, runs in raw["downtime"].get("ferry", {}).items():
+            over = moved_over_raw([r for r in runs if "error" not in r], out["raw_link_gbytes_per_s"])
+            if over:
+                out.setdefault("ferry_total_over_raw_link", {})[mib] = over
     for method, by_size in out["downtime_ms"].items():
         if method == "ferry":
             continue
@@ -122,6 +149,15 @@ def print_table(summary, stream):
         f = summary["ferry_flatness"]
         print(f"   Ferry's downtime at {f['to_mib']} MiB / at {f['from_mib']} MiB (p50): {f['p50_ratio']:.2f}",
               file=stream)
+    if "raw_link_gbytes_per_s" in summary:
+        link = summary["raw_link_gbytes_per_s"]
+        print(f"   the bare tcp link a -> b into fresh memory: {link['p50']:.3f} GB/s p50 ({link['p99']:.3f} p99)",
+              file=stream)
+    over = summary.get("ferry_total_over_raw_link", {})
+    if over:
+        print("   Ferry's downtime + post-copy / (memory moved / that link), p50 (p99): " + ", ".join(
+            f"{s} MiB {v['p50']:.2f} ({v['p99']:.2f})" for s, v in sorted(over.items(), key=lambda kv: int(kv[0]))),
+            file=stream)
     b = summary["breakdown_p50_ms"].get("ferry", {})
     for s in sorted(b, key=int):
         print(f"   Ferry at {s} MiB by part (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in b[s].items()),

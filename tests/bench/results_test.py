@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""`migrator bench`'s arithmetic (migrator/bench/results.py) on made-up runs:
+the figures it reports are ratios of what was measured, nothing else."""
+import math
+import os
+import sys
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "migrator", "bench"))
+sys.path.insert(0, os.path.join(REPO, "examples", "bench"))
+
+import results  # noqa: E402
+
+GIB = 1 << 30
+
+
+def memload_run(downtime_ms, post_copy_ms, pages=GIB // 4096):
+    return {"downtime_ms": downtime_ms, "phases_ms": {"post_copy": post_copy_ms}, "pages_total": pages}
+
+
+class TotalOverRawLink(unittest.TestCase):
+    def test_memload_total_over_the_link(self):
+        # The link carries 1 GiB in 1.0737 s at 1.0 GB/s: a move of 50 + 1561.0 ms is 1.5x that.
+        raw = {"downtime": {"ferry": {"1024": [memload_run(50, 1561.0), memload_run(40, 1571.0),
+                                               {"error": "failed"}]}},
+               "faults": {}, "raw_link": [{"gbytes_per_s": 0.9}, {"gbytes_per_s": 1.0}, {"gbytes_per_s": 1.1},
+                                          {"error": "sink did not start"}]}
+        s = results.summarize(raw)
+        self.assertEqual(s["raw_link_gbytes_per_s"]["p50"], 1.0)
+        self.assertEqual(s["raw_link_gbytes_per_s"]["n"], 3)
+        over = s["ferry_total_over_raw_link"]["1024"]
+        self.assertEqual(over["n"], 2)
+        self.assertTrue(math.isclose(over["p50"], 1.611 / (GIB / 1e9), rel_tol=1e-9), over)
+
+    def test_no_link_no_ratio(self):
+        raw = {"downtime": {"ferry": {"1024": [memload_run(50, 1000)]}}, "faults": {}}
+        s = results.summarize(raw)
+        self.assertNotIn("raw_link_gbytes_per_s", s)
+        self.assertNotIn("ferry_total_over_raw_link", s)
+
+    def test_redis_uses_the_bytes_it_moved(self):
+        # Half a GiB moved in 0.1 + 0.9 s over a 0.5 GB/s link (1.0737 s for it): 0.93x.
+        run = {"downtime_ms": 100.0, "post_copy_ms": 900.0, "moved_bytes": GIB // 2, "total_ms": 1000.0}
+        raw = {"downtime": {"ferry_idle": {"1024": [run]}, "ferry": {"1024": [dict(run, post_copy_ms=1900.0)]}}}
+        r = results.redis_summary(raw, {"p50": 0.5, "p99": 0.5, "n": 1})
+        self.assertAlmostEqual(r["methods"]["ferry_idle"]["total_over_raw_link"]["p50"], 1.0 / (GIB / 1e9), places=9)
+        self.assertAlmostEqual(r["methods"]["ferry"]["total_over_raw_link"]["p50"], 2.0 / (GIB / 1e9), places=9)
+        self.assertNotIn("total_over_raw_link", results.redis_summary(raw)["methods"]["ferry"])
+
+
+if __name__ == "__main__":
+    unittest.main()
