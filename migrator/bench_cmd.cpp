@@ -30,10 +30,13 @@ int run_bench(const bench_args& a) {
                      script.c_str());
         return 2;
     }
-    std::vector<std::string> argv = {
-        "python3",         script.string(), "--workload",      a.workload,
-        "--engine",        a.engine,        "--runs",          std::to_string(a.runs),
-        "--fault-fabrics", a.fault_fabrics, "--fault-threads", a.fault_threads};
+    std::vector<std::string> argv = {"python3",         script.string(),
+                                     "--workload",      a.workload,
+                                     "--engine",        a.engine,
+                                     "--runs",          std::to_string(a.runs),
+                                     "--warmup",        std::to_string(a.warmup),
+                                     "--fault-fabrics", a.fault_fabrics,
+                                     "--fault-threads", a.fault_threads};
     if (!a.network.empty())
         argv.insert(argv.end(), {"--network", a.network});
     if (!a.sizes.empty())

@@ -15,6 +15,7 @@ struct bench_args {
     std::string network;           // for workload container; empty: the engine's default
     std::string sizes;             // empty: 256M,1G,4G (redis: 1G)
     int runs = 3;
+    int warmup = 1;
     std::string methods; // empty: every method that applies
     std::string fault_fabrics = "tcp,shm";
     std::string fault_threads = "1,4";

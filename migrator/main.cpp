@@ -323,6 +323,12 @@ int main(int argc, char** argv) {
     bench_cmd->add_option("--runs", bench.runs, "repetitions of each measurement")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
+    bench_cmd
+        ->add_option("--warmup", bench.warmup,
+                     "unrecorded runs of each contender, at the smallest size, before the "
+                     "measured ones (the first move after a cold start is an outlier)")
+        ->check(CLI::Range(0, 10))
+        ->capture_default_str();
     bench_cmd->add_option("--methods", bench.methods,
                           "the downtime contenders, comma-separated (default: all that apply); "
                           "memload: ferry, stop_and_copy, criu_lazy_dump; container: ferry, "

@@ -81,6 +81,13 @@ def plan(a):
     # Goal 3 sets Ferry's moves against the bare link, measured in the same
     # run: once per repetition, before that repetition's moves.
     raw_link = a.workload in ("memload", "redis") and any(m in ("ferry", "ferry_idle") for m in a.methods)
+    # Warm-up runs first, one per contender at the smallest size, kept in
+    # results.json apart from the figures: the first move after the testbed
+    # or an image comes up pays for cold caches (a podman container's first
+    # run was the outlier in every bench on one machine: 190 ms against 74-88).
+    for run in range(a.warmup):
+        for method in a.methods:
+            items.append(("warmup", method, a.sizes[0], run))
     for run in range(a.runs):
         if raw_link:
             items.append(("raw", "raw tcp link a -> b", min(max(a.sizes), 1024), run))
@@ -106,8 +113,11 @@ def fault_name(fabric, threads):
 
 
 def measure(kind, name, mib, ctr=None):
+    if kind == "warmup":
+        kind = "downtime"
     if kind == "raw":
-        return methods.raw_link(mib)
+        # The Redis lab's testbed has a name of its own.
+        return methods.raw_link(mib, ctr.lab.env) if isinstance(ctr, redis.RedisBench) else methods.raw_link(mib)
     if isinstance(ctr, redis.RedisBench):
         return {"ferry_idle": ctr.ferry_idle, "ferry": ctr.ferry, "podman_checkpoint": ctr.podman_checkpoint}[name](mib)
     if ctr and kind == "downtime":
@@ -137,6 +147,8 @@ def main(argv=None):
                          "container's own address would be")
     ap.add_argument("--sizes", default=None, help="memory sizes, e.g. 256M,1G,4G (default; redis: 1G)")
     ap.add_argument("--runs", type=int, default=3, help="repetitions of each measurement")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="unrecorded runs of each contender before the measured ones (0: none)")
     ap.add_argument("--methods", default=None,
                     help="the downtime contenders, comma-separated (default all): memload: " + ", ".join(METHODS)
                     + "; container: " + ", ".join(CONTAINER_METHODS["podman"]))
@@ -155,6 +167,8 @@ def main(argv=None):
         ap.error("--sizes names no size")
     if a.runs < 1 or a.runs > 100:
         ap.error("--runs: 1 to 100")
+    if a.warmup < 0 or a.warmup > 10:
+        ap.error("--warmup: 0 to 10")
     a.fault_fabrics = [f for f in a.fault_fabrics.split(",") if f]
     a.fault_threads = sorted({int(t) for t in a.fault_threads.split(",") if t})
     if not a.fault_threads or a.fault_threads[0] < 1 or a.fault_threads[-1] > 64:
@@ -177,7 +191,7 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
 
     items = plan(a)
-    raw = {"downtime": {}, "faults": {}, "raw_link": []}
+    raw = {"downtime": {}, "faults": {}, "raw_link": [], "warmup": {}}
     progress = Progress(len(items))
     failures = 0
     testbed("down", check=False)
@@ -198,7 +212,8 @@ def main(argv=None):
             progress.note("[bench] starting the testbed (hosts a and b)")
             testbed("up")
         for kind, name, mib, run in items:
-            progress.step(f"{name} {mib} MiB, run {run + 1}/{a.runs}")
+            progress.step(f"{name} {mib} MiB, " + (f"warm-up {run + 1}/{a.warmup}" if kind == "warmup"
+                                                   else f"run {run + 1}/{a.runs}"))
             try:
                 r = measure(kind, name, mib, ctr)
             except Exception as e:  # one failed run is reported, the rest go on
@@ -209,6 +224,8 @@ def main(argv=None):
                 raw["downtime"].setdefault(name, {}).setdefault(str(mib), []).append(r)
             elif kind == "raw":
                 raw["raw_link"].append(r)
+            elif kind == "warmup":
+                raw["warmup"].setdefault(name, []).append(r)  # not in the figures
             else:
                 raw["faults"].setdefault(name, []).append(r)
             progress.advance()

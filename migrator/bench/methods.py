@@ -160,22 +160,22 @@ def criu_lazy_local(mib, order="random"):
 RAW_PORT = 7991
 
 
-def raw_link(mib):
-    """The testbed's tcp link from host a to host b without Ferry: `mib` MiB
+def raw_link(mib, env=ENV):
+    """The tcp link of the testbed `env` names from host a to host b without Ferry: `mib` MiB
     sent by raw-throughput, received into fresh memory on b, as a migration's
     pages must land (on a VM, first touches of guest memory are a large part
     of that cost). Goal 3 sets Ferry's move against it."""
     tool = os.path.join(BUILD, "examples", "raw-throughput")
-    ip_b = testbed("ip", "b").stdout.strip()
+    ip_b = testbed("ip", "b", env=env).stdout.strip()
     # `timeout`: a sink whose sender never came does not outlive the bench.
-    sink = subprocess.Popen([TESTBED, "exec", "b", "timeout", "300", tool, "tcp-sink", f"{ip_b}:{RAW_PORT}"], env=ENV,
+    sink = subprocess.Popen([TESTBED, "exec", "b", "timeout", "300", tool, "tcp-sink", f"{ip_b}:{RAW_PORT}"], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # The sink prints "ready" once it listens; bounded, like every wait here.
         ready, _, _ = select.select([sink.stdout], [], [], 30)
         if not ready or "ready" not in sink.stdout.readline():
             raise RuntimeError("raw-throughput's sink on b did not get ready")
-        r = testbed("exec", "a", tool, "tcp-send", f"{ip_b}:{RAW_PORT}", str(mib), timeout=300)
+        r = testbed("exec", "a", tool, "tcp-send", f"{ip_b}:{RAW_PORT}", str(mib), env=env, timeout=300)
         m = re.search(r"tcp_gbytes_per_s=([0-9.]+)", r.stdout)
         if not m:
             raise RuntimeError(f"raw-throughput printed no figure: {r.stdout.strip()[-300:]}")
