@@ -117,7 +117,7 @@ def measure(kind, name, mib, ctr=None):
         kind = "downtime"
     if kind == "raw":
         # The Redis lab's testbed has a name of its own.
-        return methods.raw_link(mib, ctr.lab.env) if isinstance(ctr, redis.RedisBench) else methods.raw_link(mib)
+        return methods.raw_link(mib, ctr.lab.env if isinstance(ctr, redis.RedisBench) else methods.ENV)
     if isinstance(ctr, redis.RedisBench):
         return {"ferry_idle": ctr.ferry_idle, "ferry": ctr.ferry, "podman_checkpoint": ctr.podman_checkpoint}[name](mib)
     if ctr and kind == "downtime":

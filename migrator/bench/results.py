@@ -74,6 +74,10 @@ def summarize(raw):
     links = [r["gbytes_per_s"] for r in raw.get("raw_link", []) if "error" not in r]
     if links:
         out["raw_link_gbytes_per_s"] = p50_p99(links)
+        for mib, runs in raw["downtime"].get("ferry", {}).items():
+            over = moved_over_raw([r for r in runs if "error" not in r], out["raw_link_gbytes_per_s"])
+            if over:
+                out.setdefault("ferry_total_over_raw_link", {})[mib] = over
     for method, by_size in raw["downtime"].items():
         out["downtime_ms"][method] = {}
         out["breakdown_p50_ms"][method] = {}
@@ -88,11 +92,6 @@ def summarize(raw):
                     parts.setdefault(k, []).append(v)
             out["breakdown_p50_ms"][method][mib] = {k: statistics.median(v) for k, v in parts.items()}
     ferry = out["downtime_ms"].get("ferry", {})
-    if "raw_link_gbytes_per_s" in out:
-        for mib, runs in raw["downtime"].get("ferry", {}).items():
-            over = moved_over_raw([r for r in runs if "error" not in r], out["raw_link_gbytes_per_s"])
-            if over:
-                out.setdefault("ferry_total_over_raw_link", {})[mib] = over
     for method, by_size in out["downtime_ms"].items():
         if method == "ferry":
             continue
@@ -166,7 +165,9 @@ def print_table(summary, stream):
         rs = summary["redis"]
         print("\n== Redis under a client (p50 / p99)", file=stream)
         for method, row in rs["methods"].items():
-            cells = ", ".join(f"{k} {v['p50']:.1f} / {v['p99']:.1f}" for k, v in row.items())
+            # Ratios to the bare link need two decimals; times and rates one.
+            cells = ", ".join(f"{k} {v['p50']:.2f} / {v['p99']:.2f}" if k.endswith("_over_raw_link")
+                              else f"{k} {v['p50']:.1f} / {v['p99']:.1f}" for k, v in row.items())
             print(f"   {BASELINE_NAMES.get(method, method)}: {cells}", file=stream)
         if "loaded_over_idle_throughput_p50" in rs:
             print(f"   Ferry's background throughput under load / idle (p50): "
