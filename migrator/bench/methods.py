@@ -160,11 +160,19 @@ def criu_lazy_local(mib, order="random"):
 RAW_PORT = 7991
 
 
-def raw_link(mib, env=ENV):
+def raw_link(mib, env=ENV, sends=3):
     """The tcp link of the testbed `env` names from host a to host b without Ferry: `mib` MiB
     sent by raw-throughput, received into fresh memory on b, as a migration's
     pages must land (on a VM, first touches of guest memory are a large part
-    of that cost). Goal 3 sets Ferry's move against it."""
+    of that cost). Goal 3 sets Ferry's move against it. The fastest of
+    `sends` sends is the link's figure: on the engines testbed single sends
+    of 1 GiB varied 0.62-1.17 GB/s in one state (0.91-1.10 on the plain
+    testbed), and the fastest is the stricter yardstick for Ferry."""
+    figures = [_raw_link_once(mib, env) for _ in range(sends)]
+    return {"gbytes_per_s": max(figures), "sends_gbytes_per_s": figures, "mib": mib}
+
+
+def _raw_link_once(mib, env):
     tool = os.path.join(BUILD, "examples", "raw-throughput")
     ip_b = testbed("ip", "b", env=env).stdout.strip()
     # `timeout`: a sink whose sender never came does not outlive the bench.
@@ -180,7 +188,7 @@ def raw_link(mib, env=ENV):
         if not m:
             raise RuntimeError(f"raw-throughput printed no figure: {r.stdout.strip()[-300:]}")
         sink.wait(timeout=60)
-        return {"gbytes_per_s": float(m.group(1)), "mib": mib}
+        return float(m.group(1))
     finally:
         if sink.poll() is None:
             sink.kill()

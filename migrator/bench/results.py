@@ -18,7 +18,8 @@ BASELINE_NAMES = {
 def moved_over_raw(runs, raw_link):
     """Goal 3's total time: the downtime plus the post-copy (resume to the
     last page) over the time the bare link takes to carry the memory moved
-    (`raw_link`'s p50, into fresh memory), p50 over the runs that report
+    (`raw_link`'s p50 over the repetitions, each the fastest of its sends,
+    into fresh memory), p50 over the runs that report
     what they moved."""
     if not raw_link or not raw_link["p50"]:
         return None
