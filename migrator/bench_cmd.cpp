@@ -35,6 +35,7 @@ int run_bench(const bench_args& a) {
                                      "--engine",        a.engine,
                                      "--runs",          std::to_string(a.runs),
                                      "--warmup",        std::to_string(a.warmup),
+                                     "--fabric",        a.fabric,
                                      "--fault-fabrics", a.fault_fabrics,
                                      "--fault-threads", a.fault_threads};
     if (!a.network.empty())

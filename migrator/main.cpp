@@ -334,6 +334,12 @@ int main(int argc, char** argv) {
                           "memload: ferry, stop_and_copy, criu_lazy_dump; container: ferry, "
                           "bare_process, podman_checkpoint (podman), docker_checkpoint (docker)");
     bench_cmd
+        ->add_option("--fabric", bench.fabric,
+                     "the fabric of Ferry's moves (memload, redis) and of the bare link goal 3 "
+                     "sets them against")
+        ->check(CLI::IsMember({"tcp", "shm"}))
+        ->capture_default_str();
+    bench_cmd
         ->add_option("--fault-fabrics", bench.fault_fabrics,
                      "fabrics for the fault-latency CDF, comma-separated (empty: none)")
         ->capture_default_str();

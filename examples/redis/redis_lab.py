@@ -162,11 +162,11 @@ class Lab:
         self.where = other
         return m, c
 
-    def ferry(self, src, dst):
+    def ferry(self, src, dst, fabric="tcp"):
         t0 = time.monotonic()
         tcp_close = ["--tcp-close"] if self.host_network else []
         r = self.on(src, "migrator", "migrate", "--engine", self.engine, "--container", "redis",
-                    *tcp_close, "--to", self.tb("addr", dst).stdout.strip(), "--json",
+                    *tcp_close, "--to", self.tb("addr", dst).stdout.strip(), "--fabric", fabric, "--json",
                     check=False, timeout=900)
         wall = time.monotonic() - t0
         try:

@@ -90,7 +90,7 @@ def plan(a):
             items.append(("warmup", method, a.sizes[0], run))
     for run in range(a.runs):
         if raw_link:
-            items.append(("raw", "raw tcp link a -> b", min(max(a.sizes), 1024), run))
+            items.append(("raw", f"raw {a.fabric} link a -> b", min(max(a.sizes), 1024), run))
         for mib in a.sizes:
             for method in a.methods:
                 items.append(("downtime", method, mib, run))
@@ -112,20 +112,22 @@ def fault_name(fabric, threads):
     return f"Ferry over {fabric}" + (f", {threads} threads" if threads > 1 else "")
 
 
-def measure(kind, name, mib, ctr=None):
+def measure(kind, name, mib, ctr=None, fabric="tcp"):
     if kind == "warmup":
         kind = "downtime"
     if kind == "raw":
         # The Redis lab's testbed has a name of its own.
-        return methods.raw_link(mib, ctr.lab.env if isinstance(ctr, redis.RedisBench) else methods.ENV)
+        return methods.raw_link(mib, ctr.lab.env if isinstance(ctr, redis.RedisBench) else methods.ENV,
+                                fabric=fabric)
     if isinstance(ctr, redis.RedisBench):
         return {"ferry_idle": ctr.ferry_idle, "ferry": ctr.ferry, "podman_checkpoint": ctr.podman_checkpoint}[name](mib)
     if ctr and kind == "downtime":
         return {"ferry": ctr.ferry, "bare_process": ctr.bare, "podman_checkpoint": ctr.podman_checkpoint,
                 "docker_checkpoint": ctr.docker_checkpoint}[name](mib)
     if kind == "downtime":
-        return {"ferry": methods.ferry, "stop_and_copy": methods.stop_and_copy,
-                "criu_lazy_dump": methods.criu_lazy_dump}[name](mib)
+        if name == "ferry":
+            return methods.ferry(mib, fabric=fabric)
+        return {"stop_and_copy": methods.stop_and_copy, "criu_lazy_dump": methods.criu_lazy_dump}[name](mib)
     if name.startswith("Ferry over "):
         fabric, _, threads = name.removeprefix("Ferry over ").partition(", ")
         return methods.ferry(mib, fabric=fabric, touch=True,
@@ -152,6 +154,8 @@ def main(argv=None):
     ap.add_argument("--methods", default=None,
                     help="the downtime contenders, comma-separated (default all): memload: " + ", ".join(METHODS)
                     + "; container: " + ", ".join(CONTAINER_METHODS["podman"]))
+    ap.add_argument("--fabric", default="tcp", choices=["tcp", "shm"],
+                    help="the fabric of Ferry's moves (memload, redis) and of the bare link set against them")
     ap.add_argument("--fault-fabrics", default="tcp,shm",
                     help="fabrics for the fault-latency CDF (empty: none)")
     ap.add_argument("--fault-threads", default="1,4",
@@ -179,6 +183,8 @@ def main(argv=None):
     for m in a.methods:
         if m not in known:
             ap.error(f"--methods: {m} does not apply to this workload (known: {', '.join(known)})")
+    if a.workload == "container" and a.fabric != "tcp":
+        ap.error("--fabric: --workload container moves over tcp only")
     if a.workload != "memload":
         a.fault_fabrics = []  # the fault CDF is measured on memload
     a.fault_mib = parse_size(a.fault_size) if a.fault_size else a.sizes[0]
@@ -200,7 +206,7 @@ def main(argv=None):
         if a.workload == "redis":
             progress.note(f"[bench] starting the testbed (a and b with {a.engine}, client host c), building a Redis "
                           f"image and loading {a.sizes[0]} MiB of keys")
-            ctr = redis.RedisBench(a.engine, a.sizes[0])
+            ctr = redis.RedisBench(a.engine, a.sizes[0], a.fabric)
             ctr.prepare()
         elif a.workload == "container":
             progress.note(f"[bench] starting the testbed (hosts a and b, each with its own {a.engine})")
@@ -215,7 +221,7 @@ def main(argv=None):
             progress.step(f"{name} {mib} MiB, " + (f"warm-up {run + 1}/{a.warmup}" if kind == "warmup"
                                                    else f"run {run + 1}/{a.runs}"))
             try:
-                r = measure(kind, name, mib, ctr)
+                r = measure(kind, name, mib, ctr, a.fabric)
             except Exception as e:  # one failed run is reported, the rest go on
                 failures += 1
                 r = {"error": str(e)[-1000:]}
@@ -241,7 +247,7 @@ def main(argv=None):
         summary["redis"]["timeline"] = ctr.last_timeline
     doc = {"command": ["migrator", "bench", *(argv if argv is not None else sys.argv[1:])],
            "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
-           "workload": a.workload, "engine": a.engine if a.workload != "memload" else None,
+           "workload": a.workload, "engine": a.engine if a.workload != "memload" else None, "fabric": a.fabric,
            "network": (a.network or "engine default") if a.workload == "container" else None,
            "sizes_mib": a.sizes, "runs": a.runs, "methods": a.methods, "fault_mib": a.fault_mib,
            "failed_runs": failures, "summary": summary, "raw": raw}

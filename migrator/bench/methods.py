@@ -160,16 +160,28 @@ def criu_lazy_local(mib, order="random"):
 RAW_PORT = 7991
 
 
-def raw_link(mib, env=ENV, sends=3):
-    """The tcp link of the testbed `env` names from host a to host b without Ferry: `mib` MiB
-    sent by raw-throughput, received into fresh memory on b, as a migration's
-    pages must land (on a VM, first touches of guest memory are a large part
-    of that cost). Goal 3 sets Ferry's move against it. The fastest of
-    `sends` sends is the link's figure: on the engines testbed single sends
-    of 1 GiB varied 0.62-1.17 GB/s in one state (0.91-1.10 on the plain
+def raw_link(mib, env=ENV, sends=3, fabric="tcp"):
+    """The `fabric` link from host a to host b without Ferry: `mib` MiB
+    received into fresh memory, as a migration's pages must land (on a VM,
+    first touches of guest memory are a large part of that cost). Goal 3
+    sets Ferry's move against it. tcp: sent by raw-throughput across the
+    testbed `env` names; shm: raw-throughput's one-sided reads of 1 MiB from
+    a shared region, what the shm fabric's link is. The fastest of `sends`
+    sends is the link's figure: on the engines testbed single tcp sends of
+    1 GiB varied 0.62-1.17 GB/s in one state (0.91-1.10 on the plain
     testbed), and the fastest is the stricter yardstick for Ferry."""
-    figures = [_raw_link_once(mib, env) for _ in range(sends)]
-    return {"gbytes_per_s": max(figures), "sends_gbytes_per_s": figures, "mib": mib}
+    once = _raw_shm_once if fabric == "shm" else _raw_link_once
+    figures = [once(mib, env) for _ in range(sends)]
+    return {"gbytes_per_s": max(figures), "sends_gbytes_per_s": figures, "mib": mib, "fabric": fabric}
+
+
+def _raw_shm_once(mib, env):
+    tool = os.path.join(BUILD, "examples", "raw-throughput")
+    r = subprocess.run([tool, "shm", str(mib)], capture_output=True, text=True, timeout=300)
+    m = re.search(r"shm_gbytes_per_s=([0-9.]+)", r.stdout)
+    if r.returncode != 0 or not m:
+        raise RuntimeError(f"raw-throughput shm printed no figure: {(r.stdout + r.stderr).strip()[-300:]}")
+    return float(m.group(1))
 
 
 def _raw_link_once(mib, env):

@@ -39,9 +39,10 @@ def timeline(replies_path):
 
 
 class RedisBench:
-    def __init__(self, engine, mib):
+    def __init__(self, engine, mib, fabric="tcp"):
         self.engine = engine
         self.mib = mib
+        self.fabric = fabric  # of Ferry's moves
         self.lab = redis_lab.Lab(engine, mib, name="fbench-redis", net="10.82.0")
         self.before = None
         self.saved_runc_conf = None
@@ -78,7 +79,7 @@ class RedisBench:
     def ferry_idle(self, mib):
         src = self.lab.where
         dst = "b" if src == "a" else "a"
-        m = self.lab.ferry(src, dst)
+        m = self.lab.ferry(src, dst, self.fabric)
         self.lab.where = dst
         after = self.lab.checksum(dst)
         if after["missing"] or after["wrong"] or after["xxh64"] != self.before["xxh64"]:
@@ -86,7 +87,7 @@ class RedisBench:
         return self._figures(m, None)
 
     def ferry(self, mib):
-        m, c = self.lab.under_load(self.lab.ferry)
+        m, c = self.lab.under_load(lambda src, dst: self.lab.ferry(src, dst, self.fabric))
         self._checked(m, c)
         self.last_timeline = timeline(os.path.join(self.lab.work, "replies.log"))
         return self._figures(m, c)

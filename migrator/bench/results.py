@@ -75,6 +75,7 @@ def summarize(raw):
     links = [r["gbytes_per_s"] for r in raw.get("raw_link", []) if "error" not in r]
     if links:
         out["raw_link_gbytes_per_s"] = p50_p99(links)
+        out["raw_link_fabric"] = next(r.get("fabric", "tcp") for r in raw["raw_link"] if "error" not in r)
         for mib, runs in raw["downtime"].get("ferry", {}).items():
             over = moved_over_raw([r for r in runs if "error" not in r], out["raw_link_gbytes_per_s"])
             if over:
@@ -151,7 +152,8 @@ def print_table(summary, stream):
               file=stream)
     if "raw_link_gbytes_per_s" in summary:
         link = summary["raw_link_gbytes_per_s"]
-        print(f"   the bare tcp link a -> b into fresh memory: {link['p50']:.3f} GB/s p50 ({link['p99']:.3f} p99)",
+        print(f"   the bare {summary.get('raw_link_fabric', 'tcp')} link a -> b into fresh memory: "
+              f"{link['p50']:.3f} GB/s p50 ({link['p99']:.3f} p99)",
               file=stream)
     over = summary.get("ferry_total_over_raw_link", {})
     if over:

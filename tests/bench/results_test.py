@@ -32,6 +32,14 @@ class TotalOverRawLink(unittest.TestCase):
         over = s["ferry_total_over_raw_link"]["1024"]
         self.assertEqual(over["n"], 2)
         self.assertTrue(math.isclose(over["p50"], 1.611 / (GIB / 1e9), rel_tol=1e-9), over)
+        self.assertEqual(s["raw_link_fabric"], "tcp")  # links measured before the fabric was recorded
+
+    def test_the_link_is_the_fabric_moved_over(self):
+        raw = {"downtime": {"ferry": {"1024": [memload_run(50, 1000)]}}, "faults": {},
+               "raw_link": [{"error": "failed"}, {"gbytes_per_s": 4.0, "fabric": "shm"}]}
+        s = results.summarize(raw)
+        self.assertEqual(s["raw_link_fabric"], "shm")
+        self.assertEqual(s["raw_link_gbytes_per_s"]["p50"], 4.0)
 
     def test_no_link_no_ratio(self):
         raw = {"downtime": {"ferry": {"1024": [memload_run(50, 1000)]}}, "faults": {}}
