@@ -295,13 +295,14 @@ void fault_loop::poll_fault_replies(std::unique_lock<std::mutex>& lock) {
         return;
     _polling = true;
     const uint64_t spin_until = monotonic_ns() + uint64_t(_cfg.spin.count()) * 1000;
+    const bool one_sided = _fault_ch->capabilities().one_sided;
     // A one-sided fabric often holds the pages already (the source staged
     // them before the fault): look before the first yield, which can cost a
     // whole scheduler slice when another thread is runnable on this CPU.
-    if (_fault_ch->capabilities().one_sided)
+    if (one_sided)
         drain_fault_replies(_s, *_fault_ch);
     while (!_s.fault_reqs.empty() && !_stop) {
-        if (!_fault_ch->capabilities().one_sided && monotonic_ns() > spin_until)
+        if (!one_sided && monotonic_ns() > spin_until)
             break; // epoll wakes a handler when the reply arrives
         // Between looks, leave the lock to the other threads for a while.
         lock.unlock();

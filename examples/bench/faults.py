@@ -17,17 +17,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 
-from benchlib import BUILD, ENV, TESTBED, sh, testbed  # noqa: E402
+from benchlib import BUILD, sh, testbed  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "migrator", "bench"))
-from methods import criu_lazy_local, ferry  # noqa: E402  (shared with migrator bench)
+from methods import criu_lazy_local, ferry, raw_shm, raw_tcp  # noqa: E402  (shared with migrator bench)
 
 FLOOR = os.path.join(BUILD, "examples", "uffd-floor")
-RAW = os.path.join(BUILD, "examples", "raw-throughput")
 
 
 def floor_run(mode, order, pages):
@@ -44,20 +41,6 @@ def touch_us(runs):
     """Per-access latencies from memload's touch line, median over runs."""
     t = [{k: v / 1e3 for k, v in r["touch"].items() if k.endswith("_ns")} for r in runs]
     return {k.replace("_ns", "_us"): med(t, k) for k in ("p50_ns", "p99_ns", "p999_ns", "max_ns")}
-
-
-def raw_tcp(mib):
-    b_ip = testbed("addr", "b").stdout.strip().split(":")[0]
-    sink = subprocess.Popen([TESTBED, "exec", "b", RAW, "tcp-sink", f"{b_ip}:7199"], env=ENV,
-                            stdout=subprocess.PIPE, text=True)
-    sink.stdout.readline()  # ready
-    out = sh(TESTBED, "exec", "a", RAW, "tcp-send", f"{b_ip}:7199", str(mib)).stdout
-    sink.wait(30)
-    return float(out.split("=")[1])
-
-
-def raw_shm(mib, lat_ns=0):
-    return float(sh(RAW, "shm", str(mib), str(lat_ns), "0").stdout.split("=")[1])
 
 
 def main():

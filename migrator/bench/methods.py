@@ -170,21 +170,23 @@ def raw_link(mib, env=ENV, sends=3, fabric="tcp"):
     sends is the link's figure: on the engines testbed single tcp sends of
     1 GiB varied 0.62-1.17 GB/s in one state (0.91-1.10 on the plain
     testbed), and the fastest is the stricter yardstick for Ferry."""
-    once = _raw_shm_once if fabric == "shm" else _raw_link_once
-    figures = [once(mib, env) for _ in range(sends)]
+    figures = [raw_shm(mib) if fabric == "shm" else raw_tcp(mib, env) for _ in range(sends)]
     return {"gbytes_per_s": max(figures), "sends_gbytes_per_s": figures, "mib": mib, "fabric": fabric}
 
 
-def _raw_shm_once(mib, env):
+def raw_shm(mib, lat_ns=0):
+    """One run of raw-throughput's shm mode (with the link model's latency
+    per 1 MiB read), GB/s."""
     tool = os.path.join(BUILD, "examples", "raw-throughput")
-    r = subprocess.run([tool, "shm", str(mib)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([tool, "shm", str(mib), str(lat_ns), "0"], capture_output=True, text=True, timeout=300)
     m = re.search(r"shm_gbytes_per_s=([0-9.]+)", r.stdout)
     if r.returncode != 0 or not m:
         raise RuntimeError(f"raw-throughput shm printed no figure: {(r.stdout + r.stderr).strip()[-300:]}")
     return float(m.group(1))
 
 
-def _raw_link_once(mib, env):
+def raw_tcp(mib, env=ENV):
+    """One send of `mib` MiB from host a to host b of the testbed `env` names, GB/s."""
     tool = os.path.join(BUILD, "examples", "raw-throughput")
     ip_b = testbed("ip", "b", env=env).stdout.strip()
     # `timeout`: a sink whose sender never came does not outlive the bench.
