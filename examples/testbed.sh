@@ -206,10 +206,12 @@ start_daemon() {
       --eviction "${FERRY_POOL_EVICTION:-lru}") ;;
   esac
   # With engines, the daemon restores containers with the host's own podman.
-  # --favor-cgroup-moves: this machine is a Ferry host, tuned as the README
-  # says (favordynmods, host-wide until the next boot).
+  # --favor-cgroup-moves, --own-netns-socket-tables: this machine is a Ferry
+  # host, tuned as the README says (favordynmods, host-wide until the next
+  # boot; child socket tables, in the host's namespace).
   env $(engine_env "$h") nsenter --net="/run/netns/$(ns "$h")" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
-    --credentials "$dir/credentials" --metrics 127.0.0.1:9140 --favor-cgroup-moves "${role[@]}" </dev/null >>"$dir/pagesrv.log" 2>&1 &
+    --credentials "$dir/credentials" --metrics 127.0.0.1:9140 --favor-cgroup-moves \
+    --own-netns-socket-tables "${role[@]}" </dev/null >>"$dir/pagesrv.log" 2>&1 &
   echo $! >"$dir/pagesrv.pid"
   # Wait (bounded) until it accepts connections.
   local ip=${net}.$(host_index "$h") i

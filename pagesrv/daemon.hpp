@@ -60,6 +60,11 @@ struct daemon_config {
     // its cgroups (lib/sys/cgroup_task_moves.hpp). Host-wide until the next
     // boot, so only when asked.
     bool favor_cgroup_moves = false;
+    // Set this network namespace's child socket table sizes at start, so
+    // that CRIU lists a container's sockets from its own small tables
+    // (lib/sys/netns_socket_tables.hpp). Every namespace created here from
+    // then on gets them, so only when asked.
+    bool own_netns_socket_tables = false;
 };
 
 class daemon {
@@ -124,6 +129,7 @@ class daemon {
                                                       std::chrono::milliseconds wait,
                                                       std::chrono::milliseconds while_preparing);
     void make_cgroup_task_moves_fast();
+    void give_netns_socket_tables();
     void reap_finished_connections();
     void drain();
 

@@ -71,6 +71,13 @@ int main(int argc, char** argv) {
                  "set favordynmods on the cgroup mount (host-wide, until the next boot): a "
                  "container's restore then does not wait for an RCU grace period to move its "
                  "task into its cgroups; forks and exits cost a little more");
+    bool own_netns_socket_tables = false;
+    app.add_flag("--own-netns-socket-tables", own_netns_socket_tables,
+                 "give network namespaces created from now on socket hash tables of their own "
+                 "(net.ipv4.tcp_child_ehash_entries, udp_child_hash_entries in this daemon's "
+                 "network namespace, until the next boot): CRIU's dump of a container then "
+                 "lists its sockets without walking the host's tables, ~5 ms less freeze; a "
+                 "container with more than ~16k TCP connections pays longer hash chains");
     CLI11_PARSE(app, argc, argv);
 
     // One thread per connection: without a cap, glibc gives threads arenas
@@ -91,6 +98,7 @@ int main(int argc, char** argv) {
         cfg.metrics_listen = metrics;
         cfg.macvlan_parent = macvlan_parent;
         cfg.favor_cgroup_moves = favor_cgroup_moves;
+        cfg.own_netns_socket_tables = own_netns_socket_tables;
         log->info("this host is {} (credentials in {}); {}", cfg.credentials->identity(),
                   cfg.credentials->dir().string(),
                   allowed_peers.empty()

@@ -152,6 +152,13 @@ grep -Eq "a cgroup mount has favordynmods|reconfigured with favordynmods" \
   fail "b's daemon did not report favordynmods: $(grep -i cgroup "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.log")"
 awk '$0 ~ / - cgroup2? / { n = split($NF, o, ","); for (i = 1; i <= n; i++) if (o[i] == "favordynmods") f = 1 } END { exit !f }' \
   /proc/self/mountinfo || fail "no cgroup mount has favordynmods after b's daemon started"
+# --own-netns-socket-tables too: the container made on a after a's daemon
+# started has a TCP table of its own (a positive size; negative: the host's).
+grep -Eq "socket tables of their own|socket tables of network namespaces created here" \
+  "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.log" ||
+  fail "b's daemon did not report its child socket tables: $(grep -i socket "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.log")"
+m1_b_ehash=$(nsenter -t "$(ctr b inspect m1 --format '{{.State.Pid}}')" -n cat /proc/sys/net/ipv4/tcp_ehash_entries)
+[ "$m1_b_ehash" -gt 0 ] || fail "m1 on b uses the host's TCP table (tcp_ehash_entries $m1_b_ehash)"
 grep -q "$m1_b_id" "/proc/$(ctr b inspect m1 --format '{{.State.Pid}}')/cgroup" ||
   fail "m1 on b is not in its container's cgroups: $(cat "/proc/$(ctr b inspect m1 --format '{{.State.Pid}}')/cgroup")"
 [ "$(ctr b exec m1 stat -c '%F %a %u %g' /proc/acpi)" = "$acpi" ] ||
