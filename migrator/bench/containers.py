@@ -7,6 +7,7 @@ for docker, its own `docker checkpoint create` + copy + `docker start
 --checkpoint` into a container created on b beforehand."""
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 
@@ -57,10 +58,21 @@ class ContainerBench:
         for h in ("a", "b"):
             self.ctr(h, "rm", "-f", name, check=False, timeout=120)
 
+    def socket_table(self, name):
+        """The container's TCP hash table size: positive if its network namespace has a table of
+        its own (pagesrv --own-netns-socket-tables), negative if it walks the host's."""
+        pid = self.ctr("a", "inspect", name, "--format", "{{.State.Pid}}").stdout.strip()
+        r = subprocess.run(["nsenter", "-t", pid, "-n", "cat", "/proc/sys/net/ipv4/tcp_ehash_entries"],
+                           capture_output=True, text=True, timeout=30)
+        return int(r.stdout) if r.returncode == 0 and r.stdout.strip().lstrip("-").isdigit() else None
+
     def ferry(self, mib):
         name = self.start(mib)
         try:
-            return methods.migrate_a_to_b("--engine", self.engine, "--container", name, timeout=900)
+            table = self.socket_table(name)
+            out = methods.migrate_a_to_b("--engine", self.engine, "--container", name, timeout=900)
+            out["source_tcp_ehash_entries"] = table
+            return out
         finally:
             self.remove(name)
 

@@ -99,6 +99,11 @@ def summarize(raw):
             continue
         out["ratios_to_ferry_p50"][method] = {
             mib: by_size[mib]["p50"] / ferry[mib]["p50"] for mib in by_size if mib in ferry and ferry[mib]["p50"]}
+    # Goal 2: whether the containers' network namespaces had socket tables of their own (README, Tuning).
+    tables = [r["source_tcp_ehash_entries"] for runs in raw["downtime"].get("ferry", {}).values()
+              for r in runs if r.get("source_tcp_ehash_entries") is not None]
+    if tables:
+        out["container_socket_tables"] = {"own": sum(t > 0 for t in tables), "host": sum(t < 0 for t in tables)}
     sizes = sorted(ferry, key=int)
     if len(sizes) >= 2:
         lo, hi = sizes[0], sizes[-1]
@@ -146,6 +151,10 @@ def print_table(summary, stream):
         print("   Ferry's container downtime / its bare-process downtime (p50): "
               + ", ".join(f"{s} MiB {1 / r:.2f}" for s, r in sorted(bare.items(), key=lambda kv: int(kv[0]))),
               file=stream)
+    if "container_socket_tables" in summary:
+        t = summary["container_socket_tables"]
+        print(f"   containers' network namespaces with socket tables of their own: {t['own']} of "
+              f"{t['own'] + t['host']} runs", file=stream)
     if "ferry_flatness" in summary:
         f = summary["ferry_flatness"]
         print(f"   Ferry's downtime at {f['to_mib']} MiB / at {f['from_mib']} MiB (p50): {f['p50_ratio']:.2f}",

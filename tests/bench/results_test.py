@@ -41,6 +41,15 @@ class TotalOverRawLink(unittest.TestCase):
         self.assertEqual(s["raw_link_fabric"], "shm")
         self.assertEqual(s["raw_link_gbytes_per_s"]["p50"], 4.0)
 
+    def test_container_socket_tables_are_counted(self):
+        own, host = memload_run(70, 1000), memload_run(80, 1000)
+        own["source_tcp_ehash_entries"], host["source_tcp_ehash_entries"] = 16384, -262144
+        raw = {"downtime": {"ferry": {"1024": [own, host, dict(own), memload_run(75, 1000)]}}, "faults": {}}
+        s = results.summarize(raw)
+        self.assertEqual(s["container_socket_tables"], {"own": 2, "host": 1})
+        self.assertNotIn("container_socket_tables",
+                         results.summarize({"downtime": {"ferry": {"1024": [memload_run(50, 1000)]}}, "faults": {}}))
+
     def test_no_link_no_ratio(self):
         raw = {"downtime": {"ferry": {"1024": [memload_run(50, 1000)]}}, "faults": {}}
         s = results.summarize(raw)
