@@ -3,7 +3,9 @@
 // host's.
 //
 // CRIU's dump lists a network namespace's sockets through sock_diag, inside
-// the freeze. For TCP and UDP the kernel walks every bucket of the hash
+// the freeze (with criu-patches/0016, the inet ones only once it meets a
+// task's first inet socket, which a server always has). For TCP and UDP the
+// kernel walks every bucket of the hash
 // table the namespace uses, and a namespace shares the host's global tables
 // (262144 TCP buckets on a 24 GiB host) unless it was created while its
 // parent's net.ipv4.tcp_child_ehash_entries (Linux 6.1) or
