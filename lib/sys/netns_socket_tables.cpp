@@ -13,13 +13,7 @@ namespace ferry::netns_socket_tables {
 
 namespace {
 
-struct known {
-    const char* name;
-    const char* path; // under /proc/sys
-    uint32_t wanted;
-};
-
-constexpr known settings_known[] = {
+const setting settings_known[] = {
     {"net.ipv4.tcp_child_ehash_entries", "net/ipv4/tcp_child_ehash_entries", tcp_buckets},
     {"net.ipv4.udp_child_hash_entries", "net/ipv4/udp_child_hash_entries", udp_slots},
 };
@@ -36,13 +30,6 @@ std::optional<uint32_t> read_value(const std::filesystem::path& file) {
     return v;
 }
 
-const known* find(const std::string& name) {
-    for (const auto& k : settings_known)
-        if (name == k.name)
-            return &k;
-    return nullptr;
-}
-
 } // namespace
 
 std::vector<setting> plan(const std::filesystem::path& proc_sys) {
@@ -50,17 +37,14 @@ std::vector<setting> plan(const std::filesystem::path& proc_sys) {
     for (const auto& k : settings_known) {
         const auto v = read_value(proc_sys / k.path);
         if (v && *v == 0)
-            out.push_back({k.name, 0, k.wanted});
+            out.push_back(k);
     }
     return out;
 }
 
 std::string apply(const std::filesystem::path& proc_sys, const std::vector<setting>& settings) {
     for (const auto& s : settings) {
-        const known* k = find(s.name);
-        if (!k)
-            throw error(fmt::format("{}: not a setting Ferry knows", s.name));
-        const auto file = proc_sys / k->path;
+        const auto file = proc_sys / s.path;
         {
             std::ofstream out(file);
             out << s.wanted << '\n';

@@ -5,12 +5,12 @@
 // CRIU's dump lists a network namespace's sockets through sock_diag, inside
 // the freeze (with criu-patches/0016, the inet ones only once it meets a
 // task's first inet socket, which a server always has). For TCP and UDP the
-// kernel walks every bucket of the hash
-// table the namespace uses, and a namespace shares the host's global tables
-// (262144 TCP buckets on a 24 GiB host) unless it was created while its
-// parent's net.ipv4.tcp_child_ehash_entries (Linux 6.1) or
-// udp_child_hash_entries (6.2) was set: 2.7 ms per address family, 5.5 ms of
-// a podman container's dump on this project's VMs. A table of its own is
+// kernel walks every bucket of the hash table the namespace uses, and a
+// namespace shares the host's global tables (262144 TCP buckets on a 24 GiB
+// host) unless it was created while its parent's
+// net.ipv4.tcp_child_ehash_entries (Linux 6.1) or udp_child_hash_entries
+// (6.2) was set: 2.7 ms per address family, 5.5 ms of a podman container's
+// dump on this project's VMs. A table of its own is
 // sized once, at the namespace's creation: a namespace with far more
 // connections than its buckets pays longer chains.
 #pragma once
@@ -29,8 +29,8 @@ inline constexpr uint32_t tcp_buckets = 16384;
 inline constexpr uint32_t udp_slots = 1024;
 
 struct setting {
-    std::string name;     // e.g. "net.ipv4.tcp_child_ehash_entries"
-    uint32_t current = 0; // 0: children share the host's table
+    std::string name; // e.g. "net.ipv4.tcp_child_ehash_entries"
+    std::string path; // under /proc/sys, e.g. "net/ipv4/tcp_child_ehash_entries"
     uint32_t wanted = 0;
 };
 

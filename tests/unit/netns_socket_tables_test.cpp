@@ -70,8 +70,9 @@ TEST_CASE("netns socket tables: a write the kernel refuses names the setting") {
     const fs::path sys = d.path;
     // A directory where the file should be: the write fails.
     fs::create_directories(sys / "net/ipv4/tcp_child_ehash_entries");
-    const std::vector<netns_socket_tables::setting> todo = {
-        {"net.ipv4.tcp_child_ehash_entries", 0, netns_socket_tables::tcp_buckets}};
+    const std::vector<netns_socket_tables::setting> todo = {{"net.ipv4.tcp_child_ehash_entries",
+                                                             "net/ipv4/tcp_child_ehash_entries",
+                                                             netns_socket_tables::tcp_buckets}};
     CHECK_THROWS_WITH(netns_socket_tables::apply(sys, todo),
                       Catch::Contains("net.ipv4.tcp_child_ehash_entries"));
 }
