@@ -164,26 +164,46 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
     return r;
 }
 
-void criu_config_gate_only(const std::filesystem::path& file) {
+void narrow_criu_config(const std::filesystem::path& file, const std::string& option,
+                        const std::string& value) {
     std::ifstream in(file);
     if (!in)
         throw error(fmt::format("cannot read CRIU's config {}", file.string()));
-    const std::string prefix = std::string(script_actions_option) + " ";
+    const std::string prefix = option + " ";
     std::string text;
-    bool names_actions = false;
+    bool names_option = false;
     for (std::string line; std::getline(in, line);) {
         if (line.rfind(prefix, 0) == 0) {
-            line = prefix + script_actions_gate;
-            names_actions = true;
+            line = prefix + value;
+            names_option = true;
         }
         text += line + "\n";
     }
-    if (!names_actions)
+    if (!names_option)
         return;
     std::ofstream out(file, std::ios::trunc);
     out << text;
     if (!out.flush())
         throw error(fmt::format("cannot write CRIU's config {}", file.string()));
+}
+
+void criu_config_gate_only(const std::filesystem::path& file) {
+    narrow_criu_config(file, script_actions_option, script_actions_gate);
+}
+
+bool runc_runs_hooks_in_restore(const std::string& spec_json) {
+    const auto spec = json::parse(spec_json, nullptr, false);
+    if (!spec.is_object())
+        return true; // unreadable: let runc see the step, as without the option
+    const auto hooks = spec.find("hooks");
+    if (hooks == spec.end() || !hooks->is_object())
+        return false;
+    for (const char* kind : {"prestart", "createRuntime"}) {
+        const auto list = hooks->find(kind);
+        if (list != hooks->end() && list->is_array() && !list->empty())
+            return true;
+    }
+    return false;
 }
 
 void podman_remove(const std::string& podman, const std::string& name_or_id) {

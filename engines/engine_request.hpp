@@ -8,9 +8,10 @@
 //               is reported as the moment the container stopped
 //   restore:    <--image-path>/ferry-restore.json, shipped with the images
 //               -> runc restore gets --lazy-pages, CRIU's lazy-pages socket
-//                  is linked to Ferry's, and CRIU runs the shim as its
-//                  action script, whose post-restore step asks the daemon
-//                  (gate socket) whether the tasks may resume.
+//                  is linked to Ferry's, and CRIU's post-restore step asks
+//                  the daemon (gate socket) whether the tasks may resume:
+//                  CRIU itself (its action socket, criu-patches/0017), or
+//                  ferry-criu-action, its action script.
 #pragma once
 
 #include <sys/types.h>
@@ -93,18 +94,20 @@ std::optional<checkpoint_request> read_checkpoint_request(const std::filesystem:
 std::optional<restore_request> read_restore_request(const std::filesystem::path& file);
 
 // The gate's exchanges, a line each way:
-//   shim -> daemon: "post-restore <root pid>\n"
-//   daemon -> shim: "resume\n" or "refuse <reason>\n"
+//   CRIU -> daemon: "post-restore <root pid>\n"
+//   daemon -> CRIU: "ok\n" or "refuse <reason>\n"
+// (CRIU's action-socket protocol, criu-patches/0017: "ok" lets the step go
+// on; ferry-criu-action speaks it too),
 // and, for a warm restore, before runc starts:
 //   shim -> daemon: "images <runc's bundle dir>\n"
 //   daemon -> shim: "go\n" once they are in, or "refuse <reason>\n"
 // The hold before a checkpoint (checkpoint_request::hold_socket):
 //   shim -> migrator: "hold <runc's descriptors.json, one line>\n"
 //   migrator -> shim: "go\n" or "refuse <reason>\n"
-inline constexpr const char* gate_resume = "resume";
+inline constexpr const char* gate_ok = "ok";
 inline constexpr const char* gate_images = "images";
 // "setup-namespaces <pid>": CRIU made the copy's namespaces (and runc's
-// hooks configured its network); answered "go" once the daemon gave the
+// hooks configured its network); answered "ok" once the daemon gave the
 // copy the source's addresses (a network that moves), before any socket.
 inline constexpr const char* gate_setup_namespaces = "setup-namespaces";
 inline constexpr const char* hold_request = "hold";
@@ -121,11 +124,33 @@ inline constexpr const char* go_answer = "go";
 inline constexpr const char* script_actions_gate = "post-restore";
 inline constexpr const char* script_actions_gate_and_network = "post-restore,setup-namespaces";
 inline constexpr const char* script_actions_option = "action-script-actions";
+// criu-patches/0017: CRIU asks the gate at those steps itself, through its
+// action socket, instead of a fork and an exec of ferry-criu-action (~2 ms
+// each here).
+inline constexpr const char* action_socket_option = "action-socket";
 
-// Narrows the CRIU config at `file` to script_actions_gate, where it names
-// the actions at all (a CRIU without 0013 runs the script at every step
-// anyway). Throws ferry::error if the file cannot be read or written.
+// The RPC notifications runc acts on in a restore (criu-patches/0017's
+// `rpc-notify-actions`): post-restore (it records the restored process),
+// and setup-namespaces only to run the bundle's prestart and createRuntime
+// hooks. The other five (pre-restore, post-setup-namespaces,
+// network-unlock, pre-resume, post-resume) are round trips to runc that do
+// nothing for a runc-run container (0.2-1.5 ms each here): its
+// network-lock and -unlock act only on libcontainer's own network
+// settings, which runc's command line never sets.
+inline constexpr const char* rpc_notify_option = "rpc-notify-actions";
+inline constexpr const char* rpc_notify_runc = "post-restore,setup-namespaces";
+inline constexpr const char* rpc_notify_runc_without_hooks = "post-restore";
+
+// Sets `option`'s value in the CRIU config at `file` where the config names
+// the option at all (written only where the CRIU has it). Throws
+// ferry::error if the file cannot be read or written.
+void narrow_criu_config(const std::filesystem::path& file, const std::string& option,
+                        const std::string& value);
+// Narrows the config's gated steps to script_actions_gate.
 void criu_config_gate_only(const std::filesystem::path& file);
+// Whether runc runs hooks of the bundle's spec (config.json) at CRIU's
+// setup-namespaces: prestart or createRuntime ones.
+[[nodiscard]] bool runc_runs_hooks_in_restore(const std::string& spec_json);
 
 // `podman container rm --force --time 0 NAME_OR_ID`; throws ferry::error.
 void podman_remove(const std::string& podman, const std::string& name_or_id);

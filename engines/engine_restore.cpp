@@ -121,15 +121,26 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     const std::string actions = tcp_established && links_move
                                     ? engines::script_actions_gate_and_network
                                     : engines::script_actions_gate;
-    const std::string only_then =
-        criu::supports_option_value(tools.criu, engines::script_actions_option, actions)
-            ? std::string(engines::script_actions_option) + " " + actions + "\n"
-            : "";
+    const bool only_then =
+        criu::supports_option_value(tools.criu, engines::script_actions_option, actions);
+    // Probed with a fixed path, so that the probe runs once per process.
+    const bool asks_itself =
+        only_then && criu::supports_option_value(tools.criu, engines::action_socket_option,
+                                                 "/run/ferry/probe.socket");
+    std::string callouts =
+        asks_itself
+            ? fmt::format("{} {}\n", engines::action_socket_option, req.gate_socket)
+            : fmt::format("action-script {}\n", action_script_for(tools.runc_shim).string());
+    if (only_then)
+        callouts += fmt::format("{} {}\n", engines::script_actions_option, actions);
+    // The shim narrows this to post-restore where the bundle has no hooks.
+    if (criu::supports_option_value(tools.criu, engines::rpc_notify_option,
+                                    engines::rpc_notify_runc))
+        callouts += fmt::format("{} {}\n", engines::rpc_notify_option, engines::rpc_notify_runc);
     // The host's cgroup mounts as CRIU's yard: CRIU mounts none of its own.
     criu::write_config(
         dir / "criu-restore.conf",
-        fmt::format("action-script {}\n{}{}{}", action_script_for(tools.runc_shim).string(),
-                    only_then,
+        fmt::format("{}{}{}", callouts,
                     tcp_established ? criu::restore_established_options : criu::restore_options,
                     criu::cgroup_yard_config_line(criu::host_cgroup_yard())),
         tools.criu_plugin_dir);
@@ -247,7 +258,7 @@ gate_request read_gate_request(int conn) {
 }
 
 void answer_gate(int conn, bool resume, const std::string& reason) {
-    write_line(conn, resume ? std::string(engines::gate_resume) : "refuse " + reason);
+    write_line(conn, resume ? std::string(engines::gate_ok) : "refuse " + reason);
 }
 
 void answer_images(int conn, bool go, const std::string& reason) {

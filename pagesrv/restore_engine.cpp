@@ -200,7 +200,10 @@ bool incoming_session::restore_with_engine() {
                         why = ex.what();
                         _log->error("the copy cannot take the source's addresses: {}", why);
                     }
-                    engines::answer_images(conn.get(), why.empty(), why);
+                    if (req.images)
+                        engines::answer_images(conn.get(), why.empty(), why);
+                    else
+                        engines::answer_gate(conn.get(), why.empty(), why);
                     continue;
                 }
                 gated = true;

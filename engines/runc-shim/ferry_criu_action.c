@@ -8,14 +8,16 @@
  * small, C and static: it returns at once for the other steps, and asks the
  * destination daemon's gate itself at the two that matter (a C++ program
  * costs ~1.5 ms more a start here):
- *   post-restore      "post-restore PID" -> "resume": the commit gate; any
+ *   post-restore      "post-restore PID" -> "ok": the commit gate; any
  *                     other answer makes CRIU kill the restored tasks;
- *   setup-namespaces  "setup-namespaces PID" -> "go", when the network
+ *   setup-namespaces  "setup-namespaces PID" -> "ok", when the network
  *                     moves and runc makes the copy's namespace inside the
  *                     restore (ferry-runc says so, FERRY_NETWORK_MOVES):
  *                     the daemon gives the copy the source's addresses
  *                     before CRIU restores a socket.
- * The gate's protocol is engine_request.hpp's: one line each way.
+ * The gate's protocol is engine_request.hpp's: one line each way, CRIU's
+ * action-socket protocol. A CRIU with criu-patches/0017 speaks it itself
+ * and does not run this at all.
  */
 #include <errno.h>
 #include <poll.h>
@@ -100,8 +102,8 @@ int main(void)
 	if (!action || !gate)
 		return 0; /* not a restore Ferry gates */
 	if (strcmp(action, "post-restore") == 0)
-		return ask_gate(gate, "post-restore", "resume"); /* else CRIU kills the tasks */
+		return ask_gate(gate, "post-restore", "ok"); /* else CRIU kills the tasks */
 	if (strcmp(action, "setup-namespaces") == 0 && getenv("FERRY_NETWORK_MOVES"))
-		return ask_gate(gate, "setup-namespaces", "go"); /* else the restore fails */
+		return ask_gate(gate, "setup-namespaces", "ok"); /* else the restore fails */
 	return 0;
 }

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -274,6 +275,15 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
         return;
     const fs::path bundle = fs::absolute(option_value(args, "--bundle").value_or("."));
     set_up_network_early(bundle, args.back());
+    // runc acts at setup-namespaces only to run the bundle's hooks
+    // (engine_request.hpp): read after docker's network hook left it.
+    if (!req->criu_config.empty()) {
+        std::ifstream spec(bundle / "config.json");
+        const std::string text{std::istreambuf_iterator<char>(spec), {}};
+        if (!engines::runc_runs_hooks_in_restore(text))
+            engines::narrow_criu_config(req->criu_config, engines::rpc_notify_option,
+                                        engines::rpc_notify_runc_without_hooks);
+    }
     // CRIU connects to lazy-pages.socket in its work dir: Ferry's session
     // dir, where lazy-pages listens and where CRIU's restore.log then stays
     // for the post-mortem (engines remove their own work dirs).

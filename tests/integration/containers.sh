@@ -127,15 +127,22 @@ grep -q "Restored the tmpfs at .* without tar: 1 entries" "/tmp/ferry-testbed/$F
   fail "CRIU ran tar for the empty tmpfs mounts"
 grep -Eq "Restored the tmpfs at .* without tar: ([2-9]|[1-9][0-9]+) entries" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
   fail "CRIU ran tar for /dev"
-# CRIU ran its action script only at the step Ferry acts in
-# (criu-patches/0013), not at the other five or six of the restore:
-# post-restore (the commit gate). Connections move here, but the bundle
-# names the copy's network namespace (podman's; docker's once its hook ran
-# ahead), so the shim dropped setup-namespaces (engine_request.hpp).
-want="post-restore "
-actions=$(grep -B2 "ferry-criu-action\]" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" |
-  sed -n 's/.*Running \([a-z-]*\) scripts.*/\1/p' | tr '\n' ' ')
-[ "$actions" = "$want" ] || fail "CRIU ran ferry-criu-action at: $actions (network: $(json "$work/m1.json" network))"
+# CRIU called out only where Ferry or runc act (criu-patches/0013 and
+# 0017), not at the other five or six steps of the restore: it asked the
+# daemon's gate itself at post-restore (the commit gate), with no action
+# script's fork and exec, and notified runc only there (the bundle has no
+# hooks for setup-namespaces). Connections move here, but the bundle names
+# the copy's network namespace (podman's; docker's once its hook ran
+# ahead), so the shim dropped setup-namespaces from the gate's steps
+# (engine_request.hpp).
+m1_restore_log="/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log"
+for how in socket rpc; do
+  steps=$(criu_callouts "$m1_restore_log" $how)
+  [ "$steps" = "post-restore " ] ||
+    fail "CRIU's $how call-outs were at: '$steps' (network: $(json "$work/m1.json" network))"
+done
+steps=$(criu_callouts "$m1_restore_log" script)
+[ -z "$steps" ] || fail "CRIU still ran an action script at: $steps"
 dev_after=$(dev_tmpfs b m1) || fail "cannot list m1's /dev on b"
 [ "$dev_after" = "$dev_before" ] || fail "/dev changed: $(diff <(echo "$dev_before") <(echo "$dev_after"))"
 # CRIU took the host's cgroup mounts as its yard where their layout allows

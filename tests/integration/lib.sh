@@ -146,6 +146,18 @@ wait_gone() {
   gone "$pid"
 }
 
+# The steps of a restore (restore.log, -v4) at which CRIU called out, by
+# how: "rpc" (a notification to its RPC client, runc), "socket" (its action
+# socket, criu-patches/0017) or "script" (an action script's fork and exec).
+# Prints the steps, space-separated, in order.
+criu_callouts() {
+  awk -v how="$2" '
+    /Running [a-z-]+ scripts/ { match($0, /Running [a-z-]+ scripts/); step = substr($0, RSTART + 8, RLENGTH - 16) }
+    how == "rpc" && /\tRPC$/ { printf "%s ", step }
+    how == "socket" && /\[action socket / { printf "%s ", step }
+    how == "script" && /\t\[\/.*\]$/ { printf "%s ", step }' "$1"
+}
+
 # json FILE KEY: a top-level value of the migrator's JSON output.
 json() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(str(v).lower() if isinstance(v,bool) else v)' "$1" "$2"; }
 

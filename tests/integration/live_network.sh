@@ -198,15 +198,14 @@ case "$(json "$work/e1.json" network)" in
   "moves with its connections: eth0 $ip1/24"*) ;;
   *) fail "the network did not move: $(json "$work/e1.json" network)" ;;
 esac
-# An engine's CRIU ran its action script at post-restore (the commit gate)
-# only (criu-patches/0013): the bundle names the copy's network namespace,
-# which got the source's addresses before CRIU started, so the shim dropped
-# setup-namespaces (engine_request.hpp).
+# An engine's CRIU asked the gate (its action socket, criu-patches/0017)
+# at post-restore (the commit gate) only: the bundle names the copy's
+# network namespace, which got the source's addresses before CRIU started,
+# so the shim dropped setup-namespaces (engine_request.hpp).
 if [ "$engine" != tree ]; then
   e1_id=$(json "$work/e1.json" migration_id)
-  actions=$(grep -B2 "ferry-criu-action\]" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$e1_id/restore.log" |
-    sed -n 's/.*Running \([a-z-]*\) scripts.*/\1/p' | tr '\n' ' ')
-  [ "$actions" = "post-restore " ] || fail "CRIU ran ferry-criu-action at: $actions in e1's restore"
+  actions=$(criu_callouts "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$e1_id/restore.log" socket)
+  [ "$actions" = "post-restore " ] || fail "CRIU asked the gate at: '$actions' in e1's restore"
   # CRIU joined the namespace the engine set up before the restore: podman
   # names it in the bundle; docker's hook ran ahead of the restore
   # (engines/network_hook.hpp), not inside it at setup-namespaces.

@@ -167,3 +167,39 @@ TEST_CASE("a restore's CRIU config narrows to the commit gate only where it name
                           Contains("cannot read CRIU's config"));
     }
 }
+
+TEST_CASE("a restore's CRIU config keeps runc's notifications only where runc acts",
+          "[engine_request]") {
+    scratch_dir d;
+    const auto conf = d.path / "criu-restore.conf";
+    auto slurp = [&] {
+        std::ifstream in(conf);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    write_text(conf, std::string("action-socket /x/gate.socket\n"
+                                 "action-script-actions post-restore\n") +
+                         rpc_notify_option + " " + rpc_notify_runc + "\ntcp-established\n");
+    narrow_criu_config(conf, rpc_notify_option, rpc_notify_runc_without_hooks);
+    CHECK(slurp() == "action-socket /x/gate.socket\n"
+                     "action-script-actions post-restore\n"
+                     "rpc-notify-actions post-restore\n"
+                     "tcp-established\n");
+    SECTION("a CRIU without the option: nothing is added") {
+        const std::string text = "action-script /x/ferry-criu-action\n";
+        write_text(conf, text);
+        narrow_criu_config(conf, rpc_notify_option, rpc_notify_runc_without_hooks);
+        CHECK(slurp() == text);
+    }
+}
+
+TEST_CASE("runc runs a bundle's hooks at setup-namespaces only for prestart and createRuntime",
+          "[engine_request]") {
+    CHECK_FALSE(runc_runs_hooks_in_restore(R"({"ociVersion": "1.0.2", "process": {}})"));
+    CHECK_FALSE(runc_runs_hooks_in_restore(R"({"hooks": {"prestart": []}})"));
+    CHECK_FALSE(runc_runs_hooks_in_restore(R"({"hooks": {"poststart": [{"path": "/x"}]}})"));
+    CHECK(runc_runs_hooks_in_restore(R"({"hooks": {"prestart": [{"path": "/x"}]}})"));
+    CHECK(runc_runs_hooks_in_restore(R"({"hooks": {"createRuntime": [{"path": "/x"}]}})"));
+    // Unreadable: runc keeps the notification, as without the option.
+    CHECK(runc_runs_hooks_in_restore("{not json"));
+    CHECK(runc_runs_hooks_in_restore(""));
+}
