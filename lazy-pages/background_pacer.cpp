@@ -42,14 +42,17 @@ bool run_within(lazy_process& p, uint64_t& cursor, uint64_t limit, uint32_t chun
     }
 }
 
-// The next run to pull: from the early areas while any is left, then after
-// the process's cursor, once around.
-bool next_run(lazy_process& p, uint32_t chunk, uint64_t& addr, uint64_t& img, uint32_t& n) {
+// The next run to pull: from the early areas while any is left, then (if
+// `main_pass`) after the process's cursor, once around.
+bool next_run(lazy_process& p, uint32_t chunk, bool main_pass, uint64_t& addr, uint64_t& img,
+              uint32_t& n) {
     for (; p.early_next < p.early.size(); p.early_next++) {
         auto& a = p.early[p.early_next];
         if (run_within(p, a.start, a.end, chunk, addr, img, n))
             return true;
     }
+    if (!main_pass)
+        return false;
     bool wrapped = false;
     for (;;) {
         if (run_within(p, p.bg_cursor, ~0ull, chunk, addr, img, n))
@@ -127,6 +130,8 @@ void pump_background(fault_state& s, uint8_t stream) {
     if (stream >= s.pacer.streams())
         return;
     const uint32_t depth = s.pacer.depth();
+    // Until the tasks run, only the early areas (cfg.main_pass_before_resume).
+    const bool main_pass = s.restore_finished || s.cfg.main_pass_before_resume;
     while (s.bg[stream].reqs.size() < depth) {
         bool issued = false;
         for (size_t tries = 0; tries < s.procs.size() && !issued; tries++) {
@@ -134,7 +139,7 @@ void pump_background(fault_state& s, uint8_t stream) {
             s.bg_next_proc = (s.bg_next_proc + 1) % s.procs.size();
             uint64_t addr, img;
             uint32_t n;
-            if (!p.exited && next_run(p, s.pacer.chunk_pages(), addr, img, n)) {
+            if (!p.exited && next_run(p, s.pacer.chunk_pages(), main_pass, addr, img, n)) {
                 s.issue(request_kind::background, p, addr, img, n, ~0ull, 0, 0, stream);
                 issued = true;
             }

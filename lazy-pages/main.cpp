@@ -572,6 +572,9 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 4));
     app.add_option("--early-area-pages", opt.loop.early_area_pages,
                    "areas up to this many pages are pulled first, smallest first");
+    app.add_flag("--main-pass-before-resume", opt.loop.main_pass_before_resume,
+                 "pull the large areas from CRIU's post-restore on too, not only once the "
+                 "tasks run");
     app.add_option("--early-total-pages", opt.loop.early_total_pages,
                    "at most this many pages in all are pulled first (0: none)");
     int64_t deadline_ms = opt.loop.fetch_deadline.count();

@@ -394,6 +394,53 @@ TEST_CASE("\"lazy areas ready\" from the daemon starts the background before res
     CHECK(loop.stats().pages_faulted == 0);
 }
 
+// Before CRIU says the tasks run, "lazy areas ready" lets the background
+// pull the small areas only: the bulk would take the CPU from CRIU's last
+// steps, inside the downtime. --main-pass-before-resume pulls it too.
+TEST_CASE("until the tasks run, the background pulls only the small areas",
+          "[fault_loop][uffd][background]") {
+    for (const bool main_pass_before_resume : {false, true}) {
+        DYNAMIC_SECTION("main pass before resume: " << main_pass_before_resume) {
+            // A small area (pages 450-512) and a large one (0-400).
+            lazy_region region(512, {{400, 450}});
+            test::fake_source src = region.serve();
+            loop_config cfg;
+            cfg.progress_interval = std::chrono::milliseconds(0);
+            cfg.early_area_pages = 100;
+            cfg.main_pass_before_resume = main_pass_before_resume;
+            auto loop = make_loop(src, cfg);
+            fake_restore restore;
+            loop.watch_restore(std::move(restore.daemon_end));
+            int sv[2];
+            REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+            unique_fd daemon(sv[0]), lazy_end(sv[1]);
+            loop.watch_daemon(lazy_end.get());
+            loop.add_process(1, std::move(region.uffd), region.lazy);
+            std::atomic<uint64_t> background{0};
+            loop.on_progress([&](const lazy::loop_stats& s) { background = s.pages_background; });
+            std::thread runner([&] { loop.run(); });
+
+            FerryControl__LazyAreasReady ready = FERRY_CONTROL__LAZY_AREAS_READY__INIT;
+            control::send_message(daemon.get(), ready, net::after(std::chrono::seconds(1)));
+            const uint64_t ahead = main_pass_before_resume ? 462 : 62;
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (background < ahead && std::chrono::steady_clock::now() < until)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            // Given time to pull more, it pulls no more before the resume.
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            CHECK(background == ahead);
+            restore.finished();
+            runner.join();
+            CHECK(loop.stats().pages_background == 462);
+            size_t bad = 0;
+            for (size_t p = 0; p < region.pages; p++)
+                if (p < 400 || p >= 450)
+                    bad += !region.page_ok(p);
+            CHECK(bad == 0);
+        }
+    }
+}
+
 TEST_CASE("the background pulls small areas first, smallest first", "[fault_loop][background]") {
     range_map lazy(false);
     constexpr uint64_t base = 0x10000000;
