@@ -191,8 +191,7 @@ void criu_config_gate_only(const std::filesystem::path& file) {
     narrow_criu_config(file, script_actions_option, script_actions_gate);
 }
 
-bool runc_runs_hooks_in_restore(const std::string& spec_json) {
-    const auto spec = json::parse(spec_json, nullptr, false);
+bool runc_runs_hooks_in_restore(const json& spec) {
     if (!spec.is_object())
         return true; // unreadable: let runc see the step, as without the option
     const auto hooks = spec.find("hooks");

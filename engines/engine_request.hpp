@@ -14,6 +14,7 @@
 //                  ferry-criu-action, its action script.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -149,8 +150,9 @@ void narrow_criu_config(const std::filesystem::path& file, const std::string& op
 // Narrows the config's gated steps to script_actions_gate.
 void criu_config_gate_only(const std::filesystem::path& file);
 // Whether runc runs hooks of the bundle's spec (config.json) at CRIU's
-// setup-namespaces: prestart or createRuntime ones.
-[[nodiscard]] bool runc_runs_hooks_in_restore(const std::string& spec_json);
+// setup-namespaces: prestart or createRuntime ones. A spec that is not an
+// object (unreadable) says yes: runc then keeps the step.
+[[nodiscard]] bool runc_runs_hooks_in_restore(const nlohmann::json& spec);
 
 // `podman container rm --force --time 0 NAME_OR_ID`; throws ferry::error.
 void podman_remove(const std::string& podman, const std::string& name_or_id);

@@ -29,7 +29,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -275,15 +274,16 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
         return;
     const fs::path bundle = fs::absolute(option_value(args, "--bundle").value_or("."));
     set_up_network_early(bundle, args.back());
+    // The spec as runc restores it: read after docker's network hook left it.
+    const auto spec = [&] {
+        std::ifstream in(bundle / "config.json");
+        return nlohmann::json::parse(in, nullptr, false);
+    }();
     // runc acts at setup-namespaces only to run the bundle's hooks
-    // (engine_request.hpp): read after docker's network hook left it.
-    if (!req->criu_config.empty()) {
-        std::ifstream spec(bundle / "config.json");
-        const std::string text{std::istreambuf_iterator<char>(spec), {}};
-        if (!engines::runc_runs_hooks_in_restore(text))
-            engines::narrow_criu_config(req->criu_config, engines::rpc_notify_option,
-                                        engines::rpc_notify_runc_without_hooks);
-    }
+    // (engine_request.hpp).
+    if (!req->criu_config.empty() && !engines::runc_runs_hooks_in_restore(spec))
+        engines::narrow_criu_config(req->criu_config, engines::rpc_notify_option,
+                                    engines::rpc_notify_runc_without_hooks);
     // CRIU connects to lazy-pages.socket in its work dir: Ferry's session
     // dir, where lazy-pages listens and where CRIU's restore.log then stays
     // for the post-mortem (engines remove their own work dirs).
@@ -293,8 +293,9 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
         args.insert(args.begin() + long(cmd) + 1, "--tcp-established");
         // The daemon gives the copy the source's addresses at setup-namespaces
         // only if runc makes its namespace then; otherwise before CRIU starts.
-        std::ifstream spec(bundle / "config.json");
-        if (engines::network_namespace_made_in_restore(nlohmann::json::parse(spec)))
+        if (!spec.is_object())
+            throw std::runtime_error("cannot read " + (bundle / "config.json").string());
+        if (engines::network_namespace_made_in_restore(spec))
             ::setenv("FERRY_NETWORK_MOVES", "1", 1); // for ferry-criu-action
         else if (!req->criu_config.empty())
             engines::criu_config_gate_only(req->criu_config);

@@ -4,6 +4,7 @@
 #include "engine_restore.hpp"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,6 +28,11 @@ struct scratch_dir {
 
 void write_text(const std::filesystem::path& p, const std::string& text) {
     std::ofstream(p) << text;
+}
+
+std::string read_text(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 } // namespace
@@ -143,24 +149,20 @@ TEST_CASE("a restore's CRIU config narrows to the commit gate only where it name
           "[engine_request]") {
     scratch_dir d;
     const auto conf = d.path / "criu-restore.conf";
-    auto slurp = [&] {
-        std::ifstream in(conf);
-        return std::string(std::istreambuf_iterator<char>(in), {});
-    };
     SECTION("a CRIU with criu-patches/0013: setup-namespaces is dropped, the rest kept") {
         write_text(conf, "action-script /x/ferry-criu-action\n"
                          "action-script-actions post-restore,setup-namespaces\n"
                          "tcp-established\n");
         criu_config_gate_only(conf);
-        CHECK(slurp() == "action-script /x/ferry-criu-action\n"
-                         "action-script-actions post-restore\n"
-                         "tcp-established\n");
+        CHECK(read_text(conf) == "action-script /x/ferry-criu-action\n"
+                                 "action-script-actions post-restore\n"
+                                 "tcp-established\n");
     }
     SECTION("a CRIU without it: the config names no actions and stays as it was") {
         const std::string text = "action-script /x/ferry-criu-action\ntcp-established\n";
         write_text(conf, text);
         criu_config_gate_only(conf);
-        CHECK(slurp() == text);
+        CHECK(read_text(conf) == text);
     }
     SECTION("no config: a clear error") {
         CHECK_THROWS_WITH(criu_config_gate_only(d.path / "absent.conf"),
@@ -172,28 +174,28 @@ TEST_CASE("a restore's CRIU config keeps runc's notifications only where runc ac
           "[engine_request]") {
     scratch_dir d;
     const auto conf = d.path / "criu-restore.conf";
-    auto slurp = [&] {
-        std::ifstream in(conf);
-        return std::string(std::istreambuf_iterator<char>(in), {});
-    };
     write_text(conf, std::string("action-socket /x/gate.socket\n"
                                  "action-script-actions post-restore\n") +
                          rpc_notify_option + " " + rpc_notify_runc + "\ntcp-established\n");
     narrow_criu_config(conf, rpc_notify_option, rpc_notify_runc_without_hooks);
-    CHECK(slurp() == "action-socket /x/gate.socket\n"
-                     "action-script-actions post-restore\n"
-                     "rpc-notify-actions post-restore\n"
-                     "tcp-established\n");
+    CHECK(read_text(conf) == "action-socket /x/gate.socket\n"
+                             "action-script-actions post-restore\n"
+                             "rpc-notify-actions post-restore\n"
+                             "tcp-established\n");
     SECTION("a CRIU without the option: nothing is added") {
         const std::string text = "action-script /x/ferry-criu-action\n";
         write_text(conf, text);
         narrow_criu_config(conf, rpc_notify_option, rpc_notify_runc_without_hooks);
-        CHECK(slurp() == text);
+        CHECK(read_text(conf) == text);
     }
 }
 
 TEST_CASE("runc runs a bundle's hooks at setup-namespaces only for prestart and createRuntime",
           "[engine_request]") {
+    auto runc_runs_hooks_in_restore = [](const char* spec) {
+        return ferry::engines::runc_runs_hooks_in_restore(
+            nlohmann::json::parse(spec, nullptr, false));
+    };
     CHECK_FALSE(runc_runs_hooks_in_restore(R"({"ociVersion": "1.0.2", "process": {}})"));
     CHECK_FALSE(runc_runs_hooks_in_restore(R"({"hooks": {"prestart": []}})"));
     CHECK_FALSE(runc_runs_hooks_in_restore(R"({"hooks": {"poststart": [{"path": "/x"}]}})"));

@@ -123,6 +123,22 @@ struct fake_restore {
     }
 };
 
+// The daemon's side of lazy-pages' report socket: "lazy areas ready", as
+// the daemon says it when CRIU reaches post-restore.
+struct fake_daemon {
+    unique_fd daemon_end, lazy_end;
+    fake_daemon() {
+        int sv[2];
+        REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        daemon_end.reset(sv[0]);
+        lazy_end.reset(sv[1]);
+    }
+    void areas_ready() {
+        FerryControl__LazyAreasReady ready = FERRY_CONTROL__LAZY_AREAS_READY__INIT;
+        control::send_message(daemon_end.get(), ready, net::after(std::chrono::seconds(1)));
+    }
+};
+
 } // namespace
 
 TEST_CASE("faults are served, holes zero-filled, the rest pulled in the background",
@@ -358,10 +374,8 @@ TEST_CASE("\"lazy areas ready\" from the daemon starts the background before res
     auto loop = make_loop(src, cfg);
     fake_restore restore;
     loop.watch_restore(std::move(restore.daemon_end));
-    int sv[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    unique_fd daemon(sv[0]), lazy_end(sv[1]);
-    loop.watch_daemon(lazy_end.get());
+    fake_daemon daemon;
+    loop.watch_daemon(daemon.lazy_end.get());
     loop.add_process(1, std::move(region.uffd), region.lazy);
     std::atomic<uint64_t> background{0};
     loop.on_progress([&](const lazy::loop_stats& s) { background = s.pages_background; });
@@ -376,8 +390,7 @@ TEST_CASE("\"lazy areas ready\" from the daemon starts the background before res
     CHECK(background == 0);
     CHECK(src.requests == 0);
 
-    FerryControl__LazyAreasReady ready = FERRY_CONTROL__LAZY_AREAS_READY__INIT;
-    control::send_message(daemon.get(), ready, net::after(std::chrono::seconds(1)));
+    daemon.areas_ready();
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (background < 512 && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -411,17 +424,14 @@ TEST_CASE("until the tasks run, the background pulls only the small areas",
             auto loop = make_loop(src, cfg);
             fake_restore restore;
             loop.watch_restore(std::move(restore.daemon_end));
-            int sv[2];
-            REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-            unique_fd daemon(sv[0]), lazy_end(sv[1]);
-            loop.watch_daemon(lazy_end.get());
+            fake_daemon daemon;
+            loop.watch_daemon(daemon.lazy_end.get());
             loop.add_process(1, std::move(region.uffd), region.lazy);
             std::atomic<uint64_t> background{0};
             loop.on_progress([&](const lazy::loop_stats& s) { background = s.pages_background; });
             std::thread runner([&] { loop.run(); });
 
-            FerryControl__LazyAreasReady ready = FERRY_CONTROL__LAZY_AREAS_READY__INIT;
-            control::send_message(daemon.get(), ready, net::after(std::chrono::seconds(1)));
+            daemon.areas_ready();
             const uint64_t ahead = main_pass_before_resume ? 462 : 62;
             const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
             while (background < ahead && std::chrono::steady_clock::now() < until)
