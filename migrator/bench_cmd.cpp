@@ -1,5 +1,7 @@
 #include "bench_cmd.hpp"
 
+#include <fmt/format.h>
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,7 +39,8 @@ int run_bench(const bench_args& a) {
                                      "--warmup",        std::to_string(a.warmup),
                                      "--fabric",        a.fabric,
                                      "--fault-fabrics", a.fault_fabrics,
-                                     "--fault-threads", a.fault_threads};
+                                     "--fault-threads", a.fault_threads,
+                                     "--slow-logs",     fmt::format("{}", a.slow_logs)};
     if (!a.network.empty())
         argv.insert(argv.end(), {"--network", a.network});
     if (!a.sizes.empty())

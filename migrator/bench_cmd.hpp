@@ -22,6 +22,8 @@ struct bench_args {
     std::string fault_threads = "1,4";
     std::string fault_size;
     std::string out;
+    // Logs of Ferry runs slower than this x their median stay (0: none).
+    double slow_logs = 1.5;
 };
 
 // Does not return when the bench starts (exec); returns 2 on a bad option or

@@ -351,6 +351,13 @@ int main(int argc, char** argv) {
                           "memory of the fault-latency runs (default: the smallest size)");
     bench_cmd->add_option("--out", bench.out,
                           "directory for results.json and the plots (default ./ferry-bench-DATE)");
+    bench_cmd
+        ->add_option("--slow-logs", bench.slow_logs,
+                     "keep CRIU's and lazy-pages' logs of the Ferry runs whose downtime exceeds "
+                     "FACTOR x the median of their method and size, in OUT/slow-runs (memload and "
+                     "container workloads; 0: keep none)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
 
     mig->add_flag("--insecure-plaintext-pages", a.plaintext_pages,
                   "page data crosses the network unencrypted (authentication stays on): "

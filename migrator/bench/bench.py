@@ -30,6 +30,7 @@ import containers  # noqa: E402
 import methods  # noqa: E402
 import redis  # noqa: E402
 import results  # noqa: E402
+import slow_logs  # noqa: E402
 from benchlib import sh, testbed  # noqa: E402
 from progress import Progress  # noqa: E402
 
@@ -162,6 +163,10 @@ def main(argv=None):
                     help="threads touching the pages in the fault-latency runs, comma-separated")
     ap.add_argument("--fault-size", default=None, help="memory of the fault-latency runs (default: smallest size)")
     ap.add_argument("--out", default=None, help="results directory (default ./ferry-bench-DATE)")
+    ap.add_argument("--slow-logs", type=float, default=1.5, metavar="FACTOR",
+                    help="keep CRIU's and lazy-pages' logs of the Ferry runs whose downtime exceeds FACTOR x "
+                         "the median of their method and size, in OUT/slow-runs/<migration id> (memload and "
+                         "container workloads; 0: keep none)")
     a = ap.parse_args(argv)
     a.sizes = a.sizes or ("1G" if a.workload == "redis" else "256M,1G,4G")
     a.sizes = sorted({parse_size(s) for s in a.sizes.split(",") if s})
@@ -194,7 +199,10 @@ def main(argv=None):
     except ImportError:
         print("migrator bench: matplotlib is missing; install it with examples/setup.sh --bench", file=sys.stderr)
         return 2
+    if a.slow_logs < 0:
+        ap.error("--slow-logs: a factor >= 0")
     os.makedirs(a.out, exist_ok=True)
+    methods.SLOW_LOGS = slow_logs.SlowLogs(a.out, a.slow_logs)
 
     items = plan(a)
     raw = {"downtime": {}, "faults": {}, "raw_link": [], "warmup": {}}
@@ -241,6 +249,10 @@ def main(argv=None):
             ctr.cleanup()
         progress.finish()
 
+    kept = methods.SLOW_LOGS.prune(raw["downtime"], raw["warmup"])
+    if kept:
+        progress.note(f"[bench] the logs of {kept} run(s) slower than {a.slow_logs:g} x their median "
+                      f"are in {methods.SLOW_LOGS.root}")
     summary = results.summarize(raw)
     if isinstance(ctr, redis.RedisBench):
         summary["redis"] = results.redis_summary(raw, summary.get("raw_link_gbytes_per_s"))

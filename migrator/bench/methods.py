@@ -14,20 +14,26 @@ from benchlib import BUILD, ENV, TESTBED, Workload, parse_touch, sh, testbed
 
 # The downtime's parts as Ferry's report names them (downtime_breakdown_ms).
 BREAKDOWN = ("freeze", "dump", "images", "restore", "resume")
+# Gathers each Ferry run's logs (slow_logs.SlowLogs), if the bench keeps them.
+SLOW_LOGS = None
 
 
 def migrate_a_to_b(*what, timeout=600):
     """`migrator migrate WHAT --to b --json` on host a: its report, with
     breakdown_ms; raises with the migrator's own error if it failed."""
     b = testbed("addr", "b").stdout.strip()
-    r = testbed("exec", "a", "migrator", "migrate", *what, "--to", b, "--json", check=False, timeout=timeout)
+    # --keep-images keeps the source's work directory, CRIU's dump.log in it.
+    keep = ["--keep-images"] if SLOW_LOGS and SLOW_LOGS.on else []
+    r = testbed("exec", "a", "migrator", "migrate", *what, "--to", b, "--json", *keep, check=False,
+                timeout=timeout)
     try:
         res = json.loads(r.stdout)
     except json.JSONDecodeError:
         raise RuntimeError(f"migrator printed no report: {r.stderr.strip()[-500:]}")
     if not res["ok"]:
         raise RuntimeError("ferry migration failed: " + res["error"])
-    return dict(res, breakdown_ms=res["downtime_breakdown_ms"])
+    logs = SLOW_LOGS.gather(res) if keep else None
+    return dict(res, breakdown_ms=res["downtime_breakdown_ms"], **({"logs_dir": logs} if logs else {}))
 
 
 def touch_cdf(w, mark):
