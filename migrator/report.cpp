@@ -183,6 +183,9 @@ nlohmann::json to_json(const migration_result& r) {
         {"dump_end", since_freeze(r.t_dump_end)},
         {"resumed", since_freeze(r.t_plugin_resumed)},
     };
+    // The moments' origin on this host's CLOCK_MONOTONIC, to line them up
+    // with a trace of the machine (perf record -k mono).
+    j["freeze_monotonic_ns"] = r.t_freeze;
     j["destination_phases_ms"] = {
         {"images_check", ns_to_ms(r.dest_images_check_ns)},
         {"lazy_pages_start", ns_to_ms(r.dest_lazy_start_ns)},
