@@ -42,14 +42,15 @@ class SlowLogs:
                    (os.path.join(testbed_state(self.env), "b", "incoming", mid), "destination")]
         copied = 0
         for src, side in sources:
-            if not os.path.isdir(src):
-                continue
-            for f in sorted(os.listdir(src)):
-                path = os.path.join(src, f)
-                if f.endswith(".log") and os.path.isfile(path):
-                    os.makedirs(os.path.join(dest, side), exist_ok=True)
-                    shutil.copy2(path, os.path.join(dest, side, f))
-                    copied += 1
+            # Docker's images (and CRIU's log) are in a directory below.
+            for top, _, files in os.walk(src):
+                for f in sorted(files):
+                    path = os.path.join(top, f)
+                    if f.endswith(".log") and os.path.isfile(path) and not os.path.islink(path):
+                        to = os.path.join(dest, side, os.path.relpath(path, src))
+                        os.makedirs(os.path.dirname(to), exist_ok=True)
+                        shutil.copy2(path, to)
+                        copied += 1
         shutil.rmtree(sources[0][0], ignore_errors=True)
         return dest if copied else None
 

@@ -56,6 +56,7 @@ class GatherAndPrune(unittest.TestCase):
         src = os.path.join(slow_logs.SOURCE_WORK_ROOT, mid)
         write(os.path.join(src, "dump.log"), "dump " + mid)
         write(os.path.join(src, "pagemap-1.img"), "image")
+        write(os.path.join(src, "images", "criu", "restore.log"), "below " + mid)
         dst = os.path.join(self.env["FERRY_TESTBED_DIR"], "fbench", "b", "incoming", mid)
         write(os.path.join(dst, "restore.log"), "restore " + mid)
         write(os.path.join(dst, "lazy-pages.log"), "lazy " + mid)
@@ -66,7 +67,9 @@ class GatherAndPrune(unittest.TestCase):
         logs = slow_logs.SlowLogs(self.out, 1.5, self.env)
         d = logs.gather({"migration_id": MID})
         self.assertEqual(d, os.path.join(self.out, "slow-runs", MID))
-        self.assertEqual(sorted(os.listdir(os.path.join(d, "source"))), ["dump.log"])
+        self.assertEqual(sorted(os.listdir(os.path.join(d, "source"))), ["dump.log", "images"])
+        with open(os.path.join(d, "source", "images", "criu", "restore.log")) as f:
+            self.assertEqual(f.read(), "below " + MID)
         self.assertEqual(sorted(os.listdir(os.path.join(d, "destination"))), ["lazy-pages.log", "restore.log"])
         with open(os.path.join(d, "destination", "restore.log")) as f:
             self.assertEqual(f.read(), "restore " + MID)
