@@ -34,8 +34,10 @@ class engine_restore {
     // (the name is taken, the image or Ferry's shim is missing), and does
     // what needs no frozen state: docker creates the container from its
     // configuration (`config`, as the migrator sent it; may be empty). What
-    // it creates is recorded in `dir` (reservation_file) until the container
-    // runs, so a daemon that dies meanwhile removes it when it starts again.
+    // it creates (here or in warm_command) is recorded in `dir`
+    // (reservation_file) until the container runs, so a daemon that dies
+    // meanwhile removes it when it starts again: `dir` is on disk, apart
+    // from the session's images, which are on tmpfs.
     virtual void reserve(const std::filesystem::path& dir, const std::string& image,
                          const std::vector<uint8_t>& config) = 0;
     // Before reserve(), for a container whose network moves with it: its

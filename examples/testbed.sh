@@ -66,7 +66,8 @@
 # <repo>/build), FERRY_POOL_CAPACITY (default 256M) and FERRY_POOL_EVICTION
 # (default lru) configure the pool nodes, FERRY_DOCKER_STORAGE picks dockerd's
 # storage driver (default overlay2; vfs works too, but copies the whole image
-# for every container).
+# for every container), FERRY_TESTBED_WORK the tmpfs directory of the
+# daemons' work dirs (default /dev/shm/ferry-testbed; NAME/HOST in it).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -76,6 +77,10 @@ net=${FERRY_TESTBED_NET:-10.77.0}
 build=${FERRY_BUILD:-$repo/build}
 base=${FERRY_TESTBED_DIR:-/tmp/ferry-testbed}
 state=$base/$name
+# Each namespace host's daemon works on tmpfs (pagesrv --work-dir), as on a
+# real host; STATE/HOST/incoming points there, so a session's logs are at
+# STATE/HOST/incoming/ID either way.
+work_base=${FERRY_TESTBED_WORK:-/dev/shm/ferry-testbed}/$name
 port=7140
 hosts=(a b)
 IFS=. read -r n1 n2 n3 <<<"$net"
@@ -169,7 +174,7 @@ start_daemon_vm() {
   esac
   vm_host exec "$(vm_dir "$h")" bash -c '
     mkdir -p "$4"
-    setsid env "${@:7}" "$1" --listen "$2" --state-dir "$4" --credentials "$3/credentials" \
+    setsid env "${@:7}" "$1" --listen "$2" --state-dir "$4" --work-dir "$4/incoming" --credentials "$3/credentials" \
       --metrics "127.0.0.1:$5" $6 </dev/null >>"$3/pagesrv.log" 2>&1 &
     echo $! >"$3/pagesrv.pid"
     for i in $(seq 1 300); do
@@ -209,8 +214,14 @@ start_daemon() {
   # --favor-cgroup-moves, --own-netns-socket-tables: this machine is a Ferry
   # host, tuned as the README says (favordynmods, host-wide until the next
   # boot; child socket tables, in the host's namespace).
+  local work="$work_base/$h"
+  mkdir -p "$work"
+  if [ ! -L "$dir/incoming" ]; then
+    rm -rf "$dir/incoming"
+    ln -s "$work" "$dir/incoming"
+  fi
   env $(engine_env "$h") nsenter --net="/run/netns/$(ns "$h")" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
-    --credentials "$dir/credentials" --metrics 127.0.0.1:9140 --favor-cgroup-moves \
+    --work-dir "$work" --credentials "$dir/credentials" --metrics 127.0.0.1:9140 --favor-cgroup-moves \
     --own-netns-socket-tables "${role[@]}" </dev/null >>"$dir/pagesrv.log" 2>&1 &
   echo $! >"$dir/pagesrv.pid"
   # Wait (bounded) until it accepts connections.
@@ -500,7 +511,7 @@ down() {
       ip netns del "$(ns "$h")"
     fi
   done
-  rm -rf "$state"
+  rm -rf "$state" "$work_base"
 }
 
 cmd=${1:-}

@@ -1,4 +1,4 @@
-#include "kept_logs.hpp"
+#include "sys/kept_logs.hpp"
 #include "migration.hpp"
 
 #include "core/checksum.hpp"
@@ -153,9 +153,9 @@ void migration::cleanup() {
     for (const auto& entry : std::filesystem::directory_iterator(_dir, ec))
         if (entry.path().extension() != ".log")
             std::filesystem::remove_all(entry.path(), ec);
-    if (const size_t n = prune_kept_logs(_opt.work_root, kept_failed_migrations))
+    if (const size_t n = prune_kept_logs(_opt.work_root, kept_migration_logs))
         _log->info("removed the logs of {} older failed migrations from {} (the newest {} stay)", n,
-                   _opt.work_root.string(), kept_failed_migrations);
+                   _opt.work_root.string(), kept_migration_logs);
 }
 
 } // namespace ferry::migrator

@@ -6,6 +6,7 @@
 #include "core/fault_inject.hpp"
 #include "core/log.hpp"
 #include "criu/cgroup_yard.hpp"
+#include "sys/private_dir.hpp"
 #include "criu/criu_config.hpp"
 #include "criu/criu_features.hpp"
 #include "criu/criu_image.hpp"
@@ -79,6 +80,7 @@ std::vector<FerryControl__ImageFile*> piece_pointers(std::vector<FerryControl__I
 void migration::start_dump() {
     raise_pipe_max_size(*_log);
     _dir = _opt.work_root / _r.id;
+    make_private_dir(_opt.work_root);
     std::filesystem::create_directories(_dir);
     _criu_port = net::pick_free_loopback_port();
     // Established TCP connections cannot move with the workload here (its

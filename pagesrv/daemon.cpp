@@ -6,6 +6,7 @@
 #include "criu/criu_rpc.hpp"
 #include "engine_restore.hpp"
 #include "incoming.hpp"
+#include "sys/private_dir.hpp"
 #include "outgoing_session.hpp"
 #include "pool_node.hpp"
 #include "sys/cgroup_task_moves.hpp"
@@ -64,6 +65,7 @@ unique_fd block_stop_signals() {
 daemon::daemon(daemon_config cfg)
     : _signals(block_stop_signals()), _cfg(std::move(cfg)), _log(make_logger("pagesrv")) {
     std::filesystem::create_directories(_cfg.state_dir / "incoming");
+    make_private_dir(_cfg.work_dir);
     engines::remove_stale_reservations(_cfg.state_dir / "incoming", _cfg.tools);
     _criu_version = criu::require_supported_criu(_cfg.tools.criu).to_string();
     _breakpoints = hw_breakpoints::probe();

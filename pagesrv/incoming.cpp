@@ -2,6 +2,7 @@
 
 #include "image_names.hpp"
 #include "incoming_session.hpp"
+#include "sys/kept_logs.hpp"
 
 #include "core/checksum.hpp"
 #include "core/clock.hpp"
@@ -94,16 +95,18 @@ void incoming_session::check_prepare() {
     // No source: a restore from the pool, which must hold every page.
     if (!_source.empty() || _pool.empty())
         net::parse_endpoint(_source); // validates
-    _dir = _d.config().state_dir / "incoming" / _id;
+    _dir = _d.config().work_dir / _id;
     if (!std::filesystem::create_directory(_dir))
         throw error(fmt::format("migration {} already exists here", _id));
+    _record_dir = _d.config().state_dir / "incoming" / _id;
     if (_engine.empty() && _connections_move)
         make_copy_netns();
     if (!_engine.empty()) {
         _engine_restore = engines::make_engine_restore(_engine, _container, _d.config().tools);
         if (_connections_move)
             _engine_restore->keep_network(_moving_links);
-        _engine_restore->reserve(_dir, _container_image, _container_config);
+        std::filesystem::create_directories(_record_dir);
+        _engine_restore->reserve(_record_dir, _container_image, _container_config);
     }
 }
 
@@ -182,8 +185,9 @@ void incoming_session::discard_images() noexcept {
     std::error_code ec;
     if (_dir.empty())
         return;
-    // The reservation record goes with the container it names (see
-    // ~incoming_session), not with the images.
+    // A work dir that is also the state dir's incoming/ (the VM testbed's)
+    // holds the reservation record too: it goes with the container it
+    // names (~incoming_session), not with the images.
     for (const auto& entry : std::filesystem::directory_iterator(_dir, ec))
         if (entry.path().extension() != ".log" &&
             entry.path().filename() != engines::reservation_file)
@@ -205,6 +209,12 @@ void incoming_session::run() {
 }
 
 void serve_incoming(daemon& d, net::stream& conn, const FerryControl__IncomingPrepare& prepare) {
+    // Once the session is gone (this is destroyed after it), only the
+    // newest sessions' logs stay on the work dir's tmpfs.
+    struct prune_logs_after {
+        const std::filesystem::path& root;
+        ~prune_logs_after() { (void)prune_kept_logs(root, kept_migration_logs); }
+    } prune{d.config().work_dir};
     incoming_session session(d, conn, prepare);
     if (auto* m = d.metrics())
         m->migration_started(daemon_metrics::role::destination);

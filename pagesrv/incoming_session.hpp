@@ -92,14 +92,19 @@ class incoming_session {
             _engine_restore->release();
         else if (_engine_restore)
             _engine_restore->remove();
+        // Empty unless the engine's record stands (a container that could
+        // not be removed): the daemon's next start removes it then.
+        std::error_code ec;
+        if (!_record_dir.empty())
+            std::filesystem::remove(_record_dir, ec);
         _d.criu_events().forget(_id);
     }
 
     void run();
     // Every page arrived and the restored tree runs on.
     [[nodiscard]] bool transferred() const noexcept { return _transferred; }
-    // Once the session is over the images are of no use; the logs stay.
-    // The reservation record too, until the session ends.
+    // Once the session is over the images are of no use; the logs stay
+    // (the newest sessions' only: kept_logs.hpp).
     void discard_images() noexcept;
 
   private:
@@ -180,7 +185,11 @@ class incoming_session {
     std::future<void> _taking_macs;
     uint64_t _mac_wait_ns = 0; // how long the gate's answer waited for it
     std::shared_ptr<spdlog::logger> _log;
+    // The session's directory on tmpfs (images, CRIU's and lazy-pages'
+    // logs, sockets), and the one on disk for the engine's reservation
+    // record, which must outlive a reboot.
     std::filesystem::path _dir;
+    std::filesystem::path _record_dir;
     lazy_child _lazy;
     std::optional<criu::service> _criu; // started at prepare, used for the restore
     pid_t _root_pid = -1;

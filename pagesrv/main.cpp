@@ -21,7 +21,15 @@ int main(int argc, char** argv) {
     CLI::App app{
         "Ferry pagesrv: serves outgoing migrations' pages and accepts incoming migrations"};
     app.add_option("--listen", listen, "address to listen on, IP:PORT")->required();
-    app.add_option("--state-dir", state_dir, "where incoming images and logs are kept")
+    app.add_option("--state-dir", state_dir,
+                   "where records that must outlive a reboot are kept (containers created for "
+                   "incoming migrations; a pool node's tier)")
+        ->capture_default_str();
+    std::string work_dir = "/dev/shm/ferry-pagesrv";
+    app.add_option("--work-dir", work_dir,
+                   "where incoming migrations' images, CRIU's restores and their logs live "
+                   "(tmpfs is best: they are written inside the downtime); the newest 32 "
+                   "migrations' logs stay")
         ->capture_default_str();
     app.add_option("--drain-timeout", drain_seconds,
                    "seconds to let committed migrations finish on SIGTERM")
@@ -89,6 +97,7 @@ int main(int argc, char** argv) {
         ferry::pagesrv::daemon_config cfg;
         cfg.listen = ferry::net::parse_endpoint(listen);
         cfg.state_dir = state_dir;
+        cfg.work_dir = work_dir;
         cfg.drain_timeout = std::chrono::seconds(drain_seconds);
         cfg.no_hw_breakpoints = no_hw_breakpoints;
         cfg.tools = ferry::host_tools::from_environment();

@@ -109,8 +109,9 @@ class podman_restore final : public engine_restore {
     podman_restore(std::string name, host_tools tools)
         : _name(std::move(name)), _tools(std::move(tools)) {}
 
-    void reserve(const fs::path& /*dir*/, const std::string& image,
+    void reserve(const fs::path& dir, const std::string& image,
                  const std::vector<uint8_t>& /*config*/) override {
+        _record_dir = dir;
         bool exists = true;
         try {
             (void)run_capture({_tools.podman, "container", "exists", _name}, query_timeout);
@@ -146,7 +147,7 @@ class podman_restore final : public engine_restore {
         _warm = true;
         // Podman creates the container now: a daemon that dies before it
         // runs removes it when it starts again.
-        _record = dir / reservation_file;
+        _record = (_record_dir.empty() ? dir : _record_dir) / reservation_file;
         std::ofstream(_record) << json{{"engine", "podman"}, {"name", _name}, {"id", _name}}.dump()
                                << "\n";
         return restore_command(tar_out);
@@ -253,6 +254,7 @@ class podman_restore final : public engine_restore {
     bool _warm = false;    // its restore runs since before the freeze
     fs::path _root;        // the warm container's mounted root
     fs::path _record;      // the reservation record, while it stands
+    fs::path _record_dir;  // where it goes (reserve()'s dir, on disk)
     // The source's links, when the container's network moves with it.
     std::optional<std::vector<netlink::link_identity>> _links;
 };

@@ -1,4 +1,4 @@
-#include "kept_logs.hpp"
+#include "sys/kept_logs.hpp"
 #include "temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -38,20 +38,20 @@ TEST_CASE("only the newest failed migrations keep their logs") {
     const auto no_log = root.path / fmt::format("{:032x}", 200);
     fs::create_directories(no_log);
 
-    CHECK(migrator::prune_kept_logs(root.path, 4) == 6);
+    CHECK(prune_kept_logs(root.path, 4) == 6);
     for (int i = 0; i < 10; i++)
         CHECK(fs::exists(root.path / fmt::format("{:032x}", i)) == (i >= 6));
     CHECK(fs::exists(running / "pages-1.img"));
     CHECK(fs::exists(other / "a.log"));
     CHECK(fs::exists(no_log));
 
-    CHECK(migrator::prune_kept_logs(root.path, 4) == 0);
+    CHECK(prune_kept_logs(root.path, 4) == 0);
 }
 
 TEST_CASE("pruning a missing or small work directory removes nothing") {
     test::temp_dir root;
-    CHECK(migrator::prune_kept_logs(root.path / "absent", 4) == 0);
+    CHECK(prune_kept_logs(root.path / "absent", 4) == 0);
     failed_migration(root.path, 1, 10);
-    CHECK(migrator::prune_kept_logs(root.path, 4) == 0);
+    CHECK(prune_kept_logs(root.path, 4) == 0);
     CHECK(fs::exists(root.path / fmt::format("{:032x}", 1)));
 }

@@ -1,13 +1,14 @@
-// A failed migration leaves CRIU's logs in its work directory (under
-// --work-dir, /dev/shm/ferry by default) for the post-mortem. /dev/shm is
-// memory, and a host that fails many migrations would keep them all: only
-// the newest ones stay.
+// A migration leaves CRIU's logs in its work directory for the post-mortem:
+// the migrator's when it fails (under its --work-dir, /dev/shm/ferry by
+// default), the destination daemon's always (under pagesrv's --work-dir).
+// Those are memory (tmpfs), and a host that runs many migrations would keep
+// them all: only the newest ones stay.
 #pragma once
 
 #include <cstddef>
 #include <filesystem>
 
-namespace ferry::migrator {
+namespace ferry {
 
 // Removes from `work_root` the directories of ended migrations that hold
 // only logs (a 32-hex-digit name, nothing but regular *.log files), all but
@@ -16,6 +17,6 @@ namespace ferry::migrator {
 // Returns how many were removed; errors leave a directory in place.
 size_t prune_kept_logs(const std::filesystem::path& work_root, size_t keep);
 
-inline constexpr size_t kept_failed_migrations = 32;
+inline constexpr size_t kept_migration_logs = 32;
 
-} // namespace ferry::migrator
+} // namespace ferry

@@ -1,10 +1,10 @@
-#include "kept_logs.hpp"
+#include "sys/kept_logs.hpp"
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-namespace ferry::migrator {
+namespace ferry {
 
 namespace fs = std::filesystem;
 
@@ -61,4 +61,4 @@ size_t prune_kept_logs(const fs::path& work_root, size_t keep) {
     return removed;
 }
 
-} // namespace ferry::migrator
+} // namespace ferry
