@@ -42,7 +42,7 @@ class SlowLogs:
                    (os.path.join(testbed_state(self.env), "b", "incoming", mid), "destination")]
         copied = 0
         for src, side in sources:
-            # Docker's images (and CRIU's log) are in a directory below.
+            # A container's images (and CRIU's log) are in a directory below.
             for top, _, files in os.walk(src):
                 for f in sorted(files):
                     path = os.path.join(top, f)
