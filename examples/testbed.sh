@@ -273,7 +273,12 @@ engine_env() {
 
 write_engine_config() {
   local h=$1 dir="$state/$1"
-  mkdir -p "$dir/podman/root" "$dir/podman/run" "$dir/docker/data" "$dir/docker/exec" "$dir/docker-cli" \
+  # As on a real host, the engines' runtime dirs (podman's runroot and
+  # tmp_dir, dockerd's exec-root: /run there) are on tmpfs, their storage on
+  # disk: a container's restore makes files in the former inside the
+  # downtime.
+  local run="$work_base/run/$h"
+  mkdir -p "$dir/podman/root" "$run/podman" "$dir/docker/data" "$run/docker-exec" "$dir/docker-cli" \
     "$dir/cni/net.d" "$dir/cni/ipam"
   # runc: crun fails on this machine's cgroup setup. By default no network:
   # the testbed's hosts reach each other through their own namespace, and
@@ -290,7 +295,7 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 events_logfile_path = "$dir/podman/events.log"
 static_dir = "$dir/podman/root/libpod"
-tmp_dir = "$dir/podman/run/libpod"
+tmp_dir = "$run/podman/libpod"
 volume_path = "$dir/podman/root/volumes"
 network_backend = "cni"
 [network]
@@ -321,12 +326,12 @@ EOF
 [storage]
 driver = "overlay"
 graphroot = "$dir/podman/root"
-runroot = "$dir/podman/run"
+runroot = "$run/podman"
 EOF
   cat >"$dir/docker/daemon.json" <<EOF
 {"experimental": true, "iptables": false, "ip-forward": false, "ip-masq": false,
  "bridge": "none", "storage-driver": "${FERRY_DOCKER_STORAGE:-overlay2}",
- "data-root": "$dir/docker/data", "exec-root": "$dir/docker/exec",
+ "data-root": "$dir/docker/data", "exec-root": "$run/docker-exec",
  "pidfile": "$dir/docker/dockerd.pid", "hosts": ["unix://$dir/docker/docker.sock"],
  "runtimes": {"ferry-runc": {"path": "$build/engines/ferry-runc"}}, "default-runtime": "ferry-runc",
  "default-ulimits": {"nofile": {"Name": "nofile", "Hard": 1024, "Soft": 1024},
@@ -376,8 +381,9 @@ stop_engines() {
     for i in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
   fi
-  # Podman's overlay mounts and dockerd's leftovers under the host's state.
-  { grep -o " $dir/[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  # Podman's overlay mounts and dockerd's leftovers under the host's state
+  # and its runtime dirs.
+  { grep -oE " ($dir|$work_base/run/$h)/[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }
 
 up() {
