@@ -1,4 +1,3 @@
-#include "sys/kept_logs.hpp"
 #include "migration.hpp"
 
 #include "core/checksum.hpp"
@@ -12,6 +11,7 @@
 #include "criu/workload_release.hpp"
 #include "pool/pool_client.hpp"
 #include "sys/hw_breakpoints.hpp"
+#include "sys/kept_logs.hpp"
 #include "sys/proc.hpp"
 
 #include <fcntl.h>

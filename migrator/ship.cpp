@@ -6,7 +6,6 @@
 #include "core/fault_inject.hpp"
 #include "core/log.hpp"
 #include "criu/cgroup_yard.hpp"
-#include "sys/private_dir.hpp"
 #include "criu/criu_config.hpp"
 #include "criu/criu_features.hpp"
 #include "criu/criu_image.hpp"
@@ -16,6 +15,7 @@
 #include "pool/pool_client.hpp"
 #include "sys/hw_breakpoints.hpp"
 #include "sys/proc.hpp"
+#include "sys/private_dir.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -12,7 +12,8 @@ void make_private_dir(const std::filesystem::path& dir) {
     std::error_code ec;
     if (dir.has_parent_path())
         std::filesystem::create_directories(dir.parent_path(), ec); // checked below, via dir
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    const bool made = ::mkdir(dir.c_str(), 0700) == 0;
+    if (!made && errno != EEXIST)
         throw sys_error("mkdir " + dir.string());
     struct stat st {};
     if (::lstat(dir.c_str(), &st) != 0)
@@ -25,8 +26,12 @@ void make_private_dir(const std::filesystem::path& dir) {
         throw error(fmt::format("{} belongs to uid {}, not to this user ({}): refusing to keep "
                                 "images there",
                                 dir.string(), st.st_uid, ::geteuid()));
-    if ((st.st_mode & 07777) != 0700 && ::chmod(dir.c_str(), 0700) != 0)
-        throw sys_error("chmod 0700 " + dir.string());
+    // A directory that was there is never changed: --work-dir /tmp must
+    // not close /tmp to everyone else.
+    if (!made && (st.st_mode & (S_IWGRP | S_IWOTH)))
+        throw error(fmt::format("{} is writable by other users: give Ferry a directory of its "
+                                "own",
+                                dir.string()));
 }
 
 } // namespace ferry

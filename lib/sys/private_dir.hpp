@@ -8,9 +8,10 @@
 
 namespace ferry {
 
-// Creates `dir` (and its parents) if it is missing, then checks that it is
-// a directory, not a symlink, owned by this user and written by nobody
-// else, and makes it 0700. Throws ferry::error saying what is wrong.
+// Creates `dir` 0700 (and its parents) if it is missing; otherwise checks
+// that it is a directory, not a symlink, owned by this user and writable
+// by nobody else (it is left as it is). Throws ferry::error saying what is
+// wrong.
 void make_private_dir(const std::filesystem::path& dir);
 
 } // namespace ferry

@@ -36,13 +36,18 @@ TEST_CASE("a missing work dir is made, with its parents, and only its owner may 
     CHECK(mode_of(dir) == 0700);
 }
 
-TEST_CASE("a work dir of ours that others could write is closed", "[private_dir]") {
+TEST_CASE("a directory that was there is taken as it is, unless others can write it",
+          "[private_dir]") {
     test::temp_dir root;
     const auto dir = root.path / "ferry";
     fs::create_directory(dir);
+    REQUIRE(::chmod(dir.c_str(), 0755) == 0);
+    make_private_dir(dir); // an older Ferry's /dev/shm/ferry
+    CHECK(mode_of(dir) == 0755);
+    // Like /tmp or /dev/shm itself: refused, and not changed.
     REQUIRE(::chmod(dir.c_str(), 01777) == 0);
-    make_private_dir(dir);
-    CHECK(mode_of(dir) == 0700);
+    CHECK_THROWS_WITH(make_private_dir(dir), Catch::Contains("writable by other users"));
+    CHECK(mode_of(dir) == 01777);
 }
 
 TEST_CASE("a name someone else made first is refused", "[private_dir]") {
@@ -64,7 +69,7 @@ TEST_CASE("a name someone else made first is refused", "[private_dir]") {
         const auto dir = root.path / "ferry";
         fs::create_directory(dir);
         REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
+        REQUIRE(::chmod(dir.c_str(), 0700) == 0);
         CHECK_THROWS_WITH(make_private_dir(dir), Catch::Contains("belongs to uid 65534"));
-        CHECK(mode_of(dir) != 0700); // left as it was
     }
 }
