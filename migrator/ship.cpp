@@ -14,8 +14,8 @@
 #include "criu/workload_release.hpp"
 #include "pool/pool_client.hpp"
 #include "sys/hw_breakpoints.hpp"
-#include "sys/proc.hpp"
 #include "sys/private_dir.hpp"
+#include "sys/proc.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -56,8 +56,7 @@ TEST_CASE("a name someone else made first is refused", "[private_dir]") {
         const auto elsewhere = root.path / "elsewhere";
         fs::create_directory(elsewhere);
         fs::create_directory_symlink(elsewhere, root.path / "ferry");
-        CHECK_THROWS_WITH(make_private_dir(root.path / "ferry"),
-                          Catch::Contains("is a symlink"));
+        CHECK_THROWS_WITH(make_private_dir(root.path / "ferry"), Catch::Contains("is a symlink"));
     }
     SECTION("a file") {
         std::ofstream(root.path / "ferry") << "x";
@@ -65,11 +64,12 @@ TEST_CASE("a name someone else made first is refused", "[private_dir]") {
                           Catch::Contains("not a directory"));
     }
     // Only root can give a directory to another user (CI runs as root).
-    if (::geteuid() == 0) SECTION("another user's directory") {
-        const auto dir = root.path / "ferry";
-        fs::create_directory(dir);
-        REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
-        REQUIRE(::chmod(dir.c_str(), 0700) == 0);
-        CHECK_THROWS_WITH(make_private_dir(dir), Catch::Contains("belongs to uid 65534"));
-    }
+    if (::geteuid() == 0)
+        SECTION("another user's directory") {
+            const auto dir = root.path / "ferry";
+            fs::create_directory(dir);
+            REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
+            REQUIRE(::chmod(dir.c_str(), 0700) == 0);
+            CHECK_THROWS_WITH(make_private_dir(dir), Catch::Contains("belongs to uid 65534"));
+        }
 }
