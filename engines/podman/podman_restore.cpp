@@ -147,7 +147,7 @@ class podman_restore final : public engine_restore {
         _warm = true;
         // Podman creates the container now: a daemon that dies before it
         // runs removes it when it starts again.
-        _record = (_record_dir.empty() ? dir : _record_dir) / reservation_file;
+        _record = _record_dir / reservation_file; // reserve() came first
         std::ofstream(_record) << json{{"engine", "podman"}, {"name", _name}, {"id", _name}}.dump()
                                << "\n";
         return restore_command(tar_out);

@@ -9,15 +9,10 @@ size stay, under OUT/slow-runs/<migration id>."""
 import os
 import shutil
 
-from benchlib import ENV
+from benchlib import ENV, TESTBED, sh
 
-# The source's work root (migrator migrate --work-dir's default) and the
-# testbed's state directory (examples/testbed.sh).
+# The source's work root (migrator migrate --work-dir's default).
 SOURCE_WORK_ROOT = "/dev/shm/ferry"
-
-
-def testbed_state(env=ENV):
-    return os.path.join(env.get("FERRY_TESTBED_DIR", "/tmp/ferry-testbed"), env.get("FERRY_TESTBED", "ferry"))
 
 
 class SlowLogs:
@@ -38,8 +33,9 @@ class SlowLogs:
         if not self.on or not mid:
             return None
         dest = os.path.join(self.root, mid)
+        b_dir = sh(TESTBED, "dir", "b", env=self.env).stdout.strip()
         sources = [(os.path.join(SOURCE_WORK_ROOT, mid), "source"),
-                   (os.path.join(testbed_state(self.env), "b", "incoming", mid), "destination")]
+                   (os.path.join(b_dir, "incoming", mid), "destination")]
         copied = 0
         for src, side in sources:
             # A container's images (and CRIU's log) are in a directory below.

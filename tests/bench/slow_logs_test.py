@@ -45,7 +45,7 @@ class GatherAndPrune(unittest.TestCase):
         t = self.tmp.name
         self.saved_root = slow_logs.SOURCE_WORK_ROOT
         slow_logs.SOURCE_WORK_ROOT = os.path.join(t, "shm")
-        self.env = {"FERRY_TESTBED_DIR": os.path.join(t, "testbed"), "FERRY_TESTBED": "fbench"}
+        self.env = dict(os.environ, FERRY_TESTBED_DIR=os.path.join(t, "testbed"), FERRY_TESTBED="fbench")
         self.out = os.path.join(t, "out")
 
     def tearDown(self):

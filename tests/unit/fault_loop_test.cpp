@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <random>
 #include <thread>
+#include <tuple>
 
 using namespace ferry;
 using ferry::lazy::fault_loop;
@@ -108,15 +109,17 @@ fault_loop make_loop(const test::fake_source& src, loop_config cfg = {}) {
     return fault_loop(cfg, std::move(fault_ch), std::move(bg_chs));
 }
 
+// Both ends of a unix stream socket pair.
+std::pair<unique_fd, unique_fd> stream_pair() {
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    return {unique_fd(sv[0]), unique_fd(sv[1])};
+}
+
 // "restore finished" over a socket pair, as CRIU sends it.
 struct fake_restore {
     unique_fd criu_end, daemon_end;
-    fake_restore() {
-        int sv[2];
-        REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-        criu_end.reset(sv[0]);
-        daemon_end.reset(sv[1]);
-    }
+    fake_restore() { std::tie(criu_end, daemon_end) = stream_pair(); }
     void finished() {
         const uint32_t magic = 0x52535446;
         REQUIRE(::write(criu_end.get(), &magic, 4) == 4);
@@ -127,12 +130,7 @@ struct fake_restore {
 // the daemon says it when CRIU reaches post-restore.
 struct fake_daemon {
     unique_fd daemon_end, lazy_end;
-    fake_daemon() {
-        int sv[2];
-        REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-        daemon_end.reset(sv[0]);
-        lazy_end.reset(sv[1]);
-    }
+    fake_daemon() { std::tie(daemon_end, lazy_end) = stream_pair(); }
     void areas_ready() {
         FerryControl__LazyAreasReady ready = FERRY_CONTROL__LAZY_AREAS_READY__INIT;
         control::send_message(daemon_end.get(), ready, net::after(std::chrono::seconds(1)));
