@@ -6,7 +6,9 @@
 #      label, writable-layer changes) arrives on b with its name, config, files and memory; the
 #      source container is gone, its /dev/shm files came along; logs/stop/rm
 #      work on the copy, and its /dev and empty tmpfs mounts are the same
-#      (CRIU archived them without tar); CRIU locked
+#      (CRIU archived them without tar, and read /dev through a clone of
+#      that one mount); CRIU dumped its UTS, IPC and network namespaces in
+#      its own process and restored its hostname without a worker; CRIU locked
 #      its network with nftables (where CRIU can), and the lock is gone on b;
 #      the restore started warm (before the freeze); CRIU ran its action
 #      script only where Ferry acts (criu-patches/0013); CRIU used the
@@ -75,7 +77,11 @@ state() {
   local s
   s=$(ctr "$1" inspect "$2" --format '{{.State.Status}}' 2>/dev/null) && echo "$s" || echo absent
 }
-migrate() { on a migrator migrate --engine "$engine" --container "$1" --to "$(addr b)" --json; }
+migrate() {
+  local name=$1
+  shift
+  on a migrator migrate --engine "$engine" --container "$name" --to "$(addr b)" --json "$@"
+}
 
 # listening HOST NAME: the container has a TCP socket listening on 7777.
 listening() {
@@ -96,7 +102,8 @@ dev_tmpfs() {
   ctr "$1" exec "$2" sh -c "stat -c '%n %f %u %g %Y' /dev && find /dev -xdev -mindepth 1 ! -type d -exec stat -c '%n %f %u %g %t %T %Y %N' {} + | sort"
 }
 dev_before=$(dev_tmpfs a m1) || fail "cannot list m1's /dev"
-migrate m1 >"$work/m1.json" 2>"$work/m1.err" || fail "migration failed: $(cat "$work/m1.json" "$work/m1.err")"
+# --keep-images: CRIU's dump.log stays in the source's work dir.
+migrate m1 --keep-images >"$work/m1.json" 2>"$work/m1.err" || fail "migration failed: $(cat "$work/m1.json" "$work/m1.err")"
 [ "$(json "$work/m1.json" ok)" = true ] || fail "not ok"
 [ "$(json "$work/m1.json" source_container_removed)" = true ] || fail "source container not removed"
 [ "$(state a m1)" = absent ] || fail "m1 still exists on a: $(state a m1)"
@@ -143,6 +150,21 @@ for how in socket rpc; do
 done
 steps=$(criu_callouts "$m1_restore_log" script)
 [ -z "$steps" ] || fail "CRIU still ran an action script at: $steps"
+# CRIU dumped the container's UTS, IPC and network namespaces in its own
+# process (criu-patches/0019), read /dev, which has mounts on it, through a
+# clone of that one mount (0020), and restored the hostname without a
+# worker (0018). The /dev comparison below checks what it read.
+m1_dump_log=/dev/shm/ferry/$m1_id/images/dump.log
+[ -f "$m1_dump_log" ] || fail "--keep-images kept no dump.log at $m1_dump_log"
+for ns in uts ipc net; do
+  grep -q "Dumped $ns namespace [0-9]* in CRIU's process" "$m1_dump_log" ||
+    fail "CRIU did not dump m1's $ns namespace in its own process"
+done
+grep -q "cloned [0-9]*:./dev alone" "$m1_dump_log" ||
+  fail "CRIU did not read /dev through a clone: $(grep -n 'dev(' "$m1_dump_log" | head -n 5)"
+grep -q "Writing UTS sysctls without a worker" "$m1_restore_log" ||
+  fail "CRIU's restore wrote the UTS sysctls through a worker"
+rm -rf "/dev/shm/ferry/$m1_id"
 dev_after=$(dev_tmpfs b m1) || fail "cannot list m1's /dev on b"
 [ "$dev_after" = "$dev_before" ] || fail "/dev changed: $(diff <(echo "$dev_before") <(echo "$dev_after"))"
 # CRIU took the host's cgroup mounts as its yard where their layout allows

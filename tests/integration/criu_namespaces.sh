@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# CRIU's dump and restore of UTS and IPC namespaces (examples/criu-patches/
+# 0018 and 0019), on the real CRIU: a 64 MiB memload in its own PID, UTS,
+# IPC and network namespaces, whose hostname, domainname, an IPC sysctl, a
+# SysV shared memory segment and a message queue were changed after it
+# started, is dumped (the tree stops) and restored.
+#  1. CRIU dumped the UTS, IPC and network namespaces in its own process,
+#     not in a forked child each (0019).
+#  2. The restore wrote the UTS sysctls from the namespace's restorer, with
+#     no worker (0018).
+#  3. The restored tree has the hostname, domainname, msgmax, segment (with
+#     its bytes) and queue (with its message) it had; its memory verifies.
+# The copies of /dev and /sys/fs/cgroup a container's dump reads through a
+# clone of one mount (0020) are checked by containers.sh.
+# Nothing here needs the testbed: CRIU runs on this machine directly.
+source "$(dirname "$0")/lib.sh"
+
+out="$work/memload.out"
+setsid unshare --pid --uts --ipc --net --fork "$FERRY_BUILD/examples/memload" --mib 64 --child-mib 0 --threads 1 \
+  </dev/null >>"$out" 2>&1 &
+launcher=$!
+local_pids+=("$launcher")
+wait_for "$out" "ready parent" 60
+read -r pid _ <"/proc/$launcher/task/$launcher/children" || true
+[ -n "$pid" ] || fail "cannot find the workload's pid"
+local_pids+=("$pid")
+
+in_ns() { nsenter -t "$pid" -u -i "$@"; }
+# The namespace's state, as a line per item: what must come back.
+ns_state() {
+  in_ns python3 - <<'PY'
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("hostname", os.uname().nodename)
+print("domainname", open("/proc/sys/kernel/domainname").read().strip())
+print("msgmax", open("/proc/sys/kernel/msgmax").read().strip())
+shm = open("/proc/sysvipc/shm").read().split("\n")[1:]
+print("shm", [" ".join(l.split()[:4]) for l in shm if l.strip()])
+libc.shmat.restype = ctypes.c_void_p
+shmid = libc.shmget(0x46455259, 4096, 0)
+assert shmid >= 0, "no segment"
+addr = libc.shmat(shmid, None, 0o10000)  # SHM_RDONLY
+print("shm bytes", ctypes.string_at(addr, 16))
+libc.shmdt(ctypes.c_void_p(addr))
+msg = open("/proc/sysvipc/msg").read().split("\n")[1:]
+print("msg", [" ".join(l.split()[:5]) for l in msg if l.strip()])
+PY
+}
+# Changed after the start, so only CRIU can bring them back.
+in_ns sh -c 'echo ferry-uts-test > /proc/sys/kernel/hostname &&
+  echo ferry.domain > /proc/sys/kernel/domainname && echo 12345 > /proc/sys/kernel/msgmax' ||
+  fail "cannot change the namespaces"
+in_ns python3 - <<'PY' || fail "cannot make the SysV objects"
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+shmid = libc.shmget(0x46455259, 4096, 0o1600)  # IPC_CREAT | 0600
+assert shmid >= 0, ctypes.get_errno()
+addr = libc.shmat(shmid, None, 0)
+ctypes.memmove(addr, b"ferry-shm-bytes!", 16)
+libc.shmdt(ctypes.c_void_p(addr))
+qid = libc.msgget(0x46455260, 0o1600)
+assert qid >= 0, ctypes.get_errno()
+class Msg(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 8)]
+m = Msg(7, b"ferrymsg")
+assert libc.msgsnd(qid, ctypes.byref(m), 8, 0) == 0, ctypes.get_errno()
+PY
+before=$(ns_state) || fail "cannot read the namespaces' state"
+case "$before" in *ferry-uts-test*ferry.domain*12345*ferry-shm-bytes*) ;; *) fail "unexpected state: $before" ;; esac
+
+dir="$work/images"
+mkdir -p "$dir"
+timeout -s KILL 60 criu dump -t "$pid" -D "$dir" --shell-job -o dump.log -v4 >/dev/null 2>&1 ||
+  fail "the dump failed: $(grep -E 'Error' "$dir/dump.log" | head -n 5)"
+gone "$pid" || fail "the dumped tree still runs"
+
+log "1. the namespaces were dumped in CRIU's process"
+for ns in uts ipc net; do
+  grep -q "Dumped $ns namespace [0-9]* in CRIU's process" "$dir/dump.log" ||
+    fail "CRIU did not dump the $ns namespace in its own process: $(grep -n 'namespace' "$dir/dump.log" | head)"
+done
+grep -q "Namespaces dump complete" "$dir/dump.log" || fail "the namespaces' dump did not complete"
+
+log "2. the restore wrote the UTS sysctls without a worker"
+# --restore-detached: CRIU leaves the tree running and exits. The tree's
+# session leader (the launcher) is outside it: --shell-job, both ways.
+timeout -s KILL 60 criu restore -D "$dir" --shell-job -o restore.log -v4 --restore-detached --pidfile "$dir/pid" \
+  >/dev/null 2>&1 || fail "the restore failed: $(grep -E 'Error' "$dir/restore.log" | head -n 5)"
+pid=$(cat "$dir/pid")
+local_pids+=("$pid")
+running "$pid" || fail "the restored tree does not run"
+grep -q "Writing UTS sysctls without a worker" "$dir/restore.log" ||
+  fail "the UTS sysctls went through a worker: $(grep -n 'hostname\|UTS' "$dir/restore.log" | head)"
+
+log "3. the restored namespaces are as they were"
+after=$(ns_state) || fail "cannot read the restored namespaces' state"
+[ "$after" = "$before" ] || fail "the namespaces changed: $(diff <(echo "$before") <(echo "$after"))"
+mark=$(lines "$out")
+kill -USR1 "$pid"
+wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
+log "PASS ($(echo "$after" | tr '\n' ';'))"
