@@ -16,14 +16,7 @@
 source "$(dirname "$0")/lib.sh"
 
 out="$work/memload.out"
-setsid unshare --pid --uts --ipc --net --fork "$FERRY_BUILD/examples/memload" --mib 64 --child-mib 0 --threads 1 \
-  </dev/null >>"$out" 2>&1 &
-launcher=$!
-local_pids+=("$launcher")
-wait_for "$out" "ready parent" 60
-read -r pid _ <"/proc/$launcher/task/$launcher/children" || true
-[ -n "$pid" ] || fail "cannot find the workload's pid"
-local_pids+=("$pid")
+start_local "$out" --uts --ipc --net
 
 in_ns() { nsenter -t "$pid" -u -i "$@"; }
 # The namespace's state, as a line per item: what must come back.

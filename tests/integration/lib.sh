@@ -100,17 +100,17 @@ start_workload() {
   echo "$pid"
 }
 
-# start_local OUT [--net] [memload options]: a 64 MiB memload on this
-# machine (no testbed), the init of its own PID namespace (and network
-# namespace, with --net); sets pid once it is ready. (Not a command
-# substitution: its pids must reach local_pids.)
+# start_local OUT [--net] [--uts] [--ipc] [memload options]: a 64 MiB
+# memload on this machine (no testbed), the init of its own PID namespace
+# (and of the network, UTS and IPC namespaces named); sets pid once it is
+# ready. (Not a command substitution: its pids must reach local_pids.)
 start_local() {
   local out=$1 launcher ns=(--pid)
   shift
-  if [ "${1:-}" = --net ]; then
-    ns+=(--net)
+  while [[ "${1:-}" =~ ^--(net|uts|ipc)$ ]]; do
+    ns+=("$1")
     shift
-  fi
+  done
   pid=""
   setsid unshare "${ns[@]}" --fork "$FERRY_BUILD/examples/memload" --mib 64 --child-mib 0 --threads 1 "$@" \
     </dev/null >>"$out" 2>&1 &
