@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# CRIU's dump of a tree's cgroups (examples/criu-patches/0021), on the real
+# CRIU: a 64 MiB memload in its own PID namespace is moved into a cgroup of
+# its own in every hierarchy this machine mounts under /sys/fs/cgroup, with
+# properties set there and an empty nested cgroup below it, then dumped (the
+# tree stops). Its cgroups are removed, and the restore (CRIU's default
+# soft mode, as runc's) must make them again.
+#  1. CRIU walked the cgroup directories without ftw() and found the empty
+#     nested cgroup, and read the properties set (0021).
+#  2. The restored tree is in its cgroups again, which have the properties
+#     they had, and the empty nested cgroup is back with its own; the tree's
+#     memory verifies. No thread had a cgroup of its own, so CRIU forked no
+#     cgroupd (0022).
+#  3. (cgroup v1: a thread may live apart from its process.) One thread is
+#     moved into the nested cgroup and the tree is dumped and restored
+#     again: CRIU starts its cgroupd, and that thread, only it, is back in
+#     the nested cgroup.
+# Nothing here needs the testbed: CRIU runs on this machine directly.
+source "$(dirname "$0")/lib.sh"
+
+out="$work/memload.out"
+start_local "$out"
+
+name="ferry-cgtest-$$"
+# Every hierarchy mounted as /sys/fs/cgroup/X (a cgroup v1 or hybrid host),
+# or /sys/fs/cgroup itself (a cgroup v2 host).
+hierarchies=()
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+  hierarchies=(/sys/fs/cgroup)
+  v2_only=yes
+else
+  for h in /sys/fs/cgroup/*; do
+    case "$(stat -fc %T "$h" 2>/dev/null)" in cgroup2fs | cgroupfs) hierarchies+=("$h") ;; esac
+  done
+  v2_only=no
+fi
+[ ${#hierarchies[@]} -gt 0 ] || fail "no cgroup hierarchy under /sys/fs/cgroup"
+
+test_cleanup() {
+  local p h d
+  for p in "${local_pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${local_pids[@]}"; do wait_gone "$p" 5 || true; done
+  for h in "${hierarchies[@]}"; do
+    for d in task/empty/inner task/empty task ""; do
+      [ -d "$h/$name/$d" ] && rmdir "$h/$name/$d" 2>/dev/null || true
+    done
+  done
+}
+
+# The tree goes into $name/task everywhere; $name/task/empty/inner holds no
+# task, so only a walk of task's directories finds it.
+pids_h="" cpu_h=""
+for h in "${hierarchies[@]}"; do
+  mkdir -p "$h/$name/task/empty/inner"
+  if [ -f "$h/cpuset.cpus" ]; then # v1 cpuset: a new cgroup takes no task until it has CPUs and nodes
+    for d in "$name" "$name/task"; do
+      cat "$(dirname "$h/$d")/cpuset.cpus" >"$h/$d/cpuset.cpus"
+      cat "$(dirname "$h/$d")/cpuset.mems" >"$h/$d/cpuset.mems"
+    done
+  fi
+  echo "$pid" >"$h/$name/task/cgroup.procs" || fail "cannot move the tree into $h/$name/task"
+  [ -f "$h/pids.max" ] || [ -f "$h/$name/task/pids.max" ] && pids_h=$h
+  [ -f "$h/$name/task/cpu.shares" ] && cpu_h=$h
+done
+if [ "$v2_only" = yes ]; then
+  # A cgroup holding tasks enables no controller below it (v2): only the
+  # tree's own cgroup gets properties here.
+  echo "+pids" >"/sys/fs/cgroup/$name/cgroup.subtree_control" 2>/dev/null || true
+  [ -f "/sys/fs/cgroup/$name/task/pids.max" ] && pids_h=/sys/fs/cgroup || pids_h=""
+fi
+[ -n "$pids_h" ] || fail "no pids controller to set a property in"
+echo 777 >"$pids_h/$name/task/pids.max"
+[ "$v2_only" = yes ] || echo 33 >"$pids_h/$name/task/empty/inner/pids.max"
+[ -z "$cpu_h" ] || echo 512 >"$cpu_h/$name/task/cpu.shares"
+grep -q "$name/task" "/proc/$pid/cgroup" || fail "the tree is not in its cgroups: $(cat "/proc/$pid/cgroup")"
+
+dir="$work/images"
+mkdir -p "$dir"
+timeout -s KILL 60 criu dump -t "$pid" -D "$dir" --shell-job -o dump.log -v4 >/dev/null 2>&1 ||
+  fail "the dump failed: $(grep -E 'Error' "$dir/dump.log" | head -n 5)"
+wait_gone "$pid" 5 || fail "the dumped tree still runs"
+
+log "1. CRIU walked the cgroup directories and read the properties"
+grep -q "cg: walking the directories of .*/$name/task" "$dir/dump.log" ||
+  fail "CRIU did not walk the cgroup directories the new way: $(grep -n 'cg: adding' "$dir/dump.log" | head -n 3)"
+grep -q "cg: adding cgroup .*/$name/task/empty/inner" "$dir/dump.log" ||
+  fail "the empty nested cgroup was not found: $(grep -n 'cg: adding' "$dir/dump.log" | head)"
+grep -q "cg: Dumping value 777 from .*/$name/task/pids.max" "$dir/dump.log" ||
+  fail "pids.max was not read: $(grep -n 'pids.max' "$dir/dump.log" | head -n 3)"
+[ -z "$cpu_h" ] || grep -q "cg: Dumping value 512 from .*/$name/task/cpu.shares" "$dir/dump.log" ||
+  fail "cpu.shares was not read: $(grep -n 'cpu.shares' "$dir/dump.log" | head -n 3)"
+
+# Gone, so the restore must make them from the images.
+for h in "${hierarchies[@]}"; do
+  rmdir "$h/$name/task/empty/inner" "$h/$name/task/empty" "$h/$name/task" ||
+    fail "cannot remove $h/$name/task"
+done
+
+log "2. the restore made the cgroups again, with their properties"
+timeout -s KILL 60 criu restore -D "$dir" --shell-job -o restore.log -v4 --restore-detached --pidfile "$dir/pid" \
+  >/dev/null 2>&1 || fail "the restore failed: $(grep -E 'Error' "$dir/restore.log" | head -n 5)"
+pid=$(cat "$dir/pid")
+local_pids+=("$pid")
+running "$pid" || fail "the restored tree does not run"
+for h in "${hierarchies[@]}"; do
+  grep -qx "$pid" "$h/$name/task/cgroup.procs" || fail "the restored tree is not in $h/$name/task"
+  [ -d "$h/$name/task/empty/inner" ] || fail "$h/$name/task/empty/inner was not made again"
+done
+got=$(cat "$pids_h/$name/task/pids.max")
+[ "$got" = 777 ] || fail "pids.max is $got, not 777"
+if [ "$v2_only" = no ]; then
+  got=$(cat "$pids_h/$name/task/empty/inner/pids.max")
+  [ "$got" = 33 ] || fail "the nested cgroup's pids.max is $got, not 33"
+fi
+if [ -n "$cpu_h" ]; then
+  got=$(cat "$cpu_h/$name/task/cpu.shares")
+  [ "$got" = 512 ] || fail "cpu.shares is $got, not 512"
+fi
+grep -q "No thread has a cgroup set of its own: no cgroupd" "$dir/restore.log" ||
+  fail "CRIU started a cgroupd nobody needed: $(grep -n 'cgroud\|cgroupd' "$dir/restore.log" | head -n 3)"
+grep -q "cgroud: Daemon started" "$dir/restore.log" && fail "a cgroupd started anyway"
+mark=$(lines "$out")
+kill -USR1 "$pid"
+wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
+
+if [ "$v2_only" = yes ]; then
+  log "PASS (cgroup v2: ${#hierarchies[@]} hierarchy; pids.max, nested cgroup restored; no thread apart, so step 3 is v1 only)"
+  exit 0
+fi
+
+log "3. a thread in a cgroup apart from its process comes back there"
+tid=$(ls "/proc/$pid/task" | grep -vx "$pid" | head -n 1)
+[ -n "$tid" ] || fail "the workload has no second thread"
+echo "$tid" >"$pids_h/$name/task/empty/inner/tasks" || fail "cannot move thread $tid"
+dir2="$work/images2"
+mkdir -p "$dir2"
+timeout -s KILL 60 criu dump -t "$pid" -D "$dir2" --shell-job -o dump.log -v4 >/dev/null 2>&1 ||
+  fail "the second dump failed: $(grep -E 'Error' "$dir2/dump.log" | head -n 5)"
+wait_gone "$pid" 5 || fail "the dumped tree still runs"
+timeout -s KILL 60 criu restore -D "$dir2" --shell-job -o restore.log -v4 --restore-detached --pidfile "$dir2/pid" \
+  >/dev/null 2>&1 || fail "the second restore failed: $(grep -E 'Error' "$dir2/restore.log" | head -n 5)"
+pid=$(cat "$dir2/pid")
+local_pids+=("$pid")
+running "$pid" || fail "the tree restored again does not run"
+grep -q "cgroud: Daemon started" "$dir2/restore.log" ||
+  fail "CRIU did not start its cgroupd for the thread apart: $(grep -n 'cgroup set\|cgroud' "$dir2/restore.log" | head -n 3)"
+inner=$(cat "$pids_h/$name/task/empty/inner/tasks")
+others=$(cat "$pids_h/$name/task/tasks")
+[ "$(echo "$inner" | wc -w)" = 1 ] || fail "the nested cgroup holds [$inner], not one thread"
+[ "$inner" != "$pid" ] || fail "the process's main thread went into the nested cgroup"
+echo "$others" | grep -qx "$pid" || fail "the main thread is not in $name/task: [$others]"
+mark=$(lines "$out")
+kill -USR1 "$pid"
+wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
+log "PASS (${#hierarchies[@]} hierarchies; pids.max, nested cgroup${cpu_h:+, cpu.shares} restored; no cgroupd until a thread lived apart)"
