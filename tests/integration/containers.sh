@@ -8,7 +8,9 @@
 #      work on the copy, and its /dev and empty tmpfs mounts are the same
 #      (CRIU archived them without tar, and read /dev through a clone of
 #      that one mount); CRIU dumped its UTS, IPC and network namespaces in
-#      its own process and restored its hostname without a worker; CRIU locked
+#      its own process and restored its hostname without a worker, walked
+#      its cgroup directories without ftw() and forked no cgroupd for its
+#      restore (its threads share their cgroups); CRIU locked
 #      its network with nftables (where CRIU can), and the lock is gone on b;
 #      the restore started warm (before the freeze); CRIU ran its action
 #      script only where Ferry acts (criu-patches/0013); CRIU used the
@@ -164,6 +166,10 @@ grep -q "cloned [0-9]*:./dev alone" "$m1_dump_log" ||
   fail "CRIU did not read /dev through a clone: $(grep -n 'dev(' "$m1_dump_log" | head -n 5)"
 grep -q "Writing UTS sysctls without a worker" "$m1_restore_log" ||
   fail "CRIU's restore wrote the UTS sysctls through a worker"
+grep -q "cg: walking the directories of" "$m1_dump_log" ||
+  fail "CRIU did not walk m1's cgroup directories the 0021 way"
+grep -q "No thread has a cgroup set of its own: no cgroupd" "$m1_restore_log" ||
+  fail "CRIU's restore forked a cgroupd for m1, whose threads share their cgroups"
 rm -rf "/dev/shm/ferry/$m1_id"
 dev_after=$(dev_tmpfs b m1) || fail "cannot list m1's /dev on b"
 [ "$dev_after" = "$dev_before" ] || fail "/dev changed: $(diff <(echo "$dev_before") <(echo "$dev_after"))"
