@@ -13,8 +13,12 @@
 #     cgroupd (0022).
 #  3. (cgroup v1: a thread may live apart from its process.) One thread is
 #     moved into the nested cgroup and the tree is dumped and restored
-#     again: CRIU starts its cgroupd, and that thread, only it, is back in
-#     the nested cgroup.
+#     again, with CRIU mounting the hierarchies itself: CRIU starts its
+#     cgroupd, and that thread, only it, is back in the nested cgroup.
+# Steps 1-2 give CRIU this machine's hierarchies as its yard, as Ferry does
+# for a container; where CRIU mounts cgroup2 itself (step 3, or every step
+# on a cgroup v2 host) the hierarchy's flags, favordynmods set by the test
+# among them, must be the same afterwards (0024).
 # Nothing here needs the testbed: CRIU runs on this machine directly.
 source "$(dirname "$0")/lib.sh"
 
@@ -35,9 +39,38 @@ else
   v2_only=no
 fi
 [ ${#hierarchies[@]} -gt 0 ] || fail "no cgroup hierarchy under /sys/fs/cgroup"
-
+# Steps 1 and 2 run CRIU as Ferry does for a container: this machine's
+# hierarchies are its yard where they are all there by CRIU's names
+# (criu/cgroup_yard.hpp). Step 3 lets CRIU mount its own, as a plain `criu`
+# does. A cgroup2 mount applies its flags to the one hierarchy, host-wide:
+# CRIU must mount it with the flags it has (0024), or nsdelegate,
+# favordynmods and the like are gone for every cgroup. The test sets
+# favordynmods (if the kernel has it) to see that, and puts the flags back.
+yard=()
+[ "$v2_only" = yes ] || yard=(--cgroup-yard /sys/fs/cgroup)
+# mountinfo: the file system type and super options follow the "-".
+v2_mount=$(awk '{for (i = 7; i <= NF; i++) if ($i == "-") break} $(i + 1) == "cgroup2" {print $5; exit}' /proc/self/mountinfo)
+v2_flags() {
+  awk -v m="$v2_mount" '{for (i = 7; i <= NF; i++) if ($i == "-") break}
+    $5 == m && $(i + 1) == "cgroup2" {
+      n = split($(i + 3), o, ",")
+      for (j = 1; j <= n; j++) if (o[j] ~ /^(nsdelegate|favordynmods|memory_[a-z_]+|pids_localevents)$/) printf "%s%s", (k++ ? "," : ""), o[j]
+      exit
+    }' /proc/self/mountinfo
+}
+orig_flags="" want_flags=""
+if [ -n "$v2_mount" ]; then
+  orig_flags=$(v2_flags)
+  case ",$orig_flags," in
+  *,favordynmods,*) want_flags=$orig_flags ;;
+  *) mount -o "remount${orig_flags:+,$orig_flags},favordynmods" "$v2_mount" 2>/dev/null && want_flags=$(v2_flags) ;;
+  esac
+fi
 test_cleanup() {
   local p h d
+  if [ -n "$v2_mount" ] && [ "$(v2_flags)" != "$orig_flags" ]; then
+    mount -o "remount${orig_flags:+,$orig_flags}" "$v2_mount" || log "cannot put $v2_mount's flags back to '$orig_flags'"
+  fi
   for p in "${local_pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   for p in "${local_pids[@]}"; do wait_gone "$p" 5 || true; done
   for h in "${hierarchies[@]}"; do
@@ -76,7 +109,7 @@ grep -q "$name/task" "/proc/$pid/cgroup" || fail "the tree is not in its cgroups
 
 dir="$work/images"
 mkdir -p "$dir"
-timeout -s KILL 60 criu dump -t "$pid" -D "$dir" --shell-job -o dump.log -v4 >/dev/null 2>&1 ||
+timeout -s KILL 60 criu dump -t "$pid" -D "$dir" --shell-job "${yard[@]}" -o dump.log -v4 >/dev/null 2>&1 ||
   fail "the dump failed: $(grep -E 'Error' "$dir/dump.log" | head -n 5)"
 wait_gone "$pid" 5 || fail "the dumped tree still runs"
 
@@ -97,7 +130,7 @@ for h in "${hierarchies[@]}"; do
 done
 
 log "2. the restore made the cgroups again, with their properties"
-timeout -s KILL 60 criu restore -D "$dir" --shell-job -o restore.log -v4 --restore-detached --pidfile "$dir/pid" \
+timeout -s KILL 60 criu restore -D "$dir" --shell-job "${yard[@]}" -o restore.log -v4 --restore-detached --pidfile "$dir/pid" \
   >/dev/null 2>&1 || fail "the restore failed: $(grep -E 'Error' "$dir/restore.log" | head -n 5)"
 pid=$(cat "$dir/pid")
 local_pids+=("$pid")
@@ -123,12 +156,17 @@ mark=$(lines "$out")
 kill -USR1 "$pid"
 wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
 
+flags_kept() {
+  [ -z "$want_flags" ] || [ "$(v2_flags)" = "$want_flags" ] ||
+    fail "CRIU's own cgroup2 mounts changed $v2_mount's flags from '$want_flags' to '$(v2_flags)'"
+}
 if [ "$v2_only" = yes ]; then
-  log "PASS (cgroup v2: ${#hierarchies[@]} hierarchy; pids.max, nested cgroup restored; no thread apart, so step 3 is v1 only)"
+  flags_kept
+  log "PASS (cgroup v2: ${#hierarchies[@]} hierarchy; pids.max, nested cgroup restored; flags '$want_flags' kept; no thread apart, so step 3 is v1 only)"
   exit 0
 fi
 
-log "3. a thread in a cgroup apart from its process comes back there"
+log "3. a thread in a cgroup apart from its process comes back there (CRIU mounts its own cgroups)"
 tid=$(ls "/proc/$pid/task" | grep -vx "$pid" | head -n 1)
 [ -n "$tid" ] || fail "the workload has no second thread"
 echo "$tid" >"$pids_h/$name/task/empty/inner/tasks" || fail "cannot move thread $tid"
@@ -152,4 +190,5 @@ echo "$others" | grep -qx "$pid" || fail "the main thread is not in $name/task: 
 mark=$(lines "$out")
 kill -USR1 "$pid"
 wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
-log "PASS (${#hierarchies[@]} hierarchies; pids.max, nested cgroup${cpu_h:+, cpu.shares} restored; no cgroupd until a thread lived apart)"
+flags_kept
+log "PASS (${#hierarchies[@]} hierarchies; pids.max, nested cgroup${cpu_h:+, cpu.shares} restored; no cgroupd until a thread lived apart; cgroup2 flags '$want_flags' kept)"
