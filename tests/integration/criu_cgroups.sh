@@ -18,7 +18,7 @@
 # Steps 1-2 give CRIU this machine's hierarchies as its yard, as Ferry does
 # for a container; where CRIU mounts cgroup2 itself (step 3, or every step
 # on a cgroup v2 host) the hierarchy's flags, favordynmods set by the test
-# among them, must be the same afterwards (0023).
+# among them, must be the same afterwards (0024).
 # Nothing here needs the testbed: CRIU runs on this machine directly.
 source "$(dirname "$0")/lib.sh"
 
@@ -43,7 +43,7 @@ fi
 # hierarchies are its yard where they are all there by CRIU's names
 # (criu/cgroup_yard.hpp). Step 3 lets CRIU mount its own, as a plain `criu`
 # does. A cgroup2 mount applies its flags to the one hierarchy, host-wide:
-# CRIU must mount it with the flags it has (0023), or nsdelegate,
+# CRIU must mount it with the flags it has (0024), or nsdelegate,
 # favordynmods and the like are gone for every cgroup. The test sets
 # favordynmods (if the kernel has it) to see that, and puts the flags back.
 yard=()

@@ -2,14 +2,19 @@
 # CRIU's dump and restore of UTS and IPC namespaces (examples/criu-patches/
 # 0018 and 0019), on the real CRIU: a 64 MiB memload in its own PID, UTS,
 # IPC and network namespaces, whose hostname, domainname, an IPC sysctl, a
-# SysV shared memory segment and a message queue were changed after it
-# started, is dumped (the tree stops) and restored.
+# SysV shared memory segment, a message queue and two network sysctls were
+# changed after it started, is dumped (the tree stops) and restored the way
+# Ferry's destination does, waiting on --restore-wait-fd first.
 #  1. CRIU dumped the UTS, IPC and network namespaces in its own process,
 #     not in a forked child each (0019).
 #  2. The restore wrote the UTS sysctls from the namespace's restorer, with
 #     no worker (0018).
 #  3. The restored tree has the hostname, domainname, msgmax, segment (with
 #     its bytes) and queue (with its message) it had; its memory verifies.
+#  4. The restore made the tree's network namespace while it waited, and
+#     the root task entered that one (0023): a namespace of its own, with
+#     the links and the sysctls (ping_group_range, unix max_dgram_qlen) the
+#     tree had.
 # The copies of /dev and /sys/fs/cgroup a container's dump reads through a
 # clone of one mount (0020) are checked by containers.sh.
 # Nothing here needs the testbed: CRIU runs on this machine directly.
@@ -18,7 +23,7 @@ source "$(dirname "$0")/lib.sh"
 out="$work/memload.out"
 start_local "$out" --uts --ipc --net
 
-in_ns() { nsenter -t "$pid" -u -i "$@"; }
+in_ns() { nsenter -t "$pid" -u -i -n "$@"; }
 # The namespace's state, as a line per item: what must come back.
 ns_state() {
   in_ns python3 - <<'PY'
@@ -37,11 +42,16 @@ print("shm bytes", ctypes.string_at(addr, 16))
 libc.shmdt(ctypes.c_void_p(addr))
 msg = open("/proc/sysvipc/msg").read().split("\n")[1:]
 print("msg", [" ".join(l.split()[:5]) for l in msg if l.strip()])
+print("ping_group_range", open("/proc/sys/net/ipv4/ping_group_range").read().split())
+print("max_dgram_qlen", open("/proc/sys/net/unix/max_dgram_qlen").read().strip())
+import subprocess
+print("links", subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout.strip())
 PY
 }
 # Changed after the start, so only CRIU can bring them back.
 in_ns sh -c 'echo ferry-uts-test > /proc/sys/kernel/hostname &&
-  echo ferry.domain > /proc/sys/kernel/domainname && echo 12345 > /proc/sys/kernel/msgmax' ||
+  echo ferry.domain > /proc/sys/kernel/domainname && echo 12345 > /proc/sys/kernel/msgmax &&
+  echo "100 200" > /proc/sys/net/ipv4/ping_group_range && echo 77 > /proc/sys/net/unix/max_dgram_qlen' ||
   fail "cannot change the namespaces"
 in_ns python3 - <<'PY' || fail "cannot make the SysV objects"
 import ctypes
@@ -60,7 +70,7 @@ m = Msg(7, b"ferrymsg")
 assert libc.msgsnd(qid, ctypes.byref(m), 8, 0) == 0, ctypes.get_errno()
 PY
 before=$(ns_state) || fail "cannot read the namespaces' state"
-case "$before" in *ferry-uts-test*ferry.domain*12345*ferry-shm-bytes*) ;; *) fail "unexpected state: $before" ;; esac
+case "$before" in *ferry-uts-test*ferry.domain*12345*ferry-shm-bytes*100*200*77*lo*) ;; *) fail "unexpected state: $before" ;; esac
 
 dir="$work/images"
 mkdir -p "$dir"
@@ -78,8 +88,9 @@ grep -q "Namespaces dump complete" "$dir/dump.log" || fail "the namespaces' dump
 log "2. the restore wrote the UTS sysctls without a worker"
 # --restore-detached: CRIU leaves the tree running and exits. The tree's
 # session leader (the launcher) is outside it: --shell-job, both ways.
+# --restore-wait-fd: a byte is already there, as the images are.
 timeout -s KILL 60 criu restore -D "$dir" --shell-job -o restore.log -v4 --restore-detached --pidfile "$dir/pid" \
-  >/dev/null 2>&1 || fail "the restore failed: $(grep -E 'Error' "$dir/restore.log" | head -n 5)"
+  --restore-wait-fd 3 3< <(printf go) >/dev/null 2>&1 || fail "the restore failed: $(grep -E 'Error' "$dir/restore.log" | head -n 5)"
 pid=$(cat "$dir/pid")
 local_pids+=("$pid")
 running "$pid" || fail "the restored tree does not run"
@@ -92,4 +103,12 @@ after=$(ns_state) || fail "cannot read the restored namespaces' state"
 mark=$(lines "$out")
 kill -USR1 "$pid"
 wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
+
+log "4. the root task entered the network namespace made while CRIU waited"
+grep -q "Made a network namespace while waiting" "$dir/restore.log" ||
+  fail "CRIU made no network namespace while it waited: $(grep -n 'Waiting on fd' "$dir/restore.log" | head -n 3)"
+grep -q "Entered the network namespace made while waiting" "$dir/restore.log" ||
+  fail "the root task did not enter it: $(grep -n 'net-namespace\|netns' "$dir/restore.log" | head -n 3)"
+[ "$(readlink "/proc/$pid/ns/net")" != "$(readlink /proc/self/ns/net)" ] ||
+  fail "the restored tree shares this machine's network namespace"
 log "PASS ($(echo "$after" | tr '\n' ';'))"
