@@ -170,6 +170,12 @@ grep -q "cg: walking the directories of" "$m1_dump_log" ||
   fail "CRIU did not walk m1's cgroup directories the 0021 way"
 grep -q "No thread has a cgroup set of its own: no cgroupd" "$m1_restore_log" ||
   fail "CRIU's restore forked a cgroupd for m1, whose threads share their cgroups"
+# A network namespace CRIU made while it waited (0023) is one the tree
+# entered: none is made for a tree given its namespace.
+if grep -q "Made a network namespace while waiting" "$m1_restore_log"; then
+  grep -q "Entered the network namespace made while waiting" "$m1_restore_log" ||
+    fail "CRIU made a network namespace for m1's restore and did not use it"
+fi
 rm -rf "/dev/shm/ferry/$m1_id"
 dev_after=$(dev_tmpfs b m1) || fail "cannot list m1's /dev on b"
 [ "$dev_after" = "$dev_before" ] || fail "/dev changed: $(diff <(echo "$dev_before") <(echo "$dev_after"))"
