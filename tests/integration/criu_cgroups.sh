@@ -108,10 +108,7 @@ echo 777 >"$pids_h/$name/task/pids.max"
 grep -q "$name/task" "/proc/$pid/cgroup" || fail "the tree is not in its cgroups: $(cat "/proc/$pid/cgroup")"
 
 dir="$work/images"
-mkdir -p "$dir"
-timeout -s KILL 60 criu dump -t "$pid" -D "$dir" --shell-job "${yard[@]}" -o dump.log -v4 >/dev/null 2>&1 ||
-  fail "the dump failed: $(grep -E 'Error' "$dir/dump.log" | head -n 5)"
-wait_gone "$pid" 5 || fail "the dumped tree still runs"
+local_dump "$dir" "$pid" "${yard[@]}"
 
 log "1. CRIU walked the cgroup directories and read the properties"
 grep -q "cg: walking the directories of .*/$name/task" "$dir/dump.log" ||
@@ -130,11 +127,7 @@ for h in "${hierarchies[@]}"; do
 done
 
 log "2. the restore made the cgroups again, with their properties"
-timeout -s KILL 60 criu restore -D "$dir" --shell-job "${yard[@]}" -o restore.log -v4 --restore-detached --pidfile "$dir/pid" \
-  >/dev/null 2>&1 || fail "the restore failed: $(grep -E 'Error' "$dir/restore.log" | head -n 5)"
-pid=$(cat "$dir/pid")
-local_pids+=("$pid")
-running "$pid" || fail "the restored tree does not run"
+local_restore "$dir" "${yard[@]}"
 for h in "${hierarchies[@]}"; do
   grep -qx "$pid" "$h/$name/task/cgroup.procs" || fail "the restored tree is not in $h/$name/task"
   [ -d "$h/$name/task/empty/inner" ] || fail "$h/$name/task/empty/inner was not made again"
@@ -171,15 +164,8 @@ tid=$(ls "/proc/$pid/task" | grep -vx "$pid" | head -n 1)
 [ -n "$tid" ] || fail "the workload has no second thread"
 echo "$tid" >"$pids_h/$name/task/empty/inner/tasks" || fail "cannot move thread $tid"
 dir2="$work/images2"
-mkdir -p "$dir2"
-timeout -s KILL 60 criu dump -t "$pid" -D "$dir2" --shell-job -o dump.log -v4 >/dev/null 2>&1 ||
-  fail "the second dump failed: $(grep -E 'Error' "$dir2/dump.log" | head -n 5)"
-wait_gone "$pid" 5 || fail "the dumped tree still runs"
-timeout -s KILL 60 criu restore -D "$dir2" --shell-job -o restore.log -v4 --restore-detached --pidfile "$dir2/pid" \
-  >/dev/null 2>&1 || fail "the second restore failed: $(grep -E 'Error' "$dir2/restore.log" | head -n 5)"
-pid=$(cat "$dir2/pid")
-local_pids+=("$pid")
-running "$pid" || fail "the tree restored again does not run"
+local_dump "$dir2" "$pid"
+local_restore "$dir2"
 grep -q "cgroud: Daemon started" "$dir2/restore.log" ||
   fail "CRIU did not start its cgroupd for the thread apart: $(grep -n 'cgroup set\|cgroud' "$dir2/restore.log" | head -n 3)"
 inner=$(cat "$pids_h/$name/task/empty/inner/tasks")

@@ -73,10 +73,7 @@ before=$(ns_state) || fail "cannot read the namespaces' state"
 case "$before" in *ferry-uts-test*ferry.domain*12345*ferry-shm-bytes*100*200*77*lo*) ;; *) fail "unexpected state: $before" ;; esac
 
 dir="$work/images"
-mkdir -p "$dir"
-timeout -s KILL 60 criu dump -t "$pid" -D "$dir" --shell-job -o dump.log -v4 >/dev/null 2>&1 ||
-  fail "the dump failed: $(grep -E 'Error' "$dir/dump.log" | head -n 5)"
-gone "$pid" || fail "the dumped tree still runs"
+local_dump "$dir" "$pid"
 
 log "1. the namespaces were dumped in CRIU's process"
 for ns in uts ipc net; do
@@ -86,14 +83,8 @@ done
 grep -q "Namespaces dump complete" "$dir/dump.log" || fail "the namespaces' dump did not complete"
 
 log "2. the restore wrote the UTS sysctls without a worker"
-# --restore-detached: CRIU leaves the tree running and exits. The tree's
-# session leader (the launcher) is outside it: --shell-job, both ways.
 # --restore-wait-fd: a byte is already there, as the images are.
-timeout -s KILL 60 criu restore -D "$dir" --shell-job -o restore.log -v4 --restore-detached --pidfile "$dir/pid" \
-  --restore-wait-fd 3 3< <(printf go) >/dev/null 2>&1 || fail "the restore failed: $(grep -E 'Error' "$dir/restore.log" | head -n 5)"
-pid=$(cat "$dir/pid")
-local_pids+=("$pid")
-running "$pid" || fail "the restored tree does not run"
+local_restore "$dir" --restore-wait-fd 3 3< <(printf go)
 grep -q "Writing UTS sysctls without a worker" "$dir/restore.log" ||
   fail "the UTS sysctls went through a worker: $(grep -n 'hostname\|UTS' "$dir/restore.log" | head)"
 

@@ -122,6 +122,32 @@ start_local() {
   local_pids+=("$pid")
 }
 
+# local_dump DIR PID [criu options]: CRIU dumps the tree PID of this machine
+# (started by start_local) into DIR, with its log in DIR/dump.log; the tree
+# must be gone after it.
+local_dump() {
+  local dir=$1 tree=$2
+  shift 2
+  mkdir -p "$dir"
+  timeout -s KILL 60 criu dump -t "$tree" -D "$dir" --shell-job "$@" -o dump.log -v4 >/dev/null 2>&1 ||
+    fail "the dump into $dir failed: $(grep -E 'Error' "$dir/dump.log" | head -n 5)"
+  wait_gone "$tree" 5 || fail "the tree dumped into $dir still runs"
+}
+
+# local_restore DIR [criu options]: CRIU restores DIR's tree and leaves it
+# running (--restore-detached; its session leader is outside it, so
+# --shell-job), log in DIR/restore.log; sets pid to the restored tree.
+local_restore() {
+  local dir=$1
+  shift
+  timeout -s KILL 60 criu restore -D "$dir" --shell-job "$@" -o restore.log -v4 --restore-detached \
+    --pidfile "$dir/pid" >/dev/null 2>&1 ||
+    fail "the restore of $dir failed: $(grep -E 'Error' "$dir/restore.log" | head -n 5)"
+  pid=$(cat "$dir/pid")
+  local_pids+=("$pid")
+  running "$pid" || fail "the tree restored from $dir does not run"
+}
+
 # running PID: exists, not a zombie, not stopped.
 running() {
   local st
