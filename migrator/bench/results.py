@@ -15,11 +15,30 @@ BASELINE_NAMES = {
 }
 
 
+def links_by_size(raw_links):
+    """The bare link's figures grouped by the size it carried: {mib: p50/p99}.
+    Runs recorded before the link was measured per size carry no size, and
+    stand for every size (key "any")."""
+    by = {}
+    for r in raw_links:
+        if "error" not in r:
+            by.setdefault(str(r["mib"]) if "mib" in r else "any", []).append(r["gbytes_per_s"])
+    return {mib: p50_p99(v) for mib, v in by.items()}
+
+
+def link_for(links, mib):
+    """The link a move of `mib` MiB is set against: the one measured at that
+    size, else one measured for any size; never another size's."""
+    if not links:
+        return None
+    return links.get(str(mib)) or links.get("any")
+
+
 def moved_over_raw(runs, raw_link):
     """Goal 3's total time: the downtime plus the post-copy (resume to the
     last page) over the time the bare link takes to carry the memory moved
     (`raw_link`'s p50 over the repetitions, each the fastest of its sends,
-    into fresh memory), p50 over the runs that report
+    into fresh memory, at the size moved), p50 over the runs that report
     what they moved."""
     if not raw_link or not raw_link["p50"]:
         return None
@@ -32,9 +51,10 @@ def moved_over_raw(runs, raw_link):
     return p50_p99(ratios) if ratios else None
 
 
-def redis_summary(raw, raw_link=None):
+def redis_summary(raw, links=None):
     """Goal 3's figures: the client's view per method, the post-copy under
-    load against idle, and each move's total time against the bare link."""
+    load against idle, and each move's total time against the bare link at
+    its size (`links`: links_by_size's)."""
     out = {"methods": {}}
     for method, by_size in raw["downtime"].items():
         for mib, runs in by_size.items():
@@ -47,7 +67,7 @@ def redis_summary(raw, raw_link=None):
                 vals = [r[key] for r in ok if key in r]
                 if vals:
                     row[key] = p50_p99(vals)
-            over = moved_over_raw(ok, raw_link)
+            over = moved_over_raw(ok, link_for(links, mib))
             if over:
                 row["total_over_raw_link"] = over
             out["methods"][method] = row
@@ -72,12 +92,12 @@ def p50_p99(values):
 def summarize(raw):
     """raw: {"downtime": {method: {mib: [run...]}}, "faults": {name: [run...]}}"""
     out = {"downtime_ms": {}, "breakdown_p50_ms": {}, "ratios_to_ferry_p50": {}, "faults": {}}
-    links = [r["gbytes_per_s"] for r in raw.get("raw_link", []) if "error" not in r]
+    links = links_by_size(raw.get("raw_link", []))
     if links:
-        out["raw_link_gbytes_per_s"] = p50_p99(links)
+        out["raw_link_gbytes_per_s"] = links
         out["raw_link_fabric"] = next(r.get("fabric", "tcp") for r in raw["raw_link"] if "error" not in r)
         for mib, runs in raw["downtime"].get("ferry", {}).items():
-            over = moved_over_raw([r for r in runs if "error" not in r], out["raw_link_gbytes_per_s"])
+            over = moved_over_raw([r for r in runs if "error" not in r], link_for(links, mib))
             if over:
                 out.setdefault("ferry_total_over_raw_link", {})[mib] = over
     for method, by_size in raw["downtime"].items():
@@ -160,13 +180,14 @@ def print_table(summary, stream):
         print(f"   Ferry's downtime at {f['to_mib']} MiB / at {f['from_mib']} MiB (p50): {f['p50_ratio']:.2f}",
               file=stream)
     if "raw_link_gbytes_per_s" in summary:
-        link = summary["raw_link_gbytes_per_s"]
-        print(f"   the bare {summary.get('raw_link_fabric', 'tcp')} link a -> b into fresh memory: "
-              f"{link['p50']:.3f} GB/s p50 ({link['p99']:.3f} p99)",
+        links = summary["raw_link_gbytes_per_s"]
+        print(f"   the bare {summary.get('raw_link_fabric', 'tcp')} link a -> b into fresh memory, GB/s p50 (p99): "
+              + ", ".join(f"{s + ' MiB' if s != 'any' else 'any size'} {v['p50']:.3f} ({v['p99']:.3f})"
+                          for s, v in sorted(links.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)),
               file=stream)
     over = summary.get("ferry_total_over_raw_link", {})
     if over:
-        print("   Ferry's downtime + post-copy / (memory moved / that link), p50 (p99): " + ", ".join(
+        print("   Ferry's downtime + post-copy / (memory moved / that link at its size), p50 (p99): " + ", ".join(
             f"{s} MiB {v['p50']:.2f} ({v['p99']:.2f})" for s, v in sorted(over.items(), key=lambda kv: int(kv[0]))),
             file=stream)
     b = summary["breakdown_p50_ms"].get("ferry", {})

@@ -27,19 +27,37 @@ class TotalOverRawLink(unittest.TestCase):
                "faults": {}, "raw_link": [{"gbytes_per_s": 0.9}, {"gbytes_per_s": 1.0}, {"gbytes_per_s": 1.1},
                                           {"error": "sink did not start"}]}
         s = results.summarize(raw)
-        self.assertEqual(s["raw_link_gbytes_per_s"]["p50"], 1.0)
-        self.assertEqual(s["raw_link_gbytes_per_s"]["n"], 3)
+        # Links recorded before they were measured per size stand for every size.
+        self.assertEqual(s["raw_link_gbytes_per_s"]["any"]["p50"], 1.0)
+        self.assertEqual(s["raw_link_gbytes_per_s"]["any"]["n"], 3)
         over = s["ferry_total_over_raw_link"]["1024"]
         self.assertEqual(over["n"], 2)
         self.assertTrue(math.isclose(over["p50"], 1.611 / (GIB / 1e9), rel_tol=1e-9), over)
         self.assertEqual(s["raw_link_fabric"], "tcp")  # links measured before the fabric was recorded
+
+    def test_each_size_against_the_link_at_its_size(self):
+        # 1 GiB over a 1.0 GB/s link, 4 GiB over a 0.5 GB/s one: both moves take 1.5x their link.
+        raw = {"downtime": {"ferry": {"1024": [memload_run(50, 1561.0)],
+                                      "4096": [memload_run(50, 4 * 2 * 1073.741824 * 1.5 - 50, pages=4 * GIB // 4096)],
+                                      "256": [memload_run(50, 1000, pages=GIB // 16384)]}},
+               "faults": {}, "raw_link": [{"gbytes_per_s": 1.0, "mib": 1024}, {"gbytes_per_s": 0.5, "mib": 4096},
+                                          {"gbytes_per_s": 0.6, "mib": 4096}, {"gbytes_per_s": 0.4, "mib": 4096},
+                                          {"error": "failed", "mib": 256}]}
+        s = results.summarize(raw)
+        self.assertEqual(sorted(s["raw_link_gbytes_per_s"]), ["1024", "4096"])
+        self.assertEqual(s["raw_link_gbytes_per_s"]["4096"]["p50"], 0.5)
+        over = s["ferry_total_over_raw_link"]
+        self.assertTrue(math.isclose(over["1024"]["p50"], 1.611 / (GIB / 1e9), rel_tol=1e-9), over)
+        self.assertTrue(math.isclose(over["4096"]["p50"], 1.5, rel_tol=1e-9), over)
+        # 256 MiB's link failed: no ratio against another size's link.
+        self.assertNotIn("256", over)
 
     def test_the_link_is_the_fabric_moved_over(self):
         raw = {"downtime": {"ferry": {"1024": [memload_run(50, 1000)]}}, "faults": {},
                "raw_link": [{"error": "failed"}, {"gbytes_per_s": 4.0, "fabric": "shm"}]}
         s = results.summarize(raw)
         self.assertEqual(s["raw_link_fabric"], "shm")
-        self.assertEqual(s["raw_link_gbytes_per_s"]["p50"], 4.0)
+        self.assertEqual(s["raw_link_gbytes_per_s"]["any"]["p50"], 4.0)
 
     def test_container_socket_tables_are_counted(self):
         own, host = memload_run(70, 1000), memload_run(80, 1000)
@@ -60,10 +78,12 @@ class TotalOverRawLink(unittest.TestCase):
         # Half a GiB moved in 0.1 + 0.9 s over a 0.5 GB/s link (1.0737 s for it): 0.93x.
         run = {"downtime_ms": 100.0, "post_copy_ms": 900.0, "moved_bytes": GIB // 2, "total_ms": 1000.0}
         raw = {"downtime": {"ferry_idle": {"1024": [run]}, "ferry": {"1024": [dict(run, post_copy_ms=1900.0)]}}}
-        r = results.redis_summary(raw, {"p50": 0.5, "p99": 0.5, "n": 1})
+        r = results.redis_summary(raw, {"1024": {"p50": 0.5, "p99": 0.5, "n": 1}})
         self.assertAlmostEqual(r["methods"]["ferry_idle"]["total_over_raw_link"]["p50"], 1.0 / (GIB / 1e9), places=9)
         self.assertAlmostEqual(r["methods"]["ferry"]["total_over_raw_link"]["p50"], 2.0 / (GIB / 1e9), places=9)
         self.assertNotIn("total_over_raw_link", results.redis_summary(raw)["methods"]["ferry"])
+        self.assertNotIn("total_over_raw_link",
+                         results.redis_summary(raw, {"512": {"p50": 0.5, "p99": 0.5, "n": 1}})["methods"]["ferry"])
 
 
 if __name__ == "__main__":
