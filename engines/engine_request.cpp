@@ -84,7 +84,9 @@ std::vector<std::string> criu_env_field(const json& j, const std::filesystem::pa
 } // namespace
 
 bool criu_env_allowed(const std::string& entry) noexcept {
-    return entry == "CRIU_FAULT=130";
+    // 130: CRIU's fallback where breakpoints do not trap. 6 (FI_POST_RESTORE):
+    // Ferry's fault injection in tests; it can only fail a restore.
+    return entry == "CRIU_FAULT=130" || entry == "CRIU_FAULT=6";
 }
 
 void write_request(const std::filesystem::path& file, const checkpoint_request& r) {

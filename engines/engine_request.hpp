@@ -85,7 +85,9 @@ struct restore_request {
 };
 
 // The environment a request may set for CRIU: "CRIU_FAULT=130" (no hardware
-// breakpoints, lib/hw_breakpoints.hpp) and nothing else.
+// breakpoints, lib/hw_breakpoints.hpp), "CRIU_FAULT=6" (a test's restore
+// failing before post-restore, FERRY_FAULT=criu-fail-before-post-restore)
+// and nothing else.
 [[nodiscard]] bool criu_env_allowed(const std::string& entry) noexcept;
 
 void write_request(const std::filesystem::path& file, const checkpoint_request& r);
@@ -141,6 +143,11 @@ inline constexpr const char* action_socket_option = "action-socket";
 inline constexpr const char* rpc_notify_option = "rpc-notify-actions";
 inline constexpr const char* rpc_notify_runc = "post-restore,setup-namespaces";
 inline constexpr const char* rpc_notify_runc_without_hooks = "post-restore";
+// criu-patches/0025: runc hears of post-restore once the root task is forked
+// (after setup-namespaces where the bundle has hooks), and CRIU reads its
+// answer at post-restore. runc's handler needs only the root's pid: it
+// records the process and its start time, the same from the fork on.
+inline constexpr const char* rpc_post_restore_early_option = "rpc-post-restore-early";
 
 // Sets `option`'s value in the CRIU config at `file` where the config names
 // the option at all (written only where the CRIU has it). Throws

@@ -9,6 +9,7 @@
 // Internal to the daemon.
 #pragma once
 
+#include "core/fault_inject.hpp"
 #include "core/log.hpp"
 #include "core/unique_fd.hpp"
 #include "criu/criu_deadlines.hpp"
@@ -82,6 +83,10 @@ class incoming_session {
             d.criu_stop_method(prepare.has_no_hw_breakpoints && prepare.no_hw_breakpoints);
         if (!method.criu_env.empty())
             _criu_env.push_back(method.criu_env);
+        // CRIU's own FI_POST_RESTORE (6): its restore fails with the tasks
+        // made, just before post-restore. CRIU takes one fault at a time.
+        else if (fault_injected(fault::criu_fail_before_post_restore))
+            _criu_env.push_back("CRIU_FAULT=6");
     }
 
     // A container reserved here that never ran is removed; one that runs

@@ -40,6 +40,8 @@ unsigned parse_faults() {
             mask |= unsigned(fault::warm_start_fail);
         else if (name == "dest-die-warm")
             mask |= unsigned(fault::dest_die_warm);
+        else if (name == "criu-fail-before-post-restore")
+            mask |= unsigned(fault::criu_fail_before_post_restore);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;

@@ -20,6 +20,7 @@ enum class fault : unsigned {
     slow_background = 1u << 9,         // destination pauses 10 ms after each background reply
     warm_start_fail = 1u << 10,        // destination refuses its warm restore once it waits
     dest_die_warm = 1u << 11,          // destination SIGKILLs itself once its warm restore waits
+    criu_fail_before_post_restore = 1u << 12, // destination's CRIU fails just before post-restore
 };
 
 [[nodiscard]] bool fault_injected(fault f) noexcept;

@@ -16,9 +16,11 @@
 #      script only where Ferry acts (criu-patches/0013); CRIU used the
 #      host's cgroup mounts, and the copy is in its engine's cgroups; the
 #      daemons set favordynmods (--favor-cgroup-moves) or found it set;
+#      runc heard of post-restore once the root task was forked (0025);
 #   2. the destination daemon dies as the images arrive: the source
 #      container keeps running, its memory intact; nothing is left on b once
-#      its daemon is back;
+#      its daemon is back; (2a, where CRIU's breakpoints work) CRIU's restore
+#      fails after runc heard of post-restore: the same;
 #      (2b) the destination dies while its warm restore waits: the
 #      source's checkpoint is refused before anything froze, and the warm
 #      container on b is removed when its daemon is back; (2c) the warm start
@@ -145,13 +147,23 @@ grep -Eq "Restored the tmpfs at .* without tar: ([2-9]|[1-9][0-9]+) entries" "/t
 # ahead), so the shim dropped setup-namespaces from the gate's steps
 # (engine_request.hpp).
 m1_restore_log="/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log"
-for how in socket rpc; do
-  steps=$(criu_callouts "$m1_restore_log" $how)
-  [ "$steps" = "post-restore " ] ||
-    fail "CRIU's $how call-outs were at: '$steps' (network: $(json "$work/m1.json" network))"
-done
+steps=$(criu_callouts "$m1_restore_log" socket)
+[ "$steps" = "post-restore " ] ||
+  fail "CRIU's socket call-outs were at: '$steps' (network: $(json "$work/m1.json" network))"
 steps=$(criu_callouts "$m1_restore_log" script)
 [ -z "$steps" ] || fail "CRIU still ran an action script at: $steps"
+# runc heard of post-restore once the root task was forked (0025), not at
+# the step itself: no other RPC call-out, and CRIU read runc's answer at
+# post-restore, before it asked the gate.
+steps=$(criu_callouts "$m1_restore_log" rpc)
+[ -z "$steps" ] || fail "CRIU notified runc at: '$steps', not early"
+order=$(awk '/Sent post-restore to the RPC client early/ { print "early" }
+  /Restoring mount namespace/ { print "mounts" }
+  /Running post-restore scripts/ { print "step" }
+  /The RPC client answered post-restore, sent early/ { print "answer" }
+  /\[action socket / { print "gate" }' "$m1_restore_log" | tr '\n' ' ')
+[ "$order" = "early mounts step answer gate " ] ||
+  fail "runc's early post-restore: the log's order is '$order', not 'early mounts step answer gate'"
 # CRIU dumped the container's UTS, IPC and network namespaces in its own
 # process (criu-patches/0019), read /dev, which has mounts on it, through a
 # clone of that one mount (0020), and restored the hostname without a
@@ -228,9 +240,10 @@ log "   downtime $(json "$work/m1.json" downtime_ms) ms, $(json "$work/m1.json" 
 ctr b stop -t 1 m1 >/dev/null || fail "$engine stop failed on the copy"
 ctr b rm m1 >/dev/null || fail "$engine rm failed on the copy"
 
-# destination_dies NAME FAULT: NAME migrates to a b whose daemon dies with
-# FERRY_FAULT=FAULT; the migration fails uncommitted, the source keeps
-# running with its memory intact, and nothing of NAME is left on b once its
+# destination_dies NAME FAULT [CHECK]: NAME migrates to a b whose daemon
+# dies with FERRY_FAULT=FAULT; the migration fails uncommitted, the source
+# keeps running with its memory intact, CHECK (a command) passes while b
+# is as the failure left it, and nothing of NAME is left on b once its
 # daemon is back.
 destination_dies() {
   local name=$1 fault=$2
@@ -242,6 +255,7 @@ destination_dies() {
   [ "$(json "$work/$name.json" source_running)" = true ] || fail "migrator says $name is not running"
   [ "$(state a "$name")" = running ] || fail "$name is not running on a: $(state a "$name")"
   verified a "$name" || fail "$name's memory does not verify after the abort"
+  [ -z "${3:-}" ] || "$3" "$name"
   "$testbed" stop b
   "$testbed" start b
   [ "$(state b "$name")" = absent ] || fail "a half-restored $name was left on b: $(state b "$name")"
@@ -249,6 +263,22 @@ destination_dies() {
 
 log "2. the destination dies before the restore: the source keeps running"
 destination_dies m2 dest-die-before-restore
+
+# CRIU fails after runc heard of post-restore early (0025) and before the
+# gate: runc's record of the copy goes with it. CRIU takes one fault at a
+# time, and the fallback's CRIU_FAULT is taken already.
+if [ "$fallback_expected" = no ]; then
+  log "2a. CRIU fails after runc heard of post-restore: the source keeps running"
+  heard_early() {
+    local log
+    log="/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$(json "$work/$1.json" migration_id)/restore.log"
+    grep -q "Sent post-restore to the RPC client early" "$log" ||
+      fail "$1: runc did not hear of post-restore before CRIU failed: $(grep -E "Error|post-restore" "$log" | head -n 5) (the migration: $(json "$work/$1.json" error))"
+    [ "$(state b "$1")" != running ] || fail "$1 runs on b after CRIU failed"
+  }
+  destination_dies m7 criu-fail-before-post-restore heard_early
+  remove_now a m7 >/dev/null
+fi
 
 log "2b. the destination dies while its warm restore waits: nothing froze"
 destination_dies m5 dest-die-warm

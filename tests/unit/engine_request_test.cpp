@@ -86,6 +86,10 @@ TEST_CASE("a request for CRIU environment beyond the allowed entry is refused",
                R"("criu_env": ["LD_PRELOAD=/tmp/evil.so"]})");
     CHECK_THROWS_WITH(read_checkpoint_request(d.path / "r.json"),
                       Contains("'LD_PRELOAD=/tmp/evil.so', which is not allowed"));
+    CHECK(criu_env_allowed("CRIU_FAULT=130"));
+    CHECK(criu_env_allowed("CRIU_FAULT=6"));
+    CHECK_FALSE(criu_env_allowed("CRIU_FAULT=5"));
+    CHECK_FALSE(criu_env_allowed("CRIU_FAULT=130 "));
     write_text(d.path / "r.json", "{not json");
     CHECK_THROWS_WITH(read_checkpoint_request(d.path / "r.json"), Contains("malformed"));
 }
