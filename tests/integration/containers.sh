@@ -40,6 +40,11 @@ remove_now() {
   if [ "$engine" = podman ]; then ctr "$1" rm -f -t 0 "$2"; else ctr "$1" rm -f "$2"; fi
 }
 
+# restore_log NAME: CRIU's restore.log on b of the migration NAME.json reports.
+restore_log() {
+  echo "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$(json "$work/$1.json" migration_id)/restore.log"
+}
+
 "$testbed" up --engines >&2
 image=$(engine_image "$engine")
 
@@ -134,9 +139,10 @@ fi
 # running tar (criu-patches/0008 and 0012): the empty ones and /dev, with
 # its device nodes and symlinks; the copies are the same.
 m1_id=$(json "$work/m1.json" migration_id)
-grep -q "Restored the tmpfs at .* without tar: 1 entries" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
+m1_restore_log=$(restore_log m1)
+grep -q "Restored the tmpfs at .* without tar: 1 entries" "$m1_restore_log" ||
   fail "CRIU ran tar for the empty tmpfs mounts"
-grep -Eq "Restored the tmpfs at .* without tar: ([2-9]|[1-9][0-9]+) entries" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
+grep -Eq "Restored the tmpfs at .* without tar: ([2-9]|[1-9][0-9]+) entries" "$m1_restore_log" ||
   fail "CRIU ran tar for /dev"
 # CRIU called out only where Ferry or runc act (criu-patches/0013 and
 # 0017), not at the other five or six steps of the restore: it asked the
@@ -146,7 +152,6 @@ grep -Eq "Restored the tmpfs at .* without tar: ([2-9]|[1-9][0-9]+) entries" "/t
 # the copy's network namespace (podman's; docker's once its hook ran
 # ahead), so the shim dropped setup-namespaces from the gate's steps
 # (engine_request.hpp).
-m1_restore_log="/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log"
 steps=$(criu_callouts "$m1_restore_log" socket)
 [ "$steps" = "post-restore " ] ||
   fail "CRIU's socket call-outs were at: '$steps' (network: $(json "$work/m1.json" network))"
@@ -194,7 +199,7 @@ dev_after=$(dev_tmpfs b m1) || fail "cannot list m1's /dev on b"
 # CRIU took the host's cgroup mounts as its yard where their layout allows
 # (lib/criu/cgroup_yard.hpp), and the copy runs in its engine's cgroups.
 if [ "$(json "$work/m1.json" criu_cgroup_yard)" = /sys/fs/cgroup ]; then
-  grep -q "Opening /sys/fs/cgroup as cg yard" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$m1_id/restore.log" ||
+  grep -q "Opening /sys/fs/cgroup as cg yard" "$m1_restore_log" ||
     fail "CRIU's restore mounted a cgroup yard of its own"
 fi
 m1_b_id=$(ctr b inspect m1 --format '{{.Id}}')
@@ -232,8 +237,7 @@ if [ "$fallback_expected" = yes ]; then
     "syscall stepping"*) ;;
     *) fail "the fallback was expected, but the report says: $(json "$work/m1.json" criu_stop_method)" ;;
   esac
-  id=$(json "$work/m1.json" migration_id)
-  grep -q "Force no-breakpoints" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$id/restore.log" ||
+  grep -q "Force no-breakpoints" "$m1_restore_log" ||
     fail "CRIU's restore under $engine did not step through syscalls"
 fi
 log "   downtime $(json "$work/m1.json" downtime_ms) ms, $(json "$work/m1.json" pages_faulted) pages faulted"
@@ -271,7 +275,7 @@ if [ "$fallback_expected" = no ]; then
   log "2a. CRIU fails after runc heard of post-restore: the source keeps running"
   heard_early() {
     local log
-    log="/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$(json "$work/$1.json" migration_id)/restore.log"
+    log=$(restore_log "$1")
     grep -q "Sent post-restore to the RPC client early" "$log" ||
       fail "$1: runc did not hear of post-restore before CRIU failed: $(grep -E "Error|post-restore" "$log" | head -n 5) (the migration: $(json "$work/$1.json" error))"
     [ "$(state b "$1")" != running ] || fail "$1 runs on b after CRIU failed"
