@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -275,6 +276,7 @@ void pool_client::read_link(uint32_t slot) {
         l.sample(now - std::max(e.sent_ns, l.last_reply_ns));
         l.last_reply_ns = l.last_heard_ns = now;
         l.strikes = 0;
+        l.told_last_node_wait = false;
         deliver(slot, e, l.current);
     }
 }
@@ -337,6 +339,10 @@ void pool_client::member_failed(const expectation& e, uint8_t state) {
     plan_stripe(op, e.stripe_index);
 }
 
+bool pool_client::unsurvivable_loss() const noexcept {
+    return uint32_t(std::popcount(_health->dead_mask())) >= _layout.geo.tolerates();
+}
+
 // A node that owes a reply for longer than its adaptive deadline gets a
 // strike, and the reads waiting on it go degraded at once; enough strikes in
 // a row, and it is dead.
@@ -353,11 +359,28 @@ void pool_client::check_deadlines() {
         _stats.missed_deadlines++;
         l.last_reply_ns = now; // the next strike needs another full deadline
         // Late is not dead: a busy node (a disk-tier backlog) still answers.
-        // Death needs several deadlines in a row and a long silence.
-        if (++l.strikes >= _opt.strikes_to_dead &&
-            now - l.last_heard_ns >= uint64_t(_opt.dead_silence.count()) * 1000) {
-            lose(s, fmt::format("no reply within {} deadlines", l.strikes));
-            continue;
+        // Death needs several deadlines in a row and a long silence; a
+        // longer one when the pool cannot survive the loss.
+        const bool last_node = unsurvivable_loss();
+        const auto silence = last_node ? _opt.last_node_silence : _opt.dead_silence;
+        const uint64_t silent_ns = now - l.last_heard_ns;
+        if (++l.strikes >= _opt.strikes_to_dead) {
+            if (silent_ns >= uint64_t(silence.count()) * 1000) {
+                lose(s, fmt::format(
+                            "no reply within {} deadlines{}", l.strikes,
+                            last_node ? fmt::format(" and {} s of silence", double(silent_ns) / 1e9)
+                                      : std::string()));
+                continue;
+            }
+            if (last_node && silent_ns >= uint64_t(_opt.dead_silence.count()) * 1000 &&
+                !l.told_last_node_wait) {
+                l.told_last_node_wait = true;
+                make_logger("pool")->warn(
+                    "pool node {}: silent for {} ms, but the pool cannot lose another node "
+                    "({} lost of {} tolerated); waiting up to {} s for it",
+                    l.ep.to_string(), silent_ns / 1'000'000, std::popcount(_health->dead_mask()),
+                    _layout.geo.tolerates(), double(_opt.last_node_silence.count()) / 1e6);
+            }
         }
         std::vector<expectation> late;
         for (size_t i = 0; i < l.count; i++) {

@@ -5,11 +5,16 @@
 //
 // Failure detection: a node is dead when its connection breaks (a killed
 // daemon's kernel closes it at once), or after `strikes_to_dead` consecutive
-// missed deadlines with no reply for `dead_silence`. The deadline adapts to the node like TCP's
-// retransmission timer (RFC 6298: srtt + 4 rttvar over per-reply service
-// times, floored at `min_deadline`), so a slow reply costs one deadline and
-// a degraded read, never a fixed long timeout. A read never waits for a
-// node it already gave up on: the members it needs are rebuilt from parity.
+// missed deadlines with no reply for `dead_silence`. The deadline adapts to
+// the node like TCP's retransmission timer (RFC 6298: srtt + 4 rttvar over
+// per-reply service times, floored at `min_deadline`), so a slow reply costs
+// one deadline and a degraded read, never a fixed long timeout. A read never
+// waits for a node it already gave up on: the members it needs are rebuilt
+// from parity.
+// A silent node whose loss the level cannot survive (RAID-5 with a node
+// already gone) is given `last_node_silence` instead: declaring it dead
+// would fail every read that needs it, and with it a restored workload, so
+// a stalled but live node (a host paused for seconds) is worth waiting for.
 //
 // Single-threaded: one client belongs to one thread (or one lock). Clients
 // in one process share a pool_health, so a loss seen by one is known to all.
@@ -73,6 +78,8 @@ class pool_client {
         std::chrono::microseconds max_deadline{200'000};
         uint32_t strikes_to_dead = 3;
         std::chrono::microseconds dead_silence{500'000}; // ... and no reply for this long
+        // ... or this long, when the pool cannot lose one more node.
+        std::chrono::microseconds last_node_silence{10'000'000};
         // One-sided reads: how long an RDMA connection waits out a silent node.
         transport::rdma::patience rdma_wait{};
 
@@ -89,6 +96,7 @@ class pool_client {
                 o.min_deadline = times(min_deadline);
                 o.max_deadline = times(max_deadline);
                 o.dead_silence = times(dead_silence);
+                o.last_node_silence = times(last_node_silence);
                 o.rdma_wait = transport::rdma::patience::scaled(scale);
             }
             return o;
@@ -170,6 +178,8 @@ class pool_client {
     void deliver(uint32_t slot, const expectation& e, const reply& r);
     void member_failed(const expectation& e, uint8_t state);
     void check_deadlines();
+    // One more lost node would leave some stripe unreadable.
+    [[nodiscard]] bool unsurvivable_loss() const noexcept;
     void plan_stripe(read_op& op, uint32_t i);
     [[nodiscard]] bool request_member(read_op& op, uint32_t i, uint32_t member);
     [[nodiscard]] bool usable(const read_op& op, uint32_t i, uint32_t member) const noexcept;

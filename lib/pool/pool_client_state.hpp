@@ -95,6 +95,7 @@ struct pool_client::link {
     double srtt_ns = 0, rttvar_ns = 0;
     bool rtt_valid = false;
     uint32_t strikes = 0;
+    bool told_last_node_wait = false; // logged once per silence
 
     [[nodiscard]] bool live() const noexcept { return conn != nullptr; }
     [[nodiscard]] expectation& front() noexcept { return ring[head]; }

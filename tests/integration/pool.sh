@@ -18,6 +18,10 @@
 #      came back correct (the workload's own verify).
 #   5. A loss redundancy cannot cover (two nodes under RAID-5, no spare):
 #      the migration stops with an error naming the lost nodes.
+#   6. RAID-5, no spare, after the hand-off: p2 killed, then p3 stalled
+#      (SIGSTOP) for 3 s. p3's loss would leave stripes unreadable, so the
+#      destination waits for it instead of declaring it dead after 0.5 s of
+#      silence; the workload verifies once p3 answers again.
 source "$(dirname "$0")/lib.sh"
 
 export FERRY_POOL_CAPACITY=${FERRY_POOL_CAPACITY:-8M}
@@ -224,6 +228,31 @@ s = json.load(open(sys.argv[1]))
 sys.exit(0 if s["evictions"] > 0 and s["disk_hits"] > 0 else 1)
 EOF
 done
+
+# 6 (run before 5, which kills p1 and p3). A node stalls while the pool
+# cannot lose another: waited for, not declared dead.
+restart_b slow-background
+lose_p2_then_stall_p3() {
+  local i p3
+  for i in $(seq 1 600); do gone "$1" && break; sleep 0.05; done
+  gone "$1" || fail "stall: the source never handed off"
+  "$testbed" stop p2
+  p3=$(cat "$("$testbed" dir p3)/pagesrv.pid")
+  kill -STOP "$p3"
+  sleep 3
+  kill -CONT "$p3"
+}
+run_case stall lose_p2_then_stall_p3 5 "$(nodes 1 2 3 4)" ""
+f="$work/stall.json"
+case "$(pjson "$f" lost_nodes)" in *"$(p 2)"*) ;; *) fail "stall: p2 not reported lost" ;; esac
+case "$(pjson "$f" lost_nodes)" in *"$(p 3)"*) fail "stall: the stalled p3 was declared lost" ;; esac
+grep -q "pool node $(p 3): silent for [0-9]* ms, but the pool cannot lose another node" \
+  "$("$testbed" dir b)/incoming/$(json "$f" migration_id)/lazy-pages.log" ||
+  fail "stall: b never waited for p3 (no such line in its lazy-pages.log)"
+# The stall reached the workload: some fault waited out most of it.
+python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["fault_max_us"] < 2e6)' "$f" ||
+  fail "stall: no fault waited for p3 (fault_max_us $(json "$f" fault_max_us))"
+"$testbed" start p2
 
 # 5. Two nodes lost under RAID-5 with no spare: a clear error, no zero page.
 # The destination's background is slowed down, so pages are still owed when
