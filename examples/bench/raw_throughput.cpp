@@ -3,7 +3,12 @@
 // in fresh memory on the receiving side as a migration's pages must (on a
 // VM, first touches of guest memory are a large part of the cost).
 //   raw-throughput tcp-sink IP:PORT            accept one connection, discard what arrives
-//   raw-throughput tcp-send IP:PORT MIB        send MIB MiB, print GB/s
+//   raw-throughput tcp-send IP:PORT MIB [from-memory]
+//        send MIB MiB, print GB/s; from-memory: first fill MIB of fresh
+//        memory and send from it, as a migration's source holds and reads its
+//        workload's memory (on a VM that also leaves the guest's memory in the
+//        state a move finds it: the source's pages taken, the destination's
+//        fresh)
 //   raw-throughput shm MIB [lat_ns ns_per_byte]
 //        one-sided reads of 1 MiB from a shared-memory region into private
 //        memory (what the shm fabric does per request), with the link model
@@ -14,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -68,7 +74,7 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    if (mode == "tcp-send" && argc == 4) {
+    if (mode == "tcp-send" && (argc == 4 || (argc == 5 && std::string(argv[4]) == "from-memory"))) {
         int s = socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a = parse(argv[2]);
         if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a)) {
@@ -76,10 +82,22 @@ int main(int argc, char** argv) {
             return 1;
         }
         const size_t total = size_t(std::atol(argv[3])) << 20;
+        const bool from_memory = argc == 5;
         std::vector<char> buf(1 << 20, 'x');
+        char* memory = nullptr;
+        if (from_memory) {
+            memory = static_cast<char*>(
+                mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+            if (memory == MAP_FAILED) {
+                perror("mmap");
+                return 1;
+            }
+            memset(memory, 'x', total);
+        }
         const double t0 = now();
         for (size_t sent = 0; sent < total;) {
-            ssize_t n = write(s, buf.data(), buf.size());
+            const char* from = from_memory ? memory + sent : buf.data();
+            ssize_t n = write(s, from, std::min(buf.size(), total - sent));
             if (n <= 0) {
                 perror("write");
                 return 1;
@@ -120,7 +138,8 @@ int main(int argc, char** argv) {
         printf("raw shm_gbytes_per_s=%.3f\n", double(total) / (now() - t0) / 1e9);
         return 0;
     }
-    fprintf(stderr, "usage: raw-throughput tcp-sink IP:PORT | tcp-send IP:PORT MIB | shm MIB "
-                    "[lat_ns ns_per_byte]\n");
+    fprintf(stderr,
+            "usage: raw-throughput tcp-sink IP:PORT | tcp-send IP:PORT MIB [from-memory] | shm MIB "
+            "[lat_ns ns_per_byte]\n");
     return 2;
 }

@@ -82,8 +82,8 @@ def plan(a):
     # Goal 3 sets Ferry's moves against the bare link, measured in the same
     # run: once per repetition and size, just before that size's moves, so
     # both find the guest's memory in the same state. Per size, since the
-    # link into fresh memory is not one figure on a VM: here 1.14-1.18 GB/s at
-    # 1 GiB but 0.61-0.62 at 4 GiB one day, 0.94 and 0.83 another.
+    # link into fresh memory is not one figure on a VM: here 0.74 GB/s at
+    # 1 GiB but 0.33 at 4 GiB (methods.raw_link says why).
     raw_link = a.workload in ("memload", "redis") and any(m in ("ferry", "ferry_idle") for m in a.methods)
     # Warm-up runs first, one per contender at the smallest size, kept in
     # results.json apart from the figures: the first move after the testbed

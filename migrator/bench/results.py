@@ -15,14 +15,15 @@ BASELINE_NAMES = {
 }
 
 
-def links_by_size(raw_links):
-    """The bare link's figures grouped by the size it carried: {mib: p50/p99}.
-    Runs recorded before the link was measured per size carry no size, and
-    stand for every size (key "any")."""
+def links_by_size(raw_links, key="gbytes_per_s"):
+    """The bare link's figures (`key`: the send in the move's memory state, or
+    "warm_gbytes_per_s", the fastest send) grouped by the size it carried:
+    {mib: p50/p99}. Runs recorded before the link was measured per size
+    carry no size, and stand for every size (key "any")."""
     by = {}
     for r in raw_links:
-        if "error" not in r:
-            by.setdefault(str(r["mib"]) if "mib" in r else "any", []).append(r["gbytes_per_s"])
+        if "error" not in r and key in r:
+            by.setdefault(str(r["mib"]) if "mib" in r else "any", []).append(r[key])
     return {mib: p50_p99(v) for mib, v in by.items()}
 
 
@@ -37,9 +38,8 @@ def link_for(links, mib):
 def moved_over_raw(runs, raw_link):
     """Goal 3's total time: the downtime plus the post-copy (resume to the
     last page) over the time the bare link takes to carry the memory moved
-    (`raw_link`'s p50 over the repetitions, each the fastest of its sends,
-    into fresh memory, at the size moved), p50 over the runs that report
-    what they moved."""
+    (`raw_link`'s p50 over the repetitions, into fresh memory, at the size
+    moved), p50 over the runs that report what they moved."""
     if not raw_link or not raw_link["p50"]:
         return None
     ratios = []
@@ -96,10 +96,17 @@ def summarize(raw):
     if links:
         out["raw_link_gbytes_per_s"] = links
         out["raw_link_fabric"] = next(r.get("fabric", "tcp") for r in raw["raw_link"] if "error" not in r)
+        warm = links_by_size(raw["raw_link"], "warm_gbytes_per_s")
+        if warm:
+            out["raw_link_warm_gbytes_per_s"] = warm
         for mib, runs in raw["downtime"].get("ferry", {}).items():
-            over = moved_over_raw([r for r in runs if "error" not in r], link_for(links, mib))
+            ok = [r for r in runs if "error" not in r]
+            over = moved_over_raw(ok, link_for(links, mib))
             if over:
                 out.setdefault("ferry_total_over_raw_link", {})[mib] = over
+            over = moved_over_raw(ok, link_for(warm, mib))
+            if over:
+                out.setdefault("ferry_total_over_warm_link", {})[mib] = over
     for method, by_size in raw["downtime"].items():
         out["downtime_ms"][method] = {}
         out["breakdown_p50_ms"][method] = {}
@@ -179,17 +186,20 @@ def print_table(summary, stream):
         f = summary["ferry_flatness"]
         print(f"   Ferry's downtime at {f['to_mib']} MiB / at {f['from_mib']} MiB (p50): {f['p50_ratio']:.2f}",
               file=stream)
-    if "raw_link_gbytes_per_s" in summary:
-        links = summary["raw_link_gbytes_per_s"]
-        print(f"   the bare {summary.get('raw_link_fabric', 'tcp')} link a -> b into fresh memory, GB/s p50 (p99): "
-              + ", ".join(f"{s + ' MiB' if s != 'any' else 'any size'} {v['p50']:.3f} ({v['p99']:.3f})"
-                          for s, v in sorted(links.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)),
-              file=stream)
-    over = summary.get("ferry_total_over_raw_link", {})
-    if over:
-        print("   Ferry's downtime + post-copy / (memory moved / that link at its size), p50 (p99): " + ", ".join(
-            f"{s} MiB {v['p50']:.2f} ({v['p99']:.2f})" for s, v in sorted(over.items(), key=lambda kv: int(kv[0]))),
-            file=stream)
+    def by_size(figures, fmt):
+        return ", ".join(f"{s + ' MiB' if s != 'any' else 'any size'} {fmt.format(v['p50'])} ({fmt.format(v['p99'])})"
+                         for s, v in sorted(figures.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0))
+
+    fabric = summary.get("raw_link_fabric", "tcp")
+    for key, what in (("raw_link_gbytes_per_s", "from the memory it just filled (a move's memory state)"),
+                      ("raw_link_warm_gbytes_per_s", "fastest send, into memory the one before freed")):
+        if key in summary:
+            print(f"   the bare {fabric} link a -> b into fresh memory, {what}, GB/s p50 (p99): "
+                  + by_size(summary[key], "{:.3f}"), file=stream)
+    for key, which in (("ferry_total_over_raw_link", "that link"), ("ferry_total_over_warm_link", "the fastest send")):
+        if summary.get(key):
+            print(f"   Ferry's downtime + post-copy / (memory moved / {which} at its size), p50 (p99): "
+                  + by_size(summary[key], "{:.2f}"), file=stream)
     b = summary["breakdown_p50_ms"].get("ferry", {})
     for s in sorted(b, key=int):
         print(f"   Ferry at {s} MiB by part (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in b[s].items()),

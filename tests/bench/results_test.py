@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`migrator bench`'s arithmetic (migrator/bench/results.py) on made-up runs:
 the figures it reports are ratios of what was measured, nothing else."""
+import io
 import math
 import os
 import sys
@@ -51,6 +52,26 @@ class TotalOverRawLink(unittest.TestCase):
         self.assertTrue(math.isclose(over["4096"]["p50"], 1.5, rel_tol=1e-9), over)
         # 256 MiB's link failed: no ratio against another size's link.
         self.assertNotIn("256", over)
+
+    def test_moves_set_against_the_first_send_and_the_fastest_apart(self):
+        # 4 GiB: the first send (from filled memory) 0.5 GB/s, the fastest 1.0.
+        raw = {"downtime": {"ferry": {"4096": [memload_run(50, 4 * 2 * 1073.741824 * 1.5 - 50,
+                                                           pages=4 * GIB // 4096)]}},
+               "faults": {}, "raw_link": [{"gbytes_per_s": 0.5, "warm_gbytes_per_s": 1.0, "mib": 4096},
+                                          {"gbytes_per_s": 0.3, "mib": 1024}]}
+        s = results.summarize(raw)
+        self.assertEqual(s["raw_link_gbytes_per_s"]["4096"]["p50"], 0.5)
+        self.assertEqual(s["raw_link_warm_gbytes_per_s"]["4096"]["p50"], 1.0)
+        # Links recorded before warm_gbytes_per_s existed have no warm figure.
+        self.assertNotIn("1024", s["raw_link_warm_gbytes_per_s"])
+        self.assertTrue(math.isclose(s["ferry_total_over_raw_link"]["4096"]["p50"], 1.5, rel_tol=1e-9))
+        self.assertTrue(math.isclose(s["ferry_total_over_warm_link"]["4096"]["p50"], 3.0, rel_tol=1e-9))
+        out = io.StringIO()
+        results.print_table(s, out)
+        self.assertIn("a move's memory state), GB/s p50 (p99): 1024 MiB 0.300 (0.300), 4096 MiB 0.500 (0.500)",
+                      out.getvalue())
+        self.assertIn("/ (memory moved / the fastest send at its size), p50 (p99): 4096 MiB 3.00 (3.00)",
+                      out.getvalue())
 
     def test_the_link_is_the_fabric_moved_over(self):
         raw = {"downtime": {"ferry": {"1024": [memload_run(50, 1000)]}}, "faults": {},
