@@ -175,10 +175,10 @@ def raw_link(mib, env=ENV, sends=3, fabric="tcp"):
     shm fabric's link is.
     The figure ("gbytes_per_s") is the first send, made from `mib` MiB the
     sender has just filled, as a move's source holds its workload's: on a VM
-    it finds the guest's memory as a move does. Here, free guest memory goes
-    back to the hypervisor within seconds (virtio-balloon free page
-    reporting), and fresh memory beyond ~2 GiB then lands at 0.4-0.5 GB/s
-    (UFFDIO_COPY into fresh memory: 2.1 GB/s for the first 2 GiB, 0.42 after).
+    it finds the guest's memory as a move does. Here fresh memory beyond
+    ~2 GiB lands at 0.4-0.5 GB/s (UFFDIO_COPY into fresh memory: 2.1 GB/s for
+    the first 2 GiB, 0.42 after), most likely because free guest memory goes
+    back to the hypervisor (the balloon device offers free page reporting).
     The sends after it land in the memory the first just freed, warm: the
     fastest of all is kept as "warm_gbytes_per_s" (the yardstick until
     stop 45: 0.83 GB/s at 4 GiB where the first send from memory got 0.33)."""
