@@ -54,12 +54,15 @@ void migration::handle_resume_request() {
             _destination_never_ran = true;
             throw;
         }
-        set_phase("committed");
     }
     FerryControl__ResumeDecision d = FERRY_CONTROL__RESUME_DECISION__INIT;
     d.resume = true;
     control::send_message(*_dest, d, net::after(control_timeout));
     hand_over_packets(false); // what reached the frozen source, for the copy
+    // The record has said committed since "committing"; the phase's name
+    // waits until the destination has its answer, out of the downtime.
+    if (_opt.mode != migrate_mode::unpark)
+        set_phase("committed");
 }
 
 // From here on the source tasks must never run again.

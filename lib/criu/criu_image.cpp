@@ -1,11 +1,16 @@
 #include "criu/criu_image.hpp"
 
+#include "core/unique_fd.hpp"
 #include "criu/criu_images.pb-c.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -203,12 +208,33 @@ uint64_t process_image::lazy_pages() const noexcept {
     return n;
 }
 
+// One read per file where it can: a migrator reads some 30 images inside
+// the downtime, and a stream iterator's byte-wise copy cost ~1 ms of that.
 std::vector<uint8_t> read_file(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw image_error(fmt::format("cannot open {}", path.string()));
-    std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)),
-                              std::istreambuf_iterator<char>());
+    unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd)
+        throw image_error(fmt::format("cannot open {}: {}", path.string(), std::strerror(errno)));
+    struct stat st {};
+    std::vector<uint8_t> data;
+    if (::fstat(fd.get(), &st) == 0 && st.st_size > 0) {
+        data.reserve(size_t(st.st_size) + 4096); // the read that finds the end fits too
+        data.resize(size_t(st.st_size));
+    }
+    size_t have = 0;
+    for (;;) {
+        if (have == data.size())
+            data.resize(have + 4096); // past the size fstat gave: grew, or none (procfs)
+        const ssize_t n = ::read(fd.get(), data.data() + have, data.size() - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            throw image_error(
+                fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
+        if (n == 0)
+            break;
+        have += size_t(n);
+    }
+    data.resize(have);
     return data;
 }
 
