@@ -91,8 +91,9 @@ class engine_dump : public criu::dump_driver {
     [[nodiscard]] virtual std::filesystem::path redirected_images() const { return {}; }
     // The container's configuration as the engine's checkpoint wrote it
     // before its runc started, from which the destination starts a warm
-    // restore (runc's descriptors.json is added to it).
-    [[nodiscard]] virtual std::vector<criu::engine_file> configuration_before_freeze() const {
+    // restore (runc's descriptors.json is added to it). The engine may keep
+    // what it read for engine_files, inside the freeze.
+    [[nodiscard]] virtual std::vector<criu::engine_file> configuration_before_freeze() {
         return {};
     }
     [[nodiscard]] virtual bool holds_before_freeze() const { return false; }

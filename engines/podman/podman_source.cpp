@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <optional>
+
 namespace ferry::engines::podman {
 
 namespace {
@@ -101,17 +103,17 @@ class podman_dump final : public engine_dump {
     fs::path redirected_images() const override { return images_dir(); }
 
     std::vector<criu::engine_file> engine_files() override {
-        std::vector<criu::engine_file> files;
-        for (const char* name : {"config.dump", "spec.dump", "network.status"}) {
-            const auto p = _c.bundle / name;
-            if (fs::exists(p))
-                files.push_back({name, criu::read_file(p)});
-            else if (std::string(name) != "network.status")
-                throw error(fmt::format("podman did not write {}", p.string()));
-        }
+        // What podman wrote before its runc started, read then (warm
+        // destination), or now: parsing config.dump alone took 0.4-0.5 ms.
+        std::vector<criu::engine_file> files = std::move(_held_configuration);
+        if (files.empty())
+            files = read_configuration();
+        const fs::path shm = _held_shm_dir ? *_held_shm_dir : shm_dir_of(files);
+        const auto status = _c.bundle / "network.status";
+        if (fs::exists(status))
+            files.push_back({"network.status", criu::read_file(status)});
         // An empty /dev/shm is not sent: nothing to unpack on the
         // destination, inside the downtime.
-        const fs::path shm = json::parse(files[0].data).value("ShmDir", "");
         std::error_code ec;
         const bool shm_has_files = !shm.empty() && !fs::is_empty(shm, ec) && !ec;
         auto layer = writable_layer_files(
@@ -124,10 +126,9 @@ class podman_dump final : public engine_dump {
         return files;
     }
 
-  protected:
-    // Podman writes both into the bundle before it runs runc checkpoint.
-    [[nodiscard]] bool holds_before_freeze() const override { return true; }
-    [[nodiscard]] std::vector<criu::engine_file> configuration_before_freeze() const override {
+  private:
+    // config.dump and spec.dump from the bundle.
+    [[nodiscard]] std::vector<criu::engine_file> read_configuration() const {
         std::vector<criu::engine_file> files;
         for (const char* name : {"config.dump", "spec.dump"}) {
             const auto p = _c.bundle / name;
@@ -136,6 +137,23 @@ class podman_dump final : public engine_dump {
                                         p.string()));
             files.push_back({name, criu::read_file(p)});
         }
+        return files;
+    }
+    // The container's /dev/shm (podman's ShmDir), from config.dump.
+    [[nodiscard]] static fs::path shm_dir_of(const std::vector<criu::engine_file>& files) {
+        return json::parse(files.at(0).data).value("ShmDir", "");
+    }
+
+    std::vector<criu::engine_file> _held_configuration;
+    std::optional<fs::path> _held_shm_dir;
+
+  protected:
+    // Podman writes both into the bundle before it runs runc checkpoint.
+    [[nodiscard]] bool holds_before_freeze() const override { return true; }
+    [[nodiscard]] std::vector<criu::engine_file> configuration_before_freeze() override {
+        auto files = read_configuration();
+        _held_shm_dir = shm_dir_of(files);
+        _held_configuration = files;
         return files;
     }
 
