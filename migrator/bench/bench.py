@@ -121,8 +121,8 @@ def measure(kind, name, mib, ctr=None, fabric="tcp"):
         kind = "downtime"
     if kind == "raw":
         # The Redis lab's testbed has a name of its own.
-        return methods.raw_link(mib, ctr.lab.env if isinstance(ctr, redis.RedisBench) else methods.ENV,
-                                fabric=fabric)
+        in_lab = isinstance(ctr, redis.RedisBench)
+        return methods.raw_link(mib, ctr.lab.env if in_lab else methods.ENV, fabric=fabric, fill_source=not in_lab)
     if isinstance(ctr, redis.RedisBench):
         return {"ferry_idle": ctr.ferry_idle, "ferry": ctr.ferry, "podman_checkpoint": ctr.podman_checkpoint}[name](mib)
     if ctr and kind == "downtime":
