@@ -105,10 +105,10 @@ class podman_dump final : public engine_dump {
     std::vector<criu::engine_file> engine_files() override {
         // What podman wrote before its runc started, read then (warm
         // destination), or now: parsing config.dump alone took 0.4-0.5 ms.
-        std::vector<criu::engine_file> files = std::move(_held_configuration);
-        if (files.empty())
-            files = read_configuration();
-        const fs::path shm = _held_shm_dir ? *_held_shm_dir : shm_dir_of(files);
+        configuration c = _held ? std::move(*_held) : read_configuration();
+        _held.reset();
+        auto& files = c.files;
+        const fs::path& shm = c.shm_dir;
         const auto status = _c.bundle / "network.status";
         if (fs::exists(status))
             files.push_back({"network.status", criu::read_file(status)});
@@ -123,38 +123,37 @@ class podman_dump final : public engine_dump {
             shm_has_files ? shm : fs::path());
         files.insert(files.end(), std::make_move_iterator(layer.begin()),
                      std::make_move_iterator(layer.end()));
-        return files;
+        return std::move(files);
     }
 
   private:
-    // config.dump and spec.dump from the bundle.
-    [[nodiscard]] std::vector<criu::engine_file> read_configuration() const {
+    // config.dump and spec.dump from the bundle, and the container's
+    // /dev/shm (podman's ShmDir) from config.dump.
+    struct configuration {
         std::vector<criu::engine_file> files;
+        fs::path shm_dir;
+    };
+    [[nodiscard]] configuration read_configuration() const {
+        configuration c;
         for (const char* name : {"config.dump", "spec.dump"}) {
             const auto p = _c.bundle / name;
             if (!fs::exists(p))
                 throw error(fmt::format("podman's checkpoint wrote no {} before its runc started",
                                         p.string()));
-            files.push_back({name, criu::read_file(p)});
+            c.files.push_back({name, criu::read_file(p)});
         }
-        return files;
-    }
-    // The container's /dev/shm (podman's ShmDir), from config.dump.
-    [[nodiscard]] static fs::path shm_dir_of(const std::vector<criu::engine_file>& files) {
-        return json::parse(files.at(0).data).value("ShmDir", "");
+        c.shm_dir = json::parse(c.files[0].data).value("ShmDir", "");
+        return c;
     }
 
-    std::vector<criu::engine_file> _held_configuration;
-    std::optional<fs::path> _held_shm_dir;
+    std::optional<configuration> _held; // read before the freeze
 
   protected:
     // Podman writes both into the bundle before it runs runc checkpoint.
     [[nodiscard]] bool holds_before_freeze() const override { return true; }
     [[nodiscard]] std::vector<criu::engine_file> configuration_before_freeze() override {
-        auto files = read_configuration();
-        _held_shm_dir = shm_dir_of(files);
-        _held_configuration = files;
-        return files;
+        _held = read_configuration();
+        return _held->files;
     }
 
     void remove_container() override {

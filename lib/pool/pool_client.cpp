@@ -82,7 +82,8 @@ void pool_client::connect_slot(uint32_t slot) {
                                     reply->pool_accepted->chunk_size, _layout.member_len));
         net::set_nodelay(conn->fd());
         l.conn = std::move(conn);
-        l.last_reply_ns = l.last_heard_ns = monotonic_ns();
+        l.last_reply_ns = monotonic_ns();
+        l.heard(l.last_reply_ns);
         if (reply->pool_accepted->rdma && _opt.read_slots > 0)
             connect_one_sided(slot, *reply->pool_accepted);
     } catch (const std::exception& e) {
@@ -274,9 +275,9 @@ void pool_client::read_link(uint32_t slot) {
         const expectation e = l.front();
         l.pop();
         l.sample(now - std::max(e.sent_ns, l.last_reply_ns));
-        l.last_reply_ns = l.last_heard_ns = now;
+        l.last_reply_ns = now;
+        l.heard(now);
         l.strikes = 0;
-        l.told_last_node_wait = false;
         deliver(slot, e, l.current);
     }
 }

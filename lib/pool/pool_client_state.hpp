@@ -91,13 +91,18 @@ struct pool_client::link {
     std::byte* data_dst = nullptr;
 
     uint64_t last_reply_ns = 0; // or the last strike: when the deadline clock restarted
-    uint64_t last_heard_ns = 0; // the last reply, for the death verdict
+    uint64_t last_heard_ns = 0; // the last reply, for the death verdict (heard())
     double srtt_ns = 0, rttvar_ns = 0;
     bool rtt_valid = false;
     uint32_t strikes = 0;
     bool told_last_node_wait = false; // logged once per silence
 
     [[nodiscard]] bool live() const noexcept { return conn != nullptr; }
+    // Any reply, two-sided or a one-sided READ: the node is alive.
+    void heard(uint64_t now) noexcept {
+        last_heard_ns = now;
+        told_last_node_wait = false;
+    }
     [[nodiscard]] expectation& front() noexcept { return ring[head]; }
     void push(const expectation& e) {
         if (count == ring.size())

@@ -146,7 +146,7 @@ void pool_client::one_sided_done(uint32_t slot, const ibv_wc& wc) {
     // The node is alive (a dead daemon's MRs are gone with it), but this
     // round trip says nothing of its TCP replies: the link's deadline
     // estimate stays theirs alone.
-    _links[slot]->last_heard_ns = monotonic_ns();
+    _links[slot]->heard(monotonic_ns());
     _stats.one_sided_reads++;
     deliver(
         slot, e,

@@ -175,14 +175,14 @@ def raw_link(mib, env=ENV, sends=3, fabric="tcp", fill_source=True):
     shm fabric's link is.
     The figure ("gbytes_per_s") is the first send, made from `mib` MiB the
     sender has just filled, as a move of a fresh memload holds its
-    workload's: on a VM it finds the guest's memory as a move does. Where
-    the workload already holds its memory (Redis: fill_source=False), the
-    sender fills nothing, or the send would take a second source's memory
-    that no move takes (the Redis lab's link fell to 0.41 GB/s so, below
-    the idle move's own rate). Here fresh memory beyond
-    ~2 GiB lands at 0.4-0.5 GB/s (UFFDIO_COPY into fresh memory: 2.1 GB/s for
-    the first 2 GiB, 0.42 after), most likely because free guest memory goes
-    back to the hypervisor (the balloon device offers free page reporting).
+    workload's: on a VM it finds the guest's memory as a move does. Here
+    fresh memory beyond ~2 GiB lands at 0.4-0.5 GB/s (UFFDIO_COPY into fresh
+    memory: 2.1 GB/s for the first 2 GiB, 0.42 after), most likely because
+    free guest memory goes back to the hypervisor (the balloon device offers
+    free page reporting). Where the workload already holds its memory
+    (Redis: fill_source=False), the sender fills nothing, or the send would
+    take a second source's memory that no move takes (the Redis lab's link
+    fell to 0.41 GB/s so, below the idle move's own rate).
     The sends after it land in the memory the first just freed, warm: the
     fastest of all is kept as "warm_gbytes_per_s" (the yardstick until
     stop 45: 0.83 GB/s at 4 GiB where the first send from memory got 0.33)."""
