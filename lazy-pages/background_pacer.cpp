@@ -131,7 +131,7 @@ void pump_background(fault_state& s, uint8_t stream) {
         return;
     const uint32_t depth = s.pacer.depth();
     // Until the tasks run, only the early areas (cfg.main_pass_before_resume).
-    const bool main_pass = s.restore_finished || s.cfg.main_pass_before_resume;
+    const bool main_pass = s.main_pass_open(monotonic_ns());
     while (s.bg[stream].reqs.size() < depth) {
         bool issued = false;
         for (size_t tries = 0; tries < s.procs.size() && !issued; tries++) {

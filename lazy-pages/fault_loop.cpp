@@ -164,6 +164,10 @@ void fault_loop::watch_restore(unique_fd criu_socket) {
 }
 
 void fault_loop::watch_daemon(int daemon_socket) {
+    {
+        std::lock_guard lock(_mu);
+        _s.expect_tasks_run = true;
+    }
     _daemon_sock = daemon_socket;
     epoll_add(_epolls[0].get(), _daemon_sock, source::daemon_socket, 0);
 }
@@ -418,9 +422,14 @@ bool fault_loop::background_turn(uint8_t stream) {
         (void)apply_holes(_s, std::span(_s.holes).subspan(_s.holes_applied, n));
         _s.holes_applied += n;
     }
+    const uint64_t now = monotonic_ns();
+    if (!_main_pass_started && _s.main_pass_open(now)) {
+        _main_pass_started = true;
+        if (_main_pass)
+            _main_pass(_s.restore_finished_ns ? now - _s.restore_finished_ns : 0, _s.tasks_run);
+    }
     pump_background(_s, stream);
     _s.check_deadlines();
-    const uint64_t now = monotonic_ns();
     if (_progress &&
         now - _last_progress_ns >= uint64_t(_cfg.progress_interval.count()) * 1'000'000) {
         _last_progress_ns = now;
@@ -445,21 +454,26 @@ void fault_loop::handle_criu_socket() {
     if (value != restore_finished_magic)
         throw error(fmt::format("unexpected message {:#x} on the lazy-pages socket", value));
     _s.restore_finished = true;
-    if (_restore_finished)
-        _restore_finished();
+    _s.restore_finished_ns = monotonic_ns();
 }
 
-// The daemon says one short thing, once; anything else on its socket is
-// not ours to read. A daemon gone changes nothing here: the transfer goes
-// on, and the daemon's uffd keeper is its own affair.
+// The daemon says two short things, in order: the lazy areas are
+// registered, then the tasks run. Anything else on its socket is not ours
+// to read. A daemon gone changes nothing here: the transfer goes on (the
+// main pass after cfg.tasks_run_wait), and the daemon's uffd keeper is its
+// own affair.
 void fault_loop::handle_daemon_socket() {
     control::envelope_ptr e;
     try {
         e = control::receive(_daemon_sock, net::after(std::chrono::seconds(1)));
     } catch (const std::exception&) {
     }
-    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_AREAS_READY)
+    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_AREAS_READY) {
         _s.areas_registered = true;
+        return;
+    }
+    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_TASKS_RUN)
+        _s.tasks_run = true;
     (void)::epoll_ctl(_epolls[0].get(), EPOLL_CTL_DEL, _daemon_sock, nullptr);
 }
 

@@ -41,7 +41,8 @@ class fault_loop {
     void watch_restore(unique_fd criu_socket);
     // The socket to the daemon (not owned): "lazy areas ready" arrives there
     // when CRIU's restore reaches post-restore, and starts the background
-    // pull ahead of "restore finished", while the migrator commits.
+    // pull of the small areas ahead of "restore finished", while the
+    // migrator commits; "tasks run" starts the main pass.
     void watch_daemon(int daemon_socket);
     // Assume restore has finished (for tests without CRIU).
     void set_restore_finished() noexcept;
@@ -54,8 +55,11 @@ class fault_loop {
     void on_progress(progress_fn fn) { _progress = std::move(fn); }
     // Called with every uffd created by a FORK event.
     void on_new_uffd(uffd_fn fn) { _new_uffd = std::move(fn); }
-    // Called once, on a handler thread, when CRIU says "restore finished".
-    void on_restore_finished(std::function<void()> fn) { _restore_finished = std::move(fn); }
+    // Called once, under the loop's lock, when the main pass may start (the
+    // tasks run: fault_state::main_pass_open), with how long after CRIU's
+    // "restore finished" and whether the daemon said so.
+    using main_pass_fn = std::function<void(uint64_t after_restore_finished_ns, bool told)>;
+    void on_main_pass(main_pass_fn fn) { _main_pass = std::move(fn); }
 
     // Runs until every page is installed (or its process is gone). Throws
     // ferry::error on anything that must stop the migration.
@@ -108,7 +112,8 @@ class fault_loop {
     int _daemon_sock = -1;
     progress_fn _progress;
     uffd_fn _new_uffd;
-    std::function<void()> _restore_finished;
+    main_pass_fn _main_pass;
+    bool _main_pass_started = false;
     // The state lock guards _s and what follows it.
     std::mutex _mu;
     fault_state _s;

@@ -74,6 +74,15 @@ void fault_state::check_deadlines() const {
                 st.reqs.front().proc->image_pid, cfg.fetch_deadline.count()));
 }
 
+bool fault_state::main_pass_open(uint64_t now) const noexcept {
+    if (cfg.main_pass_before_resume)
+        return lazy_areas_ready();
+    if (!restore_finished)
+        return false;
+    const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.tasks_run_wait);
+    return tasks_run || !expect_tasks_run || now - restore_finished_ns >= uint64_t(wait.count());
+}
+
 bool fault_state::finished() const noexcept {
     if (!restore_finished || !fault_reqs.empty() ||
         std::any_of(bg.begin(), bg.end(), [](const auto& st) { return !st.reqs.empty(); }))

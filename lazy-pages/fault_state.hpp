@@ -48,6 +48,12 @@ struct fault_state {
     size_t bg_next_proc = 0;
     uint64_t next_request_id = 1;
     bool restore_finished = false;
+    uint64_t restore_finished_ns = 0;
+    // CRIU's "restore finished" comes before it stops each task at its
+    // rt_sigreturn, unmaps the restorer and detaches: the tasks run only
+    // once the daemon says so (when one is watched: expect_tasks_run).
+    bool expect_tasks_run = false;
+    bool tasks_run = false;
     // The daemon said CRIU reached post-restore: every task's lazy areas are
     // registered with its uffd, ahead of "restore finished".
     bool areas_registered = false;
@@ -55,6 +61,9 @@ struct fault_state {
     [[nodiscard]] bool lazy_areas_ready() const noexcept {
         return restore_finished || areas_registered;
     }
+    // The main pass (the large areas, and their holes from the source) may
+    // start: the tasks run, or the daemon was silent for cfg.tasks_run_wait.
+    [[nodiscard]] bool main_pass_open(uint64_t now) const noexcept;
     loop_stats stats;
     latency_recorder fault_latency;
     latency_recorder fetch_latency{1u << 18};

@@ -29,10 +29,14 @@ struct loop_config {
     uint32_t early_area_pages = uint32_t(small_area_bytes / page_size); // 16 MiB
     uint32_t early_total_pages = 16384;                                 // 64 MiB
     // Whether the main pass (the rest, in address order) starts at CRIU's
-    // post-restore too, or only once CRIU says the tasks run: until then
+    // post-restore too, or only once the tasks run: until then
     // the bulk transfer takes the CPU from CRIU's last steps and the tasks'
     // first ones, inside the downtime.
     bool main_pass_before_resume = false;
+    // CRIU says "restore finished" before its last steps; the daemon says
+    // when the tasks run. Should it not, the main pass starts this long
+    // after "restore finished" anyway.
+    std::chrono::milliseconds tasks_run_wait{200};
     std::chrono::milliseconds fetch_deadline{10'000};
     std::chrono::milliseconds progress_interval{200};
     std::chrono::microseconds spin{200}; // a handler polls a tcp channel this long for a reply

@@ -392,10 +392,10 @@ class holes_fetch {
         if (_thread.joinable())
             _thread.join();
     }
-    // CRIU's restore has finished: the source may scan now. Called under the
-    // loop's lock, so it takes only _ask_mutex (deliver() takes _mutex, then
-    // the loop's lock).
-    void restore_finished() {
+    // The tasks run: the source may scan now (earlier, its scan took CPU
+    // from CRIU's last steps). Called under the loop's lock, so it takes
+    // only _ask_mutex (deliver() takes _mutex, then the loop's lock).
+    void tasks_run() {
         {
             std::lock_guard lock(_ask_mutex);
             _may_ask = true;
@@ -501,7 +501,12 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
         holes.deliver_to(loop.get());
         loop->on_progress([&](const lazy::loop_stats& s) { report.progress(s); });
         loop->on_new_uffd([&](int uffd) { report.keep_uffd(uffd); });
-        loop->on_restore_finished([&holes] { holes.restore_finished(); });
+        loop->on_main_pass([&holes, &log](uint64_t after_ns, bool told) {
+            log->info("main pass from {:.1f} ms after CRIU's \"restore finished\" ({})",
+                      double(after_ns) / 1e6,
+                      told ? "the daemon says the tasks run" : "the daemon said nothing");
+            holes.tasks_run();
+        });
         log->info("serving {} processes, {} lazy pages from {}", loop->stats().processes,
                   loop->stats().pages_total, opt.source);
         loop->run();
@@ -575,6 +580,12 @@ int main(int argc, char** argv) {
     app.add_flag("--main-pass-before-resume", opt.loop.main_pass_before_resume,
                  "pull the large areas from CRIU's post-restore on too, not only once the "
                  "tasks run");
+    int64_t tasks_run_wait_ms = opt.loop.tasks_run_wait.count();
+    app.add_option("--tasks-run-wait-ms", tasks_run_wait_ms,
+                   "start the main pass this long after CRIU's \"restore finished\" if the "
+                   "daemon has not said the tasks run")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 60'000));
     app.add_option("--early-total-pages", opt.loop.early_total_pages,
                    "at most this many pages in all are pulled first (0: none)");
     int64_t deadline_ms = opt.loop.fetch_deadline.count();
@@ -602,6 +613,7 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     configure_logging(log_level_from_environment());
     opt.loop.fetch_deadline = std::chrono::milliseconds(deadline_ms);
+    opt.loop.tasks_run_wait = std::chrono::milliseconds(tasks_run_wait_ms);
     opt.loop.spin = std::chrono::microseconds(spin_us);
 
     // No parent-death signal: if the daemon dies, the restored tasks still

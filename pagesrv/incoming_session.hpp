@@ -51,6 +51,7 @@ struct lazy_child {
     // the tasks (a small workload, pulled from post-restore on): relayed
     // once they run, and the report socket is not watched after it.
     control::envelope_ptr early_final;
+    bool told_tasks_run = false;
     [[nodiscard]] int report_to_watch() const noexcept { return early_final ? -1 : report.get(); }
 
     // Takes the uffd duplicates the child has sent so far.
@@ -118,6 +119,7 @@ class incoming_session {
     bool receive_images();
     bool start_lazy_pages();
     void let_lazy_pages_pull_ahead() noexcept;
+    void tell_lazy_pages_tasks_run() noexcept;
     std::optional<std::string> relay_final_stats(const control::envelope& e);
     bool restore();
     bool restore_with_engine();

@@ -123,6 +123,19 @@ void incoming_session::let_lazy_pages_pull_ahead() noexcept {
         _log->warn("cannot tell lazy-pages that the lazy areas are registered");
 }
 
+// The restored tasks run: lazy-pages may start its main pass (and ask the
+// source for the large areas' holes), which until now would have taken the
+// CPU from CRIU's last steps inside the downtime. Once; best effort, as
+// lazy-pages starts anyway a while after CRIU's "restore finished".
+void incoming_session::tell_lazy_pages_tasks_run() noexcept {
+    if (!_lazy.report || _lazy.told_tasks_run)
+        return;
+    _lazy.told_tasks_run = true;
+    FerryControl__LazyTasksRun run = FERRY_CONTROL__LAZY_TASKS_RUN__INIT;
+    if (!control::try_send_message(_lazy.report.get(), run, net::after(control_timeout)))
+        _log->warn("cannot tell lazy-pages that the tasks run");
+}
+
 // A message from lazy-pages while restore runs. Returns a failure reason if
 // lazy-pages failed or died; progress reports are dropped.
 std::optional<std::string> incoming_session::lazy_report_before_resume() {

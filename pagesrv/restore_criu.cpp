@@ -101,6 +101,7 @@ bool incoming_session::restore_with_criu() {
             if (ok)
                 take_over_network(_root_pid);
         } else if (script == "post-resume") {
+            tell_lazy_pages_tasks_run();
             report_resumed(monotonic_ns() - t0, std::nullopt);
         }
         criu.ack_notify(ok);

@@ -164,8 +164,14 @@ bool incoming_session::restore_with_engine() {
                          {resume ? -1 : _lazy.report_to_watch(), POLLIN, 0},
                          {watch_migrator ? _conn.fd() : -1, POLLIN, 0}};
         const bool buffered = watch_migrator && _conn.buffered();
-        if (::poll(fds, 4, buffered ? 0 : 1000) < 0 && errno != EINTR)
+        // Once the gate let the tasks go, look every 2 ms for the plugin's
+        // "resumed" (it reaches the daemon's event socket, not a fd here):
+        // lazy-pages waits for it to start its main pass.
+        const bool await_tasks = resume && !_lazy.told_tasks_run;
+        if (::poll(fds, 4, buffered ? 0 : await_tasks ? 2 : 1000) < 0 && errno != EINTR)
             throw sys_error("poll engine restore");
+        if (await_tasks && _d.criu_events().moments(_id).resumed)
+            tell_lazy_pages_tasks_run();
         if (fds[3].revents || buffered)
             receive_held_packets();
         _lazy.take_uffds();
@@ -241,6 +247,7 @@ bool incoming_session::restore_with_engine() {
                 true);
         if (const pid_t p = _engine_restore->container_pid(); p > 0)
             _root_pid = p;
+        tell_lazy_pages_tasks_run(); // no plugin report came: the engine is done
         report_resumed(t_resume - t0, monotonic_ns() - t_resume);
         return true;
     }

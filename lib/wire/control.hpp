@@ -82,7 +82,8 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__WarmReady, WARM_READY, warm_ready)                                             \
     X(FerryControl__HeldPackets, HELD_PACKETS, held_packets)                                       \
     X(FerryControl__LazyAreasReady, LAZY_AREAS_READY, lazy_areas_ready)                            \
-    X(FerryControl__PageHolesScan, PAGE_HOLES_SCAN, page_holes_scan)
+    X(FerryControl__PageHolesScan, PAGE_HOLES_SCAN, page_holes_scan)                               \
+    X(FerryControl__LazyTasksRun, LAZY_TASKS_RUN, lazy_tasks_run)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

@@ -135,6 +135,11 @@ struct fake_daemon {
         FerryControl__LazyAreasReady ready = FERRY_CONTROL__LAZY_AREAS_READY__INIT;
         control::send_message(daemon_end.get(), ready, net::after(std::chrono::seconds(1)));
     }
+    // ... and "tasks run", as it says once CRIU's post-resume came.
+    void tasks_run() {
+        FerryControl__LazyTasksRun run = FERRY_CONTROL__LAZY_TASKS_RUN__INIT;
+        control::send_message(daemon_end.get(), run, net::after(std::chrono::seconds(1)));
+    }
 };
 
 } // namespace
@@ -405,9 +410,11 @@ TEST_CASE("\"lazy areas ready\" from the daemon starts the background before res
     CHECK(loop.stats().pages_faulted == 0);
 }
 
-// Before CRIU says the tasks run, "lazy areas ready" lets the background
-// pull the small areas only: the bulk would take the CPU from CRIU's last
-// steps, inside the downtime. --main-pass-before-resume pulls it too.
+// Until the tasks run, "lazy areas ready" lets the background pull the
+// small areas only: the bulk would take the CPU from CRIU's last steps,
+// inside the downtime. CRIU's "restore finished" comes before those steps,
+// the daemon's "tasks run" after them. --main-pass-before-resume pulls the
+// bulk from "lazy areas ready" on.
 TEST_CASE("until the tasks run, the background pulls only the small areas",
           "[fault_loop][uffd][background]") {
     for (const bool main_pass_before_resume : {false, true}) {
@@ -419,6 +426,7 @@ TEST_CASE("until the tasks run, the background pulls only the small areas",
             cfg.progress_interval = std::chrono::milliseconds(0);
             cfg.early_area_pages = 100;
             cfg.main_pass_before_resume = main_pass_before_resume;
+            cfg.tasks_run_wait = std::chrono::seconds(60); // only the daemon's word
             auto loop = make_loop(src, cfg);
             fake_restore restore;
             loop.watch_restore(std::move(restore.daemon_end));
@@ -438,6 +446,9 @@ TEST_CASE("until the tasks run, the background pulls only the small areas",
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             CHECK(background == ahead);
             restore.finished();
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            CHECK(background == ahead);
+            daemon.tasks_run();
             runner.join();
             CHECK(loop.stats().pages_background == 462);
             size_t bad = 0;
@@ -447,6 +458,42 @@ TEST_CASE("until the tasks run, the background pulls only the small areas",
             CHECK(bad == 0);
         }
     }
+}
+
+// A daemon that never says "tasks run" (gone, or an engine whose CRIU has
+// no Ferry plugin) delays the main pass by tasks_run_wait, no more.
+TEST_CASE("without the daemon's word, the main pass starts a while after \"restore finished\"",
+          "[fault_loop][uffd][background]") {
+    lazy_region region(512, {{400, 450}});
+    test::fake_source src = region.serve();
+    loop_config cfg;
+    cfg.progress_interval = std::chrono::milliseconds(0);
+    cfg.early_area_pages = 100;
+    cfg.tasks_run_wait = std::chrono::seconds(2);
+    auto loop = make_loop(src, cfg);
+    fake_restore restore;
+    loop.watch_restore(std::move(restore.daemon_end));
+    fake_daemon daemon;
+    loop.watch_daemon(daemon.lazy_end.get());
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    std::atomic<uint64_t> background{0};
+    loop.on_progress([&](const lazy::loop_stats& s) { background = s.pages_background; });
+    std::atomic<bool> told{true};
+    loop.on_main_pass([&](uint64_t, bool daemon_said) { told = daemon_said; });
+    std::thread runner([&] { loop.run(); });
+
+    daemon.areas_ready();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (background < 62 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto finished_at = std::chrono::steady_clock::now();
+    restore.finished();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK(background == 62);
+    runner.join();
+    CHECK(std::chrono::steady_clock::now() - finished_at >= std::chrono::seconds(2));
+    CHECK(loop.stats().pages_background == 462);
+    CHECK_FALSE(told);
 }
 
 TEST_CASE("the background pulls small areas first, smallest first", "[fault_loop][background]") {
