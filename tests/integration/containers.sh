@@ -140,6 +140,11 @@ fi
 # its device nodes and symlinks; the copies are the same.
 m1_id=$(json "$work/m1.json" migration_id)
 m1_restore_log=$(restore_log m1)
+# lazy-pages began its bulk transfer once the tasks ran, told by the daemon
+# on the plugin's "resumed" (CRIU's "restore finished" comes before its
+# last steps).
+grep -q 'main pass from .* (the daemon says the tasks run)' "$(dirname "$m1_restore_log")/lazy-pages.log" ||
+  fail "lazy-pages did not hear from the daemon that m1's tasks run"
 grep -q "Restored the tmpfs at .* without tar: 1 entries" "$m1_restore_log" ||
   fail "CRIU ran tar for the empty tmpfs mounts"
 grep -Eq "Restored the tmpfs at .* without tar: ([2-9]|[1-9][0-9]+) entries" "$m1_restore_log" ||

@@ -100,6 +100,14 @@ if [ "$fallback_expected" = yes ]; then
   rm -rf "/dev/shm/ferry/$id"
 fi
 
+# lazy-pages began its bulk transfer once the tasks ran, told by the daemon
+# at CRIU's post-resume (CRIU's "restore finished" comes before its last
+# steps).
+id=$(json "$work/result.json" migration_id)
+grep -q 'main pass from .* (the daemon says the tasks run)' \
+  "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$id/lazy-pages.log" ||
+  fail "lazy-pages did not hear from the daemon that the tasks run"
+
 # What the workload itself saw after the resume.
 wait_for "$out" "postfork verify ok pages=65536" 60 "$mark"
 wait_for "$out" "churn ok" 60 "$mark"
