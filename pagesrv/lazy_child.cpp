@@ -126,9 +126,10 @@ void incoming_session::let_lazy_pages_pull_ahead() noexcept {
 // The restored tasks run: lazy-pages may start its main pass (and ask the
 // source for the large areas' holes), which until now would have taken the
 // CPU from CRIU's last steps inside the downtime. Once; best effort, as
-// lazy-pages starts anyway a while after CRIU's "restore finished".
+// lazy-pages starts anyway a while after CRIU's "restore finished". Not to
+// a lazy-pages that has already sent its final report: it has exited.
 void incoming_session::tell_lazy_pages_tasks_run() noexcept {
-    if (!_lazy.report || _lazy.told_tasks_run)
+    if (!_lazy.report || _lazy.told_tasks_run || _lazy.early_final)
         return;
     _lazy.told_tasks_run = true;
     FerryControl__LazyTasksRun run = FERRY_CONTROL__LAZY_TASKS_RUN__INIT;

@@ -247,7 +247,7 @@ bool incoming_session::restore_with_engine() {
                 true);
         if (const pid_t p = _engine_restore->container_pid(); p > 0)
             _root_pid = p;
-        tell_lazy_pages_tasks_run(); // no plugin report came: the engine is done
+        tell_lazy_pages_tasks_run(); // if the plugin's report never came: the engine is done
         report_resumed(t_resume - t0, monotonic_ns() - t_resume);
         return true;
     }
