@@ -142,6 +142,26 @@ struct fake_daemon {
     }
 };
 
+// A loop restoring `region` as CRIU and the daemon would drive it, with
+// the count of background pages it has installed so far.
+struct daemon_driven {
+    fake_restore restore;
+    fake_daemon daemon;
+    std::atomic<uint64_t> background{0};
+    daemon_driven(fault_loop& loop, lazy_region& region) {
+        loop.watch_restore(std::move(restore.daemon_end));
+        loop.watch_daemon(daemon.lazy_end.get());
+        loop.add_process(1, std::move(region.uffd), region.lazy);
+        loop.on_progress([this](const lazy::loop_stats& s) { background = s.pages_background; });
+    }
+    // Until `pages` are in, for at most 10 s.
+    void wait_for_background(uint64_t pages) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (background < pages && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+};
+
 } // namespace
 
 TEST_CASE("faults are served, holes zero-filled, the rest pulled in the background",
@@ -375,13 +395,8 @@ TEST_CASE("\"lazy areas ready\" from the daemon starts the background before res
     loop_config cfg;
     cfg.progress_interval = std::chrono::milliseconds(0);
     auto loop = make_loop(src, cfg);
-    fake_restore restore;
-    loop.watch_restore(std::move(restore.daemon_end));
-    fake_daemon daemon;
-    loop.watch_daemon(daemon.lazy_end.get());
-    loop.add_process(1, std::move(region.uffd), region.lazy);
-    std::atomic<uint64_t> background{0};
-    loop.on_progress([&](const lazy::loop_stats& s) { background = s.pages_background; });
+    daemon_driven d(loop, region);
+    auto& [restore, daemon, background] = d;
     std::atomic<bool> ended{false};
     std::thread runner([&] {
         loop.run();
@@ -394,9 +409,7 @@ TEST_CASE("\"lazy areas ready\" from the daemon starts the background before res
     CHECK(src.requests == 0);
 
     daemon.areas_ready();
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (background < 512 && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    d.wait_for_background(512);
     CHECK(background == 512);
     // Every page is in, but the transfer is not over before CRIU's restore is.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -428,20 +441,13 @@ TEST_CASE("until the tasks run, the background pulls only the small areas",
             cfg.main_pass_before_resume = main_pass_before_resume;
             cfg.tasks_run_wait = std::chrono::seconds(60); // only the daemon's word
             auto loop = make_loop(src, cfg);
-            fake_restore restore;
-            loop.watch_restore(std::move(restore.daemon_end));
-            fake_daemon daemon;
-            loop.watch_daemon(daemon.lazy_end.get());
-            loop.add_process(1, std::move(region.uffd), region.lazy);
-            std::atomic<uint64_t> background{0};
-            loop.on_progress([&](const lazy::loop_stats& s) { background = s.pages_background; });
+            daemon_driven d(loop, region);
+            auto& [restore, daemon, background] = d;
             std::thread runner([&] { loop.run(); });
 
             daemon.areas_ready();
             const uint64_t ahead = main_pass_before_resume ? 462 : 62;
-            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-            while (background < ahead && std::chrono::steady_clock::now() < until)
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            d.wait_for_background(ahead);
             // Given time to pull more, it pulls no more before the resume.
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             CHECK(background == ahead);
@@ -471,21 +477,14 @@ TEST_CASE("without the daemon's word, the main pass starts a while after \"resto
     cfg.early_area_pages = 100;
     cfg.tasks_run_wait = std::chrono::seconds(2);
     auto loop = make_loop(src, cfg);
-    fake_restore restore;
-    loop.watch_restore(std::move(restore.daemon_end));
-    fake_daemon daemon;
-    loop.watch_daemon(daemon.lazy_end.get());
-    loop.add_process(1, std::move(region.uffd), region.lazy);
-    std::atomic<uint64_t> background{0};
-    loop.on_progress([&](const lazy::loop_stats& s) { background = s.pages_background; });
+    daemon_driven d(loop, region);
+    auto& [restore, daemon, background] = d;
     std::atomic<bool> told{true};
     loop.on_main_pass([&](uint64_t, bool daemon_said) { told = daemon_said; });
     std::thread runner([&] { loop.run(); });
 
     daemon.areas_ready();
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (background < 62 && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    d.wait_for_background(62);
     const auto finished_at = std::chrono::steady_clock::now();
     restore.finished();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
