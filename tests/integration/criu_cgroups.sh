@@ -15,6 +15,10 @@
 #     moved into the nested cgroup and the tree is dumped and restored
 #     again, with CRIU mounting the hierarchies itself: CRIU starts its
 #     cgroupd, and that thread, only it, is back in the nested cgroup.
+#  4. (cgroup v1.) The tree stays in its cgroup in the pids hierarchy only
+#     and moves to the root of the others; CRIU, mounting its own, dumps and
+#     restores it there (0021 reads a hierarchy's root through its mount's
+#     O_PATH fd), with the tree's /proc opened before the freeze (0026).
 # Steps 1-2 give CRIU this machine's hierarchies as its yard, as Ferry does
 # for a container; where CRIU mounts cgroup2 itself (step 3, or every step
 # on a cgroup v2 host) the hierarchy's flags, favordynmods set by the test
@@ -177,4 +181,30 @@ mark=$(lines "$out")
 kill -USR1 "$pid"
 wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
 flags_kept
-log "PASS (${#hierarchies[@]} hierarchies; pids.max, nested cgroup${cpu_h:+, cpu.shares} restored; no cgroupd until a thread lived apart; cgroup2 flags '$want_flags' kept)"
+
+log "4. a tree in a cgroup of its own in one hierarchy and in the root of the others (CRIU mounts its own)"
+# The walk of a hierarchy where the tree is in the root starts from the
+# mount CRIU made: fsmount()'s O_PATH fd, which 0021 opens with
+# openat("."); a dup of it could not be read, and the dump failed. This
+# tree also has a pid namespace of its own, so CRIU opened a /proc of it
+# before the freeze (0026) and the parasite read the cgroups through it.
+echo "$inner" >"$pids_h/$name/task/tasks" || fail "cannot move thread $inner back"
+for h in "${hierarchies[@]}"; do
+  [ "$h" = "$pids_h" ] || echo "$pid" >"$h/cgroup.procs" || fail "cannot move the tree into $h's root"
+done
+dir4="$work/images4"
+local_dump "$dir4" "$pid"
+grep -q "cg: walking the directories of /proc/self/fd/[0-9]*/$" "$dir4/dump.log" ||
+  fail "CRIU walked no hierarchy from its root: $(grep -n 'walking the directories' "$dir4/dump.log" | head -n 3)"
+grep -q "pidns-proc: Opened a /proc of $pid's pid namespace before the freeze" "$dir4/dump.log" ||
+  fail "CRIU did not open the tree's /proc before the freeze: $(grep -n 'pidns-proc' "$dir4/dump.log" | head -n 3)"
+local_restore "$dir4"
+grep -qx "$pid" "$pids_h/$name/task/cgroup.procs" || fail "the restored tree is not in $pids_h/$name/task"
+for h in "${hierarchies[@]}"; do
+  [ "$h" = "$pids_h" ] || grep -qx "$pid" "$h/cgroup.procs" || fail "the restored tree is not in $h's root"
+done
+mark=$(lines "$out")
+kill -USR1 "$pid"
+wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
+flags_kept
+log "PASS (${#hierarchies[@]} hierarchies; pids.max, nested cgroup${cpu_h:+, cpu.shares} restored; no cgroupd until a thread lived apart; cgroup2 flags '$want_flags' kept; a tree in the root of all but one hierarchy dumped and restored)"

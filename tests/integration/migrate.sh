@@ -26,9 +26,8 @@ log "workload pid $pid on host a"
 src_net=$(netns_of "$pid")
 mark=$(lines "$out") # what the workload prints from here on comes after the freeze
 
-keep=()
-[ "$fallback_expected" = yes ] && keep=(--keep-images) # for CRIU's logs, checked below
-on a migrator migrate --pid "$pid" --to "$(addr b)" --fabric "$fabric" --json "${keep[@]}" >"$work/result.json" || {
+# --keep-images: for CRIU's dump log, checked below.
+on a migrator migrate --pid "$pid" --to "$(addr b)" --fabric "$fabric" --json --keep-images >"$work/result.json" || {
   cat "$work/result.json"
   fail "migrator exited non-zero"
 }
@@ -97,13 +96,20 @@ if [ "$fallback_expected" = yes ]; then
   grep -q "Force no-breakpoints" "/dev/shm/ferry/$id/dump.log" || fail "CRIU's dump did not step through syscalls"
   grep -q "Force no-breakpoints" "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$id/restore.log" ||
     fail "CRIU's restore did not step through syscalls"
-  rm -rf "/dev/shm/ferry/$id"
 fi
+
+# The tree has a pid namespace of its own and shares host a's /proc: CRIU
+# (criu-patches/0026) opened a /proc of that namespace before the freeze,
+# so the parasite did not mount one in the tree's working directory inside
+# it.
+id=$(json "$work/result.json" migration_id)
+grep -q "pidns-proc: Opened a /proc of $pid's pid namespace before the freeze" "/dev/shm/ferry/$id/dump.log" ||
+  fail "CRIU did not open the tree's /proc before the freeze"
+rm -rf "/dev/shm/ferry/$id"
 
 # lazy-pages began its bulk transfer once the tasks ran, told by the daemon
 # at CRIU's post-resume (CRIU's "restore finished" comes before its last
 # steps).
-id=$(json "$work/result.json" migration_id)
 grep -q 'main pass from .* (the daemon says the tasks run)' \
   "/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$id/lazy-pages.log" ||
   fail "lazy-pages did not hear from the daemon that the tasks run"
