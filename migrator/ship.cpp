@@ -111,6 +111,7 @@ void migration::start_dump() {
     settings.criu_options += _opt.criu_config_extra;
     settings.criu_env = _criu_env;
     settings.criu = _opt.tools.criu;
+    settings.log_level = _opt.tools.criu_log_level;
     settings.plugin_dir = _opt.tools.criu_plugin_dir;
     settings.interrupted = [] { return interrupt_requested(); };
     settings.warm_destination = _opt.mode == migrate_mode::migrate && _destination_starts_warm;

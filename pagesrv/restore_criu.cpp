@@ -36,7 +36,7 @@ bool incoming_session::restore_with_criu() {
     opts.work_dir_fd = dir.get();
     opts.log_file = const_cast<char*>("restore.log");
     opts.has_log_level = true;
-    opts.log_level = 4;
+    opts.log_level = _d.config().tools.criu_log_level;
     opts.has_lazy_pages = true;
     opts.lazy_pages = true;
     opts.has_notify_scripts = true;

@@ -44,7 +44,7 @@ class rpc_dump final : public dump_driver {
         opts.pid = _pid;
         opts.log_file = const_cast<char*>("dump.log");
         opts.has_log_level = true;
-        opts.log_level = 4;
+        opts.log_level = _settings.log_level;
         opts.has_lazy_pages = true;
         opts.lazy_pages = true;
         opts.ps = &ps;

@@ -37,6 +37,12 @@ host_tools host_tools::from_environment() {
     host_tools t;
     const fs::path self = proc::self_dir();
     t.criu = env("FERRY_CRIU").value_or("criu");
+    if (const auto level = env("FERRY_CRIU_LOG_LEVEL")) {
+        if (level->size() != 1 || (*level)[0] < '0' || (*level)[0] > '4')
+            throw error(
+                fmt::format("FERRY_CRIU_LOG_LEVEL={} is not one of CRIU's levels, 0 to 4", *level));
+        t.criu_log_level = (*level)[0] - '0';
+    }
     t.podman = env("FERRY_PODMAN").value_or("podman");
     t.docker = env("FERRY_DOCKER").value_or("docker");
     if (const auto host = env("DOCKER_HOST")) {

@@ -14,6 +14,12 @@ struct host_tools {
     std::string criu = "criu";     // $FERRY_CRIU
     std::string podman = "podman"; // $FERRY_PODMAN
     std::string docker = "docker"; // $FERRY_DOCKER, the CLI
+    // CRIU's log level for the dumps and restores Ferry runs itself (0-4,
+    // $FERRY_CRIU_LOG_LEVEL). Each line is a write(2) of ~2.5 µs, and most
+    // of a dump's or restore's lines fall in the downtime: 3 (info, with
+    // timestamps) keeps each step and every warning and error, and drops
+    // the per-VMA, per-mount and per-file detail of 4 (debug).
+    int criu_log_level = 3;
     // dockerd's socket: $DOCKER_HOST (unix:// only), else /var/run/docker.sock.
     std::string docker_socket = "/var/run/docker.sock";
     // Ferry's CRIU plugin (ferry_criu.so): $FERRY_CRIU_PLUGIN_DIR, the build

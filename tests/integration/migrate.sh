@@ -10,6 +10,8 @@
 source "$(dirname "$0")/lib.sh"
 fabric=${FERRY_TEST_FABRIC:-tcp}
 
+# The fallback's evidence is in CRIU's debug lines.
+[ "$fallback_expected" = yes ] && export FERRY_CRIU_LOG_LEVEL=4
 testbed_up
 if [ "${FERRY_TEST_CORRUPT:-0}" = 1 ]; then
   "$testbed" stop a
