@@ -35,7 +35,9 @@ static_assert(sizeof(arp_packet) == 28);
 
 } // namespace
 
-announcer::announcer() : _sock(::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ARP))) {
+// Protocol 0: the socket only sends, so no ARP frame of the namespace is
+// copied to it.
+announcer::announcer() : _sock(::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) {
     if (!_sock)
         throw error(fmt::format("cannot open a packet socket: {}", std::strerror(errno)));
 }

@@ -40,8 +40,9 @@ held_packets::held_packets(const std::filesystem::path& netns,
                 const unsigned index = ::if_nametoindex(l.name.c_str());
                 if (index == 0)
                     throw error(fmt::format("no link {} to hold packets on", l.name));
-                const int fd =
-                    ::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, htons(ETH_P_IP));
+                // Protocol 0 takes nothing until the bind names the link,
+                // so no other link's packet gets in first.
+                const int fd = ::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
                 if (fd < 0)
                     throw sys_error("socket AF_PACKET");
                 _fds.push_back(fd);

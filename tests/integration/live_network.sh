@@ -35,7 +35,7 @@ PERL
 tree_pids() {
   local p
   for p in /proc/[0-9]*; do
-    [ "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)" = "perl $server_script $1 " ] && echo "${p#/proc/}"
+    [ "$(tr '\0' ' ' 2>/dev/null <"$p/cmdline")" = "perl $server_script $1 " ] && echo "${p#/proc/}"
   done
   return 0
 }
@@ -103,7 +103,7 @@ start_tree() {
   # short-lived children (command substitutions) must not be taken for it.
   for _ in $(seq 1 100); do
     pid=""
-    read -r pid _ <"/proc/$launcher/task/$launcher/children" 2>/dev/null || true
+    read -r pid _ 2>/dev/null <"/proc/$launcher/task/$launcher/children" || true
     [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = perl ] && break
     sleep 0.05
   done

@@ -36,8 +36,11 @@ def main():
     a = ap.parse_args()
     mac = bytes.fromhex(a.mac.replace(":", ""))
     arp_ip = socket.inet_aton(a.arp_ip) if a.arp_ip else None
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-    s.bind((a.link, 0))
+    # Protocol 0 receives nothing until the bind names the link: a socket
+    # opened for ETH_P_ALL would queue the frames of every port of the
+    # switch (the source's own, from its port) until then.
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    s.bind((a.link, ETH_P_ALL))
     if a.ready_file:
         open(a.ready_file, "w").close()
     start = time.monotonic()
@@ -47,7 +50,7 @@ def main():
         if not select.select([s], [], [], 0.1)[0]:
             continue
         data, addr = s.recvfrom(65536)
-        if addr[2] == PACKET_OUTGOING or len(data) < 14:
+        if addr[0] != a.link or addr[2] == PACKET_OUTGOING or len(data) < 14:
             continue
         # ARP for IPv4 over Ethernet: sender MAC at 22..28, sender IP at 28..32.
         if (arp_ip and len(data) >= 42 and data[12:14] == b"\x08\x06" and

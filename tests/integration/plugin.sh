@@ -26,7 +26,7 @@ dump_and_restore() {
   nsenter --net="/run/netns/$netns" unshare --pid --fork setsid sleep 300 </dev/null >/dev/null 2>&1 &
   launcher=$!
   for _ in $(seq 1 100); do
-    read -r pid _ <"/proc/$launcher/task/$launcher/children" 2>/dev/null && [ -n "$pid" ] && break
+    read -r pid _ 2>/dev/null <"/proc/$launcher/task/$launcher/children" && [ -n "$pid" ] && break
     sleep 0.05
   done
   [ -n "$pid" ] || fail "$name: no workload"

@@ -115,7 +115,8 @@ std::set<std::string> ipv6_senders(const std::filesystem::path& netns, const std
                                    const std::function<void()>& after, bool first_only) {
     unique_fd sock;
     in_netns(netns, [&] {
-        sock = unique_fd(::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_IPV6)));
+        // Protocol 0 until the bind: no other link's frame gets in first.
+        sock = unique_fd(::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0));
         REQUIRE(sock);
         sockaddr_ll at{};
         at.sll_family = AF_PACKET;
