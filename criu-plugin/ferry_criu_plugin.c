@@ -9,6 +9,10 @@
 // "@ferry-criu-events" of CRIU's network namespace; the migration id comes
 // from $FERRY_MIGRATION_ID. Every hook returns -ENOTSUP ("not mine") and no
 // failure here, a missing daemon included, ever reaches CRIU.
+//
+// It also sets CRIU's log level to $FERRY_CRIU_LOG_LEVEL for a Ferry
+// migration: runc hands its CRIU level 4 by RPC, which outranks every config
+// file Ferry can name, and each debug line is a write(2) inside the downtime.
 #include <criu-plugin.h>
 
 #include <errno.h>
@@ -23,6 +27,13 @@
 
 #define FERRY_EVENTS_SOCKET "ferry-criu-events"
 
+static int ferry_migration(void)
+{
+	const char *id = getenv("FERRY_MIGRATION_ID");
+
+	return id && *id && strlen(id) <= 64;
+}
+
 static void report(const char *event, int pid, int ret)
 {
 	const char *id = getenv("FERRY_MIGRATION_ID");
@@ -32,8 +43,8 @@ static void report(const char *event, int pid, int ret)
 	socklen_t len;
 	int n, sk;
 
-	if (!id || !*id || strlen(id) > 64)
-		return; /* not a Ferry migration */
+	if (!ferry_migration())
+		return;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	n = snprintf(msg, sizeof(msg), "ferry-criu 1 %s %s %d %llu %d", id, event, pid,
 		     (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, ret);
@@ -50,9 +61,35 @@ static void report(const char *event, int pid, int ret)
 	close(sk);
 }
 
+/* criu-log.h, the plugins' log API, includes a log.h CRIU does not install. */
+extern void log_set_loglevel(unsigned int loglevel);
+extern unsigned int log_get_loglevel(void);
+extern void print_on_level(unsigned int loglevel, const char *format, ...)
+	__attribute__((format(printf, 2, 3)));
+#define FERRY_LOG_INFO 3
+
+/* Called at the start of a dump or restore, before the freeze and before the
+ * restore's first task: everything in the downtime gets the new level. */
+static void set_log_level(void)
+{
+	const char *level = getenv("FERRY_CRIU_LOG_LEVEL");
+	unsigned int want, had;
+
+	if (!ferry_migration() || !level || level[0] < '0' || level[0] > '4' || level[1])
+		return;
+	want = (unsigned int)(level[0] - '0');
+	had = log_get_loglevel();
+	if (want == had)
+		return;
+	print_on_level(FERRY_LOG_INFO, "ferry: log level %u, not %u, for migration %s (FERRY_CRIU_LOG_LEVEL)\n",
+		       want, had, getenv("FERRY_MIGRATION_ID"));
+	log_set_loglevel(want);
+}
+
 static int ferry_init(int stage)
 {
-	(void)stage;
+	if (stage == CR_PLUGIN_STAGE__DUMP || stage == CR_PLUGIN_STAGE__RESTORE)
+		set_log_level();
 	return 0;
 }
 

@@ -67,6 +67,7 @@ void engine_dump::start(uint16_t port) {
                                          _settings.plugin_dir)
                           .string();
     req.criu_env = _settings.criu_env;
+    req.criu_env.push_back(engines::criu_log_level_env(_settings.log_level));
     req.tcp_established = _settings.tcp_established;
     req.images_dir = redirected_images().string();
     if (_settings.warm_destination && holds_before_freeze()) {

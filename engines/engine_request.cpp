@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -85,8 +86,18 @@ std::vector<std::string> criu_env_field(const json& j, const std::filesystem::pa
 
 bool criu_env_allowed(const std::string& entry) noexcept {
     // 130: CRIU's fallback where breakpoints do not trap. 6 (FI_POST_RESTORE):
-    // Ferry's fault injection in tests; it can only fail a restore.
-    return entry == "CRIU_FAULT=130" || entry == "CRIU_FAULT=6";
+    // Ferry's fault injection in tests; it can only fail a restore. A log
+    // level for Ferry's CRIU plugin to set (criu-plugin/).
+    const std::string_view level = criu_log_level_variable;
+    return entry == "CRIU_FAULT=130" || entry == "CRIU_FAULT=6" ||
+           (entry.size() == level.size() + 2 && entry.starts_with(level) &&
+            entry[level.size()] == '=' && entry.back() >= '0' && entry.back() <= '4');
+}
+
+std::string criu_log_level_env(int level) {
+    if (level < 0 || level > 4)
+        throw error(fmt::format("CRIU has no log level {}", level));
+    return fmt::format("{}={}", criu_log_level_variable, level);
 }
 
 void write_request(const std::filesystem::path& file, const checkpoint_request& r) {

@@ -86,9 +86,15 @@ struct restore_request {
 
 // The environment a request may set for CRIU: "CRIU_FAULT=130" (no hardware
 // breakpoints, lib/hw_breakpoints.hpp), "CRIU_FAULT=6" (a test's restore
-// failing before post-restore, FERRY_FAULT=criu-fail-before-post-restore)
-// and nothing else.
+// failing before post-restore, FERRY_FAULT=criu-fail-before-post-restore),
+// FERRY_CRIU_LOG_LEVEL=0..4 and nothing else.
 [[nodiscard]] bool criu_env_allowed(const std::string& entry) noexcept;
+
+// runc hands its CRIU log level 4 by RPC, which outranks CRIU_CONFIG_FILE;
+// Ferry's CRIU plugin sets the level this names instead (criu-plugin/).
+inline constexpr const char* criu_log_level_variable = "FERRY_CRIU_LOG_LEVEL";
+// "FERRY_CRIU_LOG_LEVEL=N"; throws for a level CRIU lacks.
+[[nodiscard]] std::string criu_log_level_env(int level);
 
 void write_request(const std::filesystem::path& file, const checkpoint_request& r);
 void write_request(const std::filesystem::path& file, const restore_request& r);

@@ -100,6 +100,7 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
         throw error("cannot find Ferry's runc shim ferry-runc (set FERRY_RUNC_SHIM)");
     engines::restore_request req;
     req.criu_env = criu_env;
+    req.criu_env.push_back(engines::criu_log_level_env(tools.criu_log_level));
     req.migration_id = migration_id;
     req.lazy_socket = (dir / "lazy-pages.socket").string();
     req.gate_socket = gate_path(dir).string();

@@ -182,7 +182,9 @@ class Lab:
                 "source_removed": j.get("source_container_removed", False),
                 "network_lock": j.get("criu_network_lock", ""),
                 "network": j.get("network", ""), "held_packets": j.get("held_packets", 0),
-                "engine_restore": j.get("engine_restore", "")}
+                "engine_restore": j.get("engine_restore", ""),
+                "restore_log": os.path.join("/tmp/ferry-testbed", self.env["FERRY_TESTBED"], dst, "incoming",
+                                            j.get("migration_id", ""), "restore.log")}
 
     def baseline(self, src, dst):
         """podman's own stop-and-copy: checkpoint --export, copy, restore --import."""
@@ -252,6 +254,16 @@ def check(lab, before, m, c):
     if counter < c["incr_acked"]:
         bad.append(f"acknowledged INCRs lost: counter {counter} < {c['incr_acked']} acknowledged")
     c["counter"] = counter
+    if m.get("method") == "ferry" and os.environ.get("FERRY_CRIU_LOG_LEVEL", "3") == "3":
+        # runc asks its CRIU for level 4; Ferry's plugin makes it 3 (info).
+        try:
+            with open(m["restore_log"], errors="replace") as f:
+                said = "ferry: log level 3, not 4, for migration" in f.read()
+        except OSError as e:
+            said = False
+            bad.append(f"no restore.log of the engine's CRIU: {e}")
+        if not said:
+            bad.append(f"the engine's CRIU restored at runc's log level, not 3: {m['restore_log']}")
     if lab.host_network:
         # --tcp-close: no connection moves, so CRIU locks nothing (the lock's
         # deletion cost the resume 10-20 ms, and dropped new clients' SYNs).

@@ -31,6 +31,9 @@
 #   4. a container with a named volume (which Ferry does not move): refused
 #      before the freeze, and it keeps running.
 . "$(dirname "$0")/lib.sh"
+# This test reads CRIU's debug lines (its call-outs, its mounts): level 4
+# for the engine's CRIU too (Ferry's plugin sets it; 3 is the default).
+export FERRY_CRIU_LOG_LEVEL=4
 
 engine=${FERRY_TEST_ENGINE:-podman}
 ctr() { local h=$1; shift; on "$h" "$engine" "$@"; }

@@ -17,6 +17,9 @@
 # macvlan link on the host's eth1 and a route; the destination makes that
 # namespace anew.
 . "$(dirname "$0")/lib.sh"
+# This test reads CRIU's debug lines (its call-outs, its mounts): level 4
+# for the engine's CRIU too (Ferry's plugin sets it; 3 is the default).
+export FERRY_CRIU_LOG_LEVEL=4
 
 engine=${FERRY_TEST_ENGINE:-podman}
 ctr() { local h=$1; shift; on "$h" "$engine" "$@"; }

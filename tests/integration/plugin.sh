@@ -5,7 +5,10 @@
 #      succeed (the plugin must never make CRIU fail);
 #   2. with a listener, it receives freeze-start, frozen, dump-end and
 #      resumed, tagged with FERRY_MIGRATION_ID, in that order;
-#   3. without FERRY_MIGRATION_ID (not a Ferry migration) it reports nothing.
+#   3. without FERRY_MIGRATION_ID (not a Ferry migration) it reports nothing;
+#   4. with FERRY_CRIU_LOG_LEVEL=3 it sets CRIU's log level (runc asks for 4
+#      by RPC): the dump and the restore say so and write under 2/3 the lines
+#      than case 1's at -v4; outside a migration the variable does nothing.
 . "$(dirname "$0")/lib.sh"
 
 plugin_dir=$FERRY_BUILD/criu-plugin
@@ -82,4 +85,22 @@ dump_and_restore no-id
 kill "$listener" 2>/dev/null || true
 wait "$listener" 2>/dev/null || true
 [ ! -s "$work/silent" ] || fail "the plugin reported outside a migration: $(cat "$work/silent")"
+
+log "4. FERRY_CRIU_LOG_LEVEL=3 lowers CRIU's -v4 for a migration, and only for one"
+for f in dump restore; do
+  ! grep -q "ferry: log level" "$work/no-daemon/$f.log" || fail "case 1's $f changed its log level"
+  ! grep -q "ferry: log level" "$work/no-id/$f.log" || fail "case 3's $f changed its log level"
+done
+dump_and_restore level3 FERRY_MIGRATION_ID=$id FERRY_CRIU_LOG_LEVEL=3
+dump_and_restore level3-no-id FERRY_CRIU_LOG_LEVEL=3
+for f in dump restore; do
+  grep -q "ferry: log level 3, not 4, for migration $id (FERRY_CRIU_LOG_LEVEL)" "$work/level3/$f.log" ||
+    fail "the $f did not take level 3: $(grep -n ferry "$work/level3/$f.log" | head -n 3)"
+  at4=$(wc -l <"$work/no-daemon/$f.log")
+  at3=$(wc -l <"$work/level3/$f.log")
+  [ "$((at3 * 3))" -lt "$((at4 * 2))" ] || fail "the $f at level 3 wrote $at3 lines, at 4 $at4"
+  ! grep -q "ferry: log level" "$work/level3-no-id/$f.log" ||
+    fail "the $f outside a migration changed its log level"
+  log "   $f: $at3 lines at level 3, $at4 at 4"
+done
 log "plugin: all cases passed"

@@ -90,6 +90,14 @@ TEST_CASE("a request for CRIU environment beyond the allowed entry is refused",
     CHECK(criu_env_allowed("CRIU_FAULT=6"));
     CHECK_FALSE(criu_env_allowed("CRIU_FAULT=5"));
     CHECK_FALSE(criu_env_allowed("CRIU_FAULT=130 "));
+    CHECK(criu_env_allowed("FERRY_CRIU_LOG_LEVEL=0"));
+    CHECK(criu_env_allowed("FERRY_CRIU_LOG_LEVEL=4"));
+    CHECK_FALSE(criu_env_allowed("FERRY_CRIU_LOG_LEVEL=5"));
+    CHECK_FALSE(criu_env_allowed("FERRY_CRIU_LOG_LEVEL=33"));
+    CHECK_FALSE(criu_env_allowed("FERRY_CRIU_LOG_LEVEL="));
+    CHECK_FALSE(criu_env_allowed("FERRY_CRIU_LOG_LEVELX3"));
+    CHECK(criu_log_level_env(3) == "FERRY_CRIU_LOG_LEVEL=3");
+    CHECK_THROWS_WITH(criu_log_level_env(5), Contains("no log level 5"));
     write_text(d.path / "r.json", "{not json");
     CHECK_THROWS_WITH(read_checkpoint_request(d.path / "r.json"), Contains("malformed"));
 }
