@@ -221,6 +221,9 @@ void migration::decide_network() {
 void migration::connect_destination(const std::string& source_addr) {
     try {
         _dest = tls::connect(_opt.destination, _opt.credentials, connect_timeout);
+        // The restore's result is timed by its arrival, not by when this
+        // process got to read it (resume.cpp).
+        (void)_dest->time_receipts();
     } catch (const std::exception& e) {
         throw error(fmt::format("cannot reach the destination daemon: {}", e.what()));
     }

@@ -118,7 +118,9 @@ void migration::wait_resumed() {
         }
         // An engine's restore returns a little after the tasks resumed; the
         // destination measured by how much (network latency not counted).
-        const uint64_t now = monotonic_ns();
+        // The result's moment is when it arrived: this process may have
+        // been busy then (recording the commit, handing packets over).
+        const uint64_t now = _dest->last_receipt_ns() ? _dest->last_receipt_ns() : monotonic_ns();
         _r.dest_engine_settle_ns = res.has_engine_settle_ns ? res.engine_settle_ns : 0;
         _r.t_resumed = now - _r.dest_engine_settle_ns;
         if (const auto* m = res.moments;

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -43,6 +44,12 @@ class stream {
     // empty for a plain socket.
     [[nodiscard]] virtual const std::string& peer_identity() const noexcept;
     [[nodiscard]] virtual bool encrypted() const noexcept { return false; }
+    // Asks the kernel to stamp each receipt (receipt_time.hpp); false where
+    // this stream cannot. Then last_receipt_ns() is the CLOCK_MONOTONIC ns
+    // at which the bytes its latest read from the socket took arrived (0:
+    // none yet).
+    virtual bool time_receipts() noexcept { return false; }
+    [[nodiscard]] virtual uint64_t last_receipt_ns() const noexcept { return 0; }
     // Ends both directions: wakes any thread blocked on this stream.
     void shutdown() noexcept { (void)::shutdown(fd(), SHUT_RDWR); }
 };

@@ -1,6 +1,7 @@
 #include "tls/tls_stream.hpp"
 
 #include "core/error.hpp"
+#include "sys/receipt_time.hpp"
 #include "tls/gnutls_error.hpp"
 #include "tls/x509.hpp"
 
@@ -101,12 +102,20 @@ ssize_t tls_stream::receive_more() {
         _in_pos = 0;
     }
     ssize_t n;
-    do
-        n = ::recv(_fd.get(), _in.data() + _in_len, _in.size() - _in_len, 0);
-    while (n < 0 && errno == EINTR);
+    if (_timed)
+        n = net::recv_timed(_fd.get(), _in.data() + _in_len, _in.size() - _in_len, _receipt_ns);
+    else
+        do
+            n = ::recv(_fd.get(), _in.data() + _in_len, _in.size() - _in_len, 0);
+        while (n < 0 && errno == EINTR);
     if (n > 0)
         _in_len += size_t(n);
     return n;
+}
+
+bool tls_stream::time_receipts() noexcept {
+    _timed = net::time_receipts(_fd.get());
+    return _timed;
 }
 
 ssize_t tls_stream::pull(gnutls_transport_ptr_t self, void* dst, size_t len) {

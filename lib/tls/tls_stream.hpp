@@ -39,6 +39,8 @@ class tls_stream final : public net::stream {
     [[nodiscard]] const std::string& peer_identity() const noexcept override { return _peer; }
     [[nodiscard]] bool encrypted() const noexcept override { return true; }
     [[nodiscard]] bool never_blocks() const noexcept override { return true; }
+    bool time_receipts() noexcept override;
+    [[nodiscard]] uint64_t last_receipt_ns() const noexcept override { return _receipt_ns; }
 
     // `peer` names the other end in errors (its address).
     void handshake(const std::string& peer, net::deadline until);
@@ -75,6 +77,8 @@ class tls_stream final : public net::stream {
     static int pull_timeout(gnutls_transport_ptr_t self, unsigned ms);
 
     unique_fd _fd;
+    bool _timed = false;      // receipts stamped by the kernel (time_receipts)
+    uint64_t _receipt_ns = 0; // of the latest read's bytes, when _timed
     credentials_ptr _creds;
     role _role;
     gnutls_session_t _s = nullptr;

@@ -1,5 +1,6 @@
 // Mutual TLS between Ferry's processes (lib/tls): who is let in, who is not,
 // and that bytes cross intact, including the agreed fall back to plaintext.
+#include "core/clock.hpp"
 #include "test_credentials.hpp"
 #include "test_listener.hpp"
 #include "tls/tls_stream.hpp"
@@ -73,6 +74,34 @@ TEST_CASE("two hosts of one cluster CA authenticate each other and exchange fram
     REQUIRE(net::read_full(*client, in, net::after(handshake_bound), "test receive"));
     writer.get();
     CHECK(in == out);
+}
+
+TEST_CASE("a stream that times its receipts says when the bytes arrived, not when they were read") {
+    listener l;
+    server_side server(l, test::loopback_credentials());
+    auto client = tls::connect(l.ep, test::loopback_credentials(), handshake_bound);
+    auto srv = server.result.get();
+    CHECK(srv->last_receipt_ns() == 0);
+    REQUIRE(srv->time_receipts());
+    FerryControl__LazyStart go = FERRY_CONTROL__LAZY_START__INIT;
+    const uint64_t before_send = monotonic_ns();
+    control::send_message(*client, go, net::after(handshake_bound));
+    const uint64_t after_send = monotonic_ns();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const uint64_t before_read = monotonic_ns();
+    auto got = control::receive(*srv, net::after(handshake_bound));
+    REQUIRE(got);
+    CHECK(got->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_START);
+    // Loopback stamps a segment inside its sender's send(); the read came
+    // 50 ms later. (1 ms for turning the kernel's realtime stamp monotonic.)
+    const uint64_t at = srv->last_receipt_ns();
+    CHECK(at >= before_send);
+    CHECK(at <= after_send + 1'000'000);
+    CHECK(at < before_read);
+    // The client never asked: it has no receipt times.
+    control::send_message(*srv, go, net::after(handshake_bound));
+    REQUIRE(control::receive(*client, net::after(handshake_bound)));
+    CHECK(client->last_receipt_ns() == 0);
 }
 
 TEST_CASE("a peer with a certificate from another CA is refused, both ways") {

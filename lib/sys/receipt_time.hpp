@@ -1,0 +1,21 @@
+// When the kernel received the bytes a read takes from a TCP socket
+// (SO_TIMESTAMPING's software receive stamps), on CLOCK_MONOTONIC: a moment
+// that does not move with how late the reader got to them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ferry::net {
+
+// Asks the kernel to stamp what `fd` receives; false if it cannot.
+[[nodiscard]] bool time_receipts(int fd) noexcept;
+
+// recv(fd, buf, len, 0), retried on EINTR. Where the kernel stamped what it
+// took, `receipt_ns` becomes the CLOCK_MONOTONIC ns at which the latest of
+// those bytes arrived; otherwise it is left as it was.
+ssize_t recv_timed(int fd, void* buf, size_t len, uint64_t& receipt_ns) noexcept;
+
+} // namespace ferry::net
