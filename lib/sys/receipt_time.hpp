@@ -10,7 +10,10 @@
 
 namespace ferry::net {
 
-// Asks the kernel to stamp what `fd` receives; false if it cannot.
+// Asks the kernel to stamp what `fd` receives; false if it cannot. Where no
+// socket of the host had asked before, the kernel turns its stamps on from a
+// work item: segments that arrive before it ran carry none, so ask well
+// before the moment to be timed.
 [[nodiscard]] bool time_receipts(int fd) noexcept;
 
 // recv(fd, buf, len, 0), retried on EINTR. Where the kernel stamped what it
