@@ -52,6 +52,9 @@ ssize_t recv_timed(int fd, void* buf, size_t len, uint64_t& receipt_ns) noexcept
     while (n < 0 && errno == EINTR);
     if (n <= 0)
         return n;
+    // Bytes with no stamp say nothing of when they came: no older stamp may
+    // stand for them (it would make their moment too early).
+    receipt_ns = 0;
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPING)
             continue;

@@ -16,9 +16,9 @@ namespace ferry::net {
 // before the moment to be timed.
 [[nodiscard]] bool time_receipts(int fd) noexcept;
 
-// recv(fd, buf, len, 0), retried on EINTR. Where the kernel stamped what it
-// took, `receipt_ns` becomes the CLOCK_MONOTONIC ns at which the latest of
-// those bytes arrived; otherwise it is left as it was.
+// recv(fd, buf, len, 0), retried on EINTR. When it takes bytes,
+// `receipt_ns` becomes the CLOCK_MONOTONIC ns at which the latest of them
+// arrived, or 0 where the kernel stamped none.
 ssize_t recv_timed(int fd, void* buf, size_t len, uint64_t& receipt_ns) noexcept;
 
 } // namespace ferry::net

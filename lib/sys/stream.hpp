@@ -47,7 +47,7 @@ class stream {
     // Asks the kernel to stamp each receipt (receipt_time.hpp); false where
     // this stream cannot. Then last_receipt_ns() is the CLOCK_MONOTONIC ns
     // at which the bytes its latest read from the socket took arrived (0:
-    // none yet).
+    // no read yet, or no stamp on them).
     virtual bool time_receipts() noexcept { return false; }
     [[nodiscard]] virtual uint64_t last_receipt_ns() const noexcept { return 0; }
     // Ends both directions: wakes any thread blocked on this stream.
