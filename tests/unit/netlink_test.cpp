@@ -82,6 +82,7 @@ std::vector<uint8_t> syn(const char* from, const char* to, uint16_t sport, uint1
 struct veth_pair {
     std::string a, b;
     veth_pair() {
+        remove_left_by_dead_tests();
         const auto tag = std::to_string(::getpid());
         a = "fnl-a" + tag;
         b = "fnl-b" + tag;
@@ -105,6 +106,25 @@ struct veth_pair {
         }
     }
     std::filesystem::path path(const std::string& ns) const { return "/run/netns/" + ns; }
+
+    // A test process that was killed never ran its destructor: its pair,
+    // named by its pid, is removed here once that pid is gone.
+    static void remove_left_by_dead_tests() {
+        std::error_code ec;
+        for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
+            const auto name = entry.path().filename().string();
+            if (name.size() <= 5 || (name.rfind("fnl-a", 0) != 0 && name.rfind("fnl-b", 0) != 0))
+                continue;
+            const auto pid = name.substr(5);
+            if (pid.find_first_not_of("0123456789") != std::string::npos ||
+                std::filesystem::exists("/proc/" + pid, ec))
+                continue;
+            try {
+                (void)run_capture({"ip", "netns", "del", name}, std::chrono::seconds(10));
+            } catch (...) {
+            }
+        }
+    }
 };
 
 // The source MACs of the IPv6 frames that reach `link` of the namespace
