@@ -143,6 +143,7 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     // does that while CRIU restores; its answer still comes before the gate.
     if (criu::supports_option(tools.criu, engines::rpc_post_restore_early_option))
         callouts += fmt::format("{}\n", engines::rpc_post_restore_early_option);
+    callouts += criu::restore_feature_lines(tools.criu);
     // The host's cgroup mounts as CRIU's yard: CRIU mounts none of its own.
     criu::write_config(
         dir / "criu-restore.conf",

@@ -75,6 +75,8 @@ void incoming_session::prepare() {
         if (_copy_netns)
             inherited.push_back(_copy_netns.get());
         _criu.emplace(criu::service::start(_d.config().tools.criu, env, inherited));
+        // Probed now (a criu run, the first time), not in the downtime.
+        _criu_restore_features = criu::restore_feature_lines(_d.config().tools.criu);
     }
     FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
     ok.criu_version = const_cast<char*>(_d.criu_version().c_str());

@@ -43,11 +43,13 @@ bool incoming_session::restore_with_criu() {
     opts.notify_scripts = true;
     // A tree whose network moves goes into the namespace made for it
     // (moving_network.cpp), with its connections.
-    const auto config = criu::write_config(_dir / "criu-restore.conf",
-                                           _connections_move ? criu::restore_established_options
-                                                             : criu::restore_options,
-                                           _d.config().tools.criu_plugin_dir)
-                            .string();
+    const auto config =
+        criu::write_config(_dir / "criu-restore.conf",
+                           std::string(_connections_move ? criu::restore_established_options
+                                                         : criu::restore_options) +
+                               _criu_restore_features,
+                           _d.config().tools.criu_plugin_dir)
+            .string();
     opts.config_file = const_cast<char*>(config.c_str());
     InheritFd netns = INHERIT_FD__INIT;
     InheritFd* inherited[] = {&netns};
@@ -83,8 +85,13 @@ bool incoming_session::restore_with_criu() {
             continue;
         auto r = criu.receive(net::after(_deadlines.notify));
         if (r->type != CRIU_REQ_TYPE__NOTIFY) {
-            if (r->success)
+            if (r->success) {
+                // CRIU exits once it has answered. Reaped now, it leaves no
+                // zombie under the daemon for the whole post-copy; one
+                // slower to exit is reaped when the session ends.
+                (void)criu.reap(std::chrono::milliseconds(100));
                 return true;
+            }
             send_restore_failure(criu::describe_failure(*r, log_hint));
             return false;
         }

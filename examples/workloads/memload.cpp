@@ -26,7 +26,14 @@
 //            one more thread parks in pause() with its stack pointer on a
 //            page boundary (x86-64 only). Stock CRIU then marked nothing of
 //            the task lazy (examples/criu-patches/0010).
+//   --seccomp
+//            each process loads a seccomp filter before its threads start
+//            (so they share it) that fails acct(2) with ENOTBLK; SIGUSR1
+//            then also prints "seccomp probe errno=E" (15 while it holds).
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -38,8 +45,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -397,8 +406,33 @@ void watch_for_migration(const region& r, churn_region* cr, after_freeze what) {
 }
 
 bool park_aligned_sp = false;
+bool seccomp_probe = false;
+
+// acct(2) fails with ENOTBLK, everything else is allowed; any other
+// architecture's calls too (this is a marker, not a sandbox).
+void load_probe_filter() {
+    sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_acct, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOTBLK),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof(code) / sizeof(code[0])), code};
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) {
+        perror("memload: seccomp");
+        exit(1);
+    }
+}
+
+int seccomp_probe_errno() {
+    return syscall(SYS_acct, nullptr) == 0 ? 0 : errno;
+}
 
 void run(const char* role, const region& r, unsigned threads, after_freeze what, churn_region* cr) {
+    if (seccomp_probe)
+        load_probe_filter();
     for (unsigned i = 0; i < threads; i++)
         std::thread(worker, &r, i).detach();
     if (what.any())
@@ -421,6 +455,8 @@ void run(const char* role, const region& r, unsigned threads, after_freeze what,
                 say("verify FAIL %s page=%ld\n", role, bad);
             if (sparse.r.pages)
                 sparse.verify();
+            if (seccomp_probe)
+                say("seccomp probe errno=%d\n", seccomp_probe_errno());
             if (shared_region.pages) {
                 const long sbad = shared_region.verify_all();
                 if (sbad < 0)
@@ -484,12 +520,14 @@ int main(int argc, char** argv) {
             what.churn = true;
         else if (a == "--park-aligned-sp")
             park_aligned_sp = true;
+        else if (a == "--seccomp")
+            seccomp_probe = true;
         else {
             fprintf(stderr,
                     "usage: memload [--mib N] [--child-mib N] [--threads N] [--seed N] "
                     "[--shared-mib N] [--sparse-mib N] [--touch-after-freeze [--touch-order "
                     "random|sequential] [--touch-threads N]] [--fork-after-freeze] "
-                    "[--churn-after-freeze] [--park-aligned-sp]\n");
+                    "[--churn-after-freeze] [--park-aligned-sp] [--seccomp]\n");
             return 2;
         }
     }

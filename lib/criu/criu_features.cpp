@@ -45,6 +45,10 @@ bool supports_feature(const std::string& criu, const std::string& name) {
     return probe_once({criu, "check", "--feature", name});
 }
 
+std::string restore_feature_lines(const std::string& criu) {
+    return supports_option(criu, "seccomp-early") ? "seccomp-early\n" : "";
+}
+
 lazy_dump_features lazy_dump_features::probe(const std::string& criu) {
     lazy_dump_features f;
     f.pagemap_only = supports_option(criu, "lazy-pagemap-only");

@@ -56,4 +56,10 @@ struct lazy_dump_features {
     [[nodiscard]] std::string config_lines() const;
 };
 
+// The restore options of Ferry's patches that every restore takes where the
+// installed CRIU has them, as config lines: --seccomp-early (0027), with
+// which the tasks load their seccomp filters while CRIU runs post-restore
+// (the commit gate) instead of after it, inside the resume.
+[[nodiscard]] std::string restore_feature_lines(const std::string& criu);
+
 } // namespace ferry::criu

@@ -16,7 +16,10 @@
 #      script only where Ferry acts (criu-patches/0013); CRIU used the
 #      host's cgroup mounts, and the copy is in its engine's cgroups; the
 #      daemons set favordynmods (--favor-cgroup-moves) or found it set;
-#      runc heard of post-restore once the root task was forked (0025);
+#      runc heard of post-restore once CRIU let the root task make the
+#      namespaces (0025); the tasks' seccomp filters (podman's and
+#      docker's default profile) came back, loaded during post-restore
+#      where CRIU takes --seccomp-early (0027);
 #   2. the destination daemon dies as the images arrive: the source
 #      container keeps running, its memory intact; nothing is left on b once
 #      its daemon is back; (2a, where CRIU's breakpoints work) CRIU's restore
@@ -165,18 +168,29 @@ steps=$(criu_callouts "$m1_restore_log" socket)
   fail "CRIU's socket call-outs were at: '$steps' (network: $(json "$work/m1.json" network))"
 steps=$(criu_callouts "$m1_restore_log" script)
 [ -z "$steps" ] || fail "CRIU still ran an action script at: $steps"
-# runc heard of post-restore once the root task was forked (0025), not at
-# the step itself: no other RPC call-out, and CRIU read runc's answer at
-# post-restore, before it asked the gate.
+# runc heard of post-restore once CRIU let the root task make the
+# namespaces, after setup-namespaces (0025), not at the step itself: no
+# other RPC call-out, and CRIU read runc's answer at post-restore, before it
+# asked the gate.
 steps=$(criu_callouts "$m1_restore_log" rpc)
 [ -z "$steps" ] || fail "CRIU notified runc at: '$steps', not early"
-order=$(awk '/Sent post-restore to the RPC client early/ { print "early" }
-  /Restoring mount namespace/ { print "mounts" }
+order=$(awk '/Running setup-namespaces scripts/ { print "setup-ns" }
+  /Sent post-restore to the RPC client early/ { print "early" }
   /Running post-restore scripts/ { print "step" }
   /The RPC client answered post-restore, sent early/ { print "answer" }
   /\[action socket / { print "gate" }' "$m1_restore_log" | tr '\n' ' ')
-[ "$order" = "early mounts step answer gate " ] ||
-  fail "runc's early post-restore: the log's order is '$order', not 'early mounts step answer gate'"
+[ "$order" = "setup-ns early step answer gate " ] ||
+  fail "runc's early post-restore: the log's order is '$order', not 'setup-ns early step answer gate'"
+# The copy's tasks have their seccomp filter back (the engine's default
+# profile), loaded while CRIU ran post-restore where it takes
+# --seccomp-early (0027), not in the steps after it.
+m1_b_pid=$(ctr b inspect m1 --format '{{.State.Pid}}')
+grep -q '^Seccomp:[[:space:]]*2' "/proc/$m1_b_pid/status" ||
+  fail "m1 runs on b without its seccomp filter: $(grep '^Seccomp' "/proc/$m1_b_pid/status" | tr '\n' ' ')"
+if criu --seccomp-early --version >/dev/null 2>&1; then
+  grep -q "seccomp: loading the filters while CRIU runs post-restore" "$m1_restore_log" ||
+    fail "CRIU loaded m1's seccomp filter after post-restore: $(grep -n 'seccomp' "$m1_restore_log" | head -n 3)"
+fi
 # CRIU dumped the container's UTS, IPC and network namespaces in its own
 # process (criu-patches/0019), read /dev, which has mounts on it, through a
 # clone of that one mount (0020), and restored the hostname without a
