@@ -75,9 +75,10 @@ void incoming_session::prepare() {
         if (_copy_netns)
             inherited.push_back(_copy_netns.get());
         _criu.emplace(criu::service::start(_d.config().tools.criu, env, inherited));
-        // Probed now (a criu run, the first time), not in the downtime.
-        _criu_restore_features = criu::restore_feature_lines(_d.config().tools.criu);
     }
+    // Both restore paths write these lines; the probe (a criu run, once per
+    // process) goes now, not in the downtime.
+    (void)criu::restore_feature_lines(_d.config().tools.criu);
     FerryControl__PrepareOk ok = FERRY_CONTROL__PREPARE_OK__INIT;
     ok.criu_version = const_cast<char*>(_d.criu_version().c_str());
     ok.has_restores_nftables_lock = true;

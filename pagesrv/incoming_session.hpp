@@ -199,7 +199,6 @@ class incoming_session {
     std::filesystem::path _record_dir;
     lazy_child _lazy;
     std::optional<criu::service> _criu; // started at prepare, used for the restore
-    std::string _criu_restore_features; // config lines, probed at prepare
     pid_t _root_pid = -1;
     bool _resumed = false;
     bool _transferred = false;

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/fault_inject.hpp"
 #include "criu/criu_config.hpp"
+#include "criu/criu_features.hpp"
 #include "criu/criu_image.hpp"
 #include "engine_request.hpp"
 #include "pool/pool_layout.hpp"
@@ -47,7 +48,7 @@ bool incoming_session::restore_with_criu() {
         criu::write_config(_dir / "criu-restore.conf",
                            std::string(_connections_move ? criu::restore_established_options
                                                          : criu::restore_options) +
-                               _criu_restore_features,
+                               criu::restore_feature_lines(_d.config().tools.criu),
                            _d.config().tools.criu_plugin_dir)
             .string();
     opts.config_file = const_cast<char*>(config.c_str());

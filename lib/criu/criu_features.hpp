@@ -59,7 +59,8 @@ struct lazy_dump_features {
 // The restore options of Ferry's patches that every restore takes where the
 // installed CRIU has them, as config lines: --seccomp-early (0027), with
 // which the tasks load their seccomp filters while CRIU runs post-restore
-// (the commit gate) instead of after it, inside the resume.
+// (the commit gate) instead of after it, inside the resume. Probed once per
+// process, like the options above.
 [[nodiscard]] std::string restore_feature_lines(const std::string& criu);
 
 } // namespace ferry::criu
