@@ -270,6 +270,8 @@ class reporter {
             t.fault_latency_sum_ns = loop->fault_latency().sum();
         }
         t.transfer_ns = transfer_ns;
+        t.has_cpu_ns = true;
+        t.cpu_ns = process_cpu_ns();
         if (pool)
             pool->report(t);
         send(t);

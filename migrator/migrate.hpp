@@ -143,6 +143,7 @@ struct migration_result {
     uint64_t source_pages_total = 0;
     uint64_t source_pages_served = 0;
     uint64_t source_bytes_sent = 0;
+    uint64_t source_serve_cpu_ns = 0; // the source daemon's page-serving threads
     transfer_summary transfer;
 
     // Pool mode.

@@ -128,6 +128,10 @@ nlohmann::json to_json(const migration_result& r) {
     j["fault_install_p50_us"] = ns_to_us(t.install_p50_ns);
     j["fault_install_p99_us"] = ns_to_us(t.install_p99_ns);
     j["transfer_ms"] = ns_to_ms(t.transfer_ns);
+    // What moving the memory cost each host's CPU: the source daemon's
+    // threads that served pages, the destination's lazy-pages daemon.
+    j["source_serve_cpu_ms"] = ns_to_ms(r.source_serve_cpu_ns);
+    j["lazy_pages_cpu_ms"] = ns_to_ms(t.cpu_ns);
     if (!r.pool.empty()) {
         nlohmann::json p;
         p["spec"] = r.pool;
@@ -247,6 +251,10 @@ std::string human_summary(const migration_result& r) {
     s += fmt::format("  sent          {:.1f} MiB ({} image files, {:.1f} KiB)\n",
                      double(r.source_bytes_sent + r.images_bytes) / (1 << 20), r.image_files,
                      double(r.images_bytes) / 1024);
+    if (r.source_serve_cpu_ns || t.cpu_ns)
+        s += fmt::format("  cpu           {:.1f} ms serving pages on the source, {:.1f} ms in "
+                         "lazy-pages on the destination\n",
+                         ns_to_ms(r.source_serve_cpu_ns), ns_to_ms(t.cpu_ns));
     if (!r.pool.empty())
         s += fmt::format("  pool          {}; {}; {} pages from the pool, {} from the source, {} "
                          "degraded stripes{}\n",

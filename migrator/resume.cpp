@@ -273,6 +273,7 @@ void migration::finish_source() {
         control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_FINISHED, "local daemon");
         _r.source_pages_served = e->outgoing_finished->pages_served;
         _r.source_bytes_sent = e->outgoing_finished->bytes_sent;
+        _r.source_serve_cpu_ns = e->outgoing_finished->serve_cpu_ns;
         if (const auto* m = e->outgoing_finished->moments; m && m->has_dump_end_ns)
             _r.t_dump_end = m->dump_end_ns;
         if (e->outgoing_finished->recovery && *e->outgoing_finished->recovery)

@@ -60,6 +60,7 @@ class outgoing_migration final : public transport::page_source {
     [[nodiscard]] wire::status read_pages(const wire::page_request& r, std::byte* pages,
                                           uint64_t* checksums) override;
     void count_sent(uint64_t pages, uint64_t bytes) noexcept override;
+    void count_cpu(uint64_t ns) noexcept override { _serve_cpu_ns += ns; }
     // The destination reported every page installed.
     void destination_done() override;
     [[nodiscard]] double deadline_scale() const noexcept override { return _deadline_scale; }
@@ -124,6 +125,9 @@ class outgoing_migration final : public transport::page_source {
         return _fabric_state.get();
     }
     [[nodiscard]] uint64_t bytes_sent() const noexcept { return _bytes_sent; }
+    // CPU time of the threads that served the pages (page channels, shm
+    // stager), as they last reported it.
+    [[nodiscard]] uint64_t serve_cpu_ns() const noexcept { return _serve_cpu_ns; }
 
     // Who may read the pages, and how. Set once, before the migration is
     // findable: the migration id is not a bearer secret.
@@ -160,6 +164,7 @@ class outgoing_migration final : public transport::page_source {
     double _deadline_scale = 1.0;
     std::atomic<uint64_t> _pages_served{0};
     std::atomic<uint64_t> _bytes_sent{0};
+    std::atomic<uint64_t> _serve_cpu_ns{0};
     std::atomic<bool> _corrupted_once{false}; // fault injection only
 
     mutable std::mutex _mutex;

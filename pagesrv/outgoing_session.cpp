@@ -90,6 +90,8 @@ outgoing_session::next outgoing_session::on_finish() {
         f.recovery = recovery.empty() ? nullptr : const_cast<char*>(recovery.c_str());
         f.pages_served = _m.pages_served();
         f.bytes_sent = _m.bytes_sent();
+        f.has_serve_cpu_ns = true;
+        f.serve_cpu_ns = _m.serve_cpu_ns();
         // CRIU exits right after CLOSE; with the plugin loaded (it reported
         // the freeze), its dump-end is a moment away.
         auto moments = _events.moments(_m.id());

@@ -183,6 +183,7 @@ class Lab:
                 "network_lock": j.get("criu_network_lock", ""),
                 "network": j.get("network", ""), "held_packets": j.get("held_packets", 0),
                 "engine_restore": j.get("engine_restore", ""),
+                "source_serve_cpu_ms": j.get("source_serve_cpu_ms"), "lazy_pages_cpu_ms": j.get("lazy_pages_cpu_ms"),
                 "restore_log": os.path.join("/tmp/ferry-testbed", self.env["FERRY_TESTBED"], dst, "incoming",
                                             j.get("migration_id", ""), "restore.log")}
 

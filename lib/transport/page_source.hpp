@@ -22,6 +22,9 @@ class page_source {
     [[nodiscard]] virtual wire::status read_pages(const wire::page_request& r, std::byte* pages,
                                                   uint64_t* checksums) = 0;
     virtual void count_sent(uint64_t pages, uint64_t bytes) noexcept = 0;
+    // CPU time a thread spent serving this migration's pages, since its
+    // last report.
+    virtual void count_cpu(uint64_t /*ns*/) noexcept {}
     // The destination reported every page installed.
     virtual void destination_done() = 0;
     // The migration's --deadline-scale: how much longer than on real hosts

@@ -70,6 +70,10 @@ def redis_summary(raw, links=None):
             over = moved_over_raw(ok, link_for(links, mib))
             if over:
                 row["total_over_raw_link"] = over
+            cpu = cpu_per_gib(ok)
+            if cpu:
+                row["source_cpu_ms_per_gib"] = cpu["source"]
+                row["destination_cpu_ms_per_gib"] = cpu["destination"]
             out["methods"][method] = row
     m = out["methods"]
     idle = m.get("ferry_idle", {}).get("background_mib_per_s")
@@ -83,6 +87,20 @@ def redis_summary(raw, links=None):
     if "reply_p99_after_us" in f and "reply_p99_before_us" in f and f["reply_p99_before_us"]["p50"]:
         out["reply_p99_during_over_before_p50"] = f["reply_p99_after_us"]["p50"] / f["reply_p99_before_us"]["p50"]
     return out
+
+
+def cpu_per_gib(runs):
+    """What moving the memory cost each host's CPU, in ms per GiB moved:
+    the source daemon's page-serving threads and the destination's
+    lazy-pages, over the runs that report both (migrator's JSON, or a
+    Redis run's figures); None if none does."""
+    src, dst = [], []
+    for r in runs:
+        gib = r.get("moved_bytes", r.get("pages_total", 0) * 4096) / 2**30
+        if gib and r.get("lazy_pages_cpu_ms") and r.get("source_serve_cpu_ms") is not None:
+            src.append(r["source_serve_cpu_ms"] / gib)
+            dst.append(r["lazy_pages_cpu_ms"] / gib)
+    return {"source": p50_p99(src), "destination": p50_p99(dst)} if src else None
 
 
 def p50_p99(values):
@@ -120,6 +138,9 @@ def summarize(raw):
                 for k, v in r.get("breakdown_ms", {}).items():
                     parts.setdefault(k, []).append(v)
             out["breakdown_p50_ms"][method][mib] = {k: statistics.median(v) for k, v in parts.items()}
+            cpu = cpu_per_gib(ok)
+            if cpu:
+                out.setdefault("cpu_ms_per_gib", {}).setdefault(method, {})[mib] = cpu
     ferry = out["downtime_ms"].get("ferry", {})
     for method, by_size in out["downtime_ms"].items():
         if method == "ferry":
@@ -204,6 +225,11 @@ def print_table(summary, stream):
     for s in sorted(b, key=int):
         print(f"   Ferry at {s} MiB by part (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in b[s].items()),
               file=stream)
+    for method, by in summary.get("cpu_ms_per_gib", {}).items():
+        print(f"   {method}: CPU per GiB moved, ms p50 (p99), source's page serving / destination's lazy-pages: "
+              + ", ".join(f"{s} MiB {c['source']['p50']:.0f} ({c['source']['p99']:.0f}) / "
+                          f"{c['destination']['p50']:.0f} ({c['destination']['p99']:.0f})"
+                          for s, c in sorted(by.items(), key=lambda kv: int(kv[0]))), file=stream)
     if "redis" in summary:
         rs = summary["redis"]
         print("\n== Redis under a client (p50 / p99)", file=stream)

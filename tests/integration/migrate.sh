@@ -77,6 +77,16 @@ log "downtime ${downtime} ms; pages total=$total faulted=$faulted prefetched=$pr
 [ "$absent" -ge 14000 ] || fail "only $absent lazy pages were found to be holes"
 [ "$served" -ge $((total - dropped - absent)) ] || fail "the source served $served pages, fewer than installed"
 awk -v d="$downtime" 'BEGIN { exit !(d > 0) }' || fail "no downtime measured"
+# What the move cost each host's CPU: moving 272 MiB is never free, and
+# the source's serving threads, which live within the migration, cannot
+# have used more than its time on every CPU.
+serve_cpu=$(json "$work/result.json" source_serve_cpu_ms)
+lazy_cpu=$(json "$work/result.json" lazy_pages_cpu_ms)
+total_ms=$(json "$work/result.json" total_ms)
+log "cpu: source serving $serve_cpu ms, lazy-pages $lazy_cpu ms (total $total_ms ms)"
+awk -v s="$serve_cpu" -v l="$lazy_cpu" -v t="$total_ms" -v n="$(nproc)" \
+  'BEGIN { exit !(s > 0 && l > 0 && s <= t * n) }' ||
+  fail "implausible CPU account: source $serve_cpu ms, lazy-pages $lazy_cpu ms, total $total_ms ms"
 
 # The source tree is gone; the destination tree runs on host b.
 wait_gone "$pid" || true

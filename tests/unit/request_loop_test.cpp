@@ -1,7 +1,9 @@
 // transport::serve_requests, the source's end of a page channel: replies
 // carry the pages asked for, and the bytes it reports sent are the bytes
-// that went out, for replies larger than the socket takes in one write.
+// that went out, for replies larger than the socket takes in one write;
+// the CPU it reports is its thread's, no more than the time it ran.
 #include "core/checksum.hpp"
+#include "core/clock.hpp"
 #include "core/page.hpp"
 #include "patterned_source.hpp"
 #include "sys/stream.hpp"
@@ -63,6 +65,7 @@ TEST_CASE("a page channel's source sends what is asked and counts every byte it 
     net::socket_stream server{unique_fd(sv[0])};
     net::socket_stream client{unique_fd(sv[1])};
     test::patterned_source src(base, pages);
+    const uint64_t started = monotonic_ns();
     std::thread serving([&] { serve_requests(server, src); });
 
     const auto few = fetch(client, base + 5 * page_size, 3, 7);
@@ -75,8 +78,13 @@ TEST_CASE("a page channel's source sends what is asked and counts every byte it 
     net::write_full(client, done, net::no_deadline, "done");
     client.shutdown();
     serving.join();
+    const uint64_t ran_ns = monotonic_ns() - started;
 
     CHECK(src.done);
+    // Reading and checksumming 4 MiB is not free, and one thread's CPU
+    // cannot exceed the time it existed.
+    CHECK(src.cpu_ns > 0);
+    CHECK(src.cpu_ns <= ran_ns);
     CHECK(src.sent == 3 + pages);
     CHECK(src.sent_bytes ==
           2 * wire::page_header_size + (3 + pages) * (sizeof(uint64_t) + page_size));
