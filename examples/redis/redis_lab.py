@@ -150,6 +150,9 @@ class Lab:
         proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             time.sleep(settle)
+            # The client's clock is CLOCK_MONOTONIC too: its replies before
+            # this moment are the baseline, untouched by the move's preparation.
+            started_ns = time.monotonic_ns()
             m = migrate(self.where, other)
             time.sleep(after)
         finally:
@@ -158,7 +161,7 @@ class Lab:
         if proc.returncode != 0:
             raise RuntimeError(f"client failed: {err.strip()}")
         c = json.loads(out)
-        c.update(client_phases(replies, m.get("post_copy_ms", 0.0)))
+        c.update(client_phases(replies, m.get("post_copy_ms", 0.0), started_ns))
         self.where = other
         return m, c
 
@@ -226,21 +229,31 @@ def replies_around_gap(replies_path):
     return rows, max(range(1, len(rows)), key=lambda i: rows[i][0] - rows[i - 1][0])
 
 
-def client_phases(replies_path, post_copy_ms, window_ms=2000.0):
-    """Reply latencies before the longest gap, and right after it: during
-    the post-copy (its length from the migrator) or, for stop-and-copy, the
-    first window_ms."""
+def client_phases(replies_path, post_copy_ms, started_ns=None, window_ms=2000.0):
+    """Reply latencies in three phases: before the move began (`started_ns`,
+    CLOCK_MONOTONIC as the client's stamps), while it prepared (from then to
+    the longest gap: the destination's warm restore and the source's
+    checkpoint share the machine with the client), and right after the gap:
+    during the post-copy (its length from the migrator) or, for
+    stop-and-copy, the first window_ms. Without `started_ns`, "before" is
+    everything before the gap."""
     rows, gap_i = replies_around_gap(replies_path)
     if gap_i is None:
         return {}
     resumed = rows[gap_i][0]
     span = (post_copy_ms if post_copy_ms > 0 else window_ms) * 1e6
-    before = [lat for t, lat in rows[:gap_i]]
+    before = [lat for t, lat in rows[:gap_i] if started_ns is None or t < started_ns]
+    preparing = [lat for t, lat in rows[:gap_i] if started_ns is not None and t >= started_ns]
+    if not before:  # the client had not answered before the move began
+        before, preparing = preparing, []
     after = [lat for t, lat in rows[gap_i:] if t - resumed <= span]
     us = lambda v: v / 1e3  # noqa: E731
-    return {"before_p50_us": us(pct(before, 50)), "before_p99_us": us(pct(before, 99)),
-            "after_p50_us": us(pct(after, 50)), "after_p99_us": us(pct(after, 99)),
-            "after_window_ms": span / 1e6, "after_replies": len(after)}
+    out = {"before_p50_us": us(pct(before, 50)), "before_p99_us": us(pct(before, 99)),
+           "after_p50_us": us(pct(after, 50)), "after_p99_us": us(pct(after, 99)),
+           "after_window_ms": span / 1e6, "after_replies": len(after)}
+    if preparing:
+        out.update({"preparing_p99_us": us(pct(preparing, 99)), "preparing_replies": len(preparing)})
+    return out
 
 
 def check(lab, before, m, c):
@@ -282,7 +295,8 @@ def check(lab, before, m, c):
 def summary(m, c):
     return (f"container downtime {m['downtime_ms']:.1f} ms, client-visible downtime "
             f"{c['longest_gap_ms']:.1f} ms (longest gap between replies), replies p99 "
-            f"before {c.get('before_p99_us', 0):.0f} us, right after {c.get('after_p99_us', 0):.0f} us "
+            f"before {c.get('before_p99_us', 0):.0f} us, while it prepared {c.get('preparing_p99_us', 0):.0f} us, "
+            f"right after {c.get('after_p99_us', 0):.0f} us "
             f"over {c.get('after_window_ms', 0):.0f} ms; {c['replies']} replies, {c['failovers']} reconnects")
 
 

@@ -111,6 +111,7 @@ class RedisBench:
             out.update({"client_gap_ms": c["longest_gap_ms"],
                         "client_gap_over_downtime_ms": c["longest_gap_ms"] - m["downtime_ms"],
                         "reply_p99_before_us": c.get("before_p99_us", 0.0),
+                        "reply_p99_preparing_us": c.get("preparing_p99_us", 0.0),
                         "reply_p99_after_us": c.get("after_p99_us", 0.0), "replies": c["replies"],
                         "failovers": c["failovers"]})
         return out

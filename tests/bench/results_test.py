@@ -107,5 +107,57 @@ class TotalOverRawLink(unittest.TestCase):
                          results.redis_summary(raw, {"512": {"p50": 0.5, "p99": 0.5, "n": 1}})["methods"]["ferry"])
 
 
+class CpuPerGib(unittest.TestCase):
+    def test_each_side_over_the_gib_moved(self):
+        # 2 GiB moved: 1000 ms of the source's serving and 3000 of lazy-pages are 500 and 1500 per GiB.
+        run = dict(memload_run(20.0, 2000.0, pages=2 * GIB // 4096), source_serve_cpu_ms=1000.0,
+                   lazy_pages_cpu_ms=3000.0)
+        s = results.summarize({"downtime": {"ferry": {"2048": [run]}}})
+        cpu = s["cpu_ms_per_gib"]["ferry"]["2048"]
+        self.assertAlmostEqual(cpu["source"]["p50"], 500.0)
+        self.assertAlmostEqual(cpu["destination"]["p50"], 1500.0)
+        out = io.StringIO()
+        results.print_table(s, out)
+        self.assertIn("2048 MiB 500 (500) / 1500 (1500)", out.getvalue())
+
+    def test_runs_without_an_account_give_no_figure(self):
+        # An older migrator (no CPU account) or a Redis run's figures without it.
+        s = results.summarize({"downtime": {"ferry": {"1024": [memload_run(20.0, 1000.0)]}}})
+        self.assertNotIn("cpu_ms_per_gib", s)
+        run = {"downtime_ms": 50.0, "post_copy_ms": 900.0, "moved_bytes": GIB, "lazy_pages_cpu_ms": None,
+               "source_serve_cpu_ms": None}
+        r = results.redis_summary({"downtime": {"ferry": {"1024": [run]}}})
+        self.assertNotIn("destination_cpu_ms_per_gib", r["methods"]["ferry"])
+
+
+class ClientPhases(unittest.TestCase):
+    def replies(self, rows):
+        import tempfile
+        f = tempfile.NamedTemporaryFile("w", suffix=".log", delete=False)
+        self.addCleanup(os.unlink, f.name)
+        for t, lat in rows:
+            f.write(f"{t} {lat} get 0\n")  # time, latency, and two fields these figures do not read
+        f.close()
+        return f.name
+
+    def test_before_ends_where_the_move_began(self):
+        sys.path.insert(0, os.path.join(REPO, "examples", "redis"))
+        import redis_lab
+        ms = 1_000_000
+        # 100 replies of 100 us before the move began at t=100 ms, 50 of 900 us
+        # while it prepared, a 60 ms gap, then 100 of 300 us.
+        rows = [(i * ms, 100_000) for i in range(100)]
+        rows += [(100 * ms + i * ms, 900_000) for i in range(50)]
+        rows += [(210 * ms + i * ms, 300_000) for i in range(100)]
+        path = self.replies(rows)
+        c = redis_lab.client_phases(path, 1000.0, started_ns=100 * ms)
+        self.assertAlmostEqual(c["before_p99_us"], 100.0)
+        self.assertAlmostEqual(c["preparing_p99_us"], 900.0)
+        self.assertEqual(c["preparing_replies"], 50)
+        self.assertAlmostEqual(c["after_p99_us"], 300.0)
+        # Without the moment the move began, "before" takes the preparation in.
+        self.assertAlmostEqual(redis_lab.client_phases(path, 1000.0)["before_p99_us"], 900.0)
+
+
 if __name__ == "__main__":
     unittest.main()
