@@ -18,8 +18,8 @@ struct loop_config {
     // one receives, decrypts and verifies while another installs (installs
     // hold the state lock). main.cpp opens as many as the fabric gains from.
     uint32_t background_streams = 2;
-    uint32_t faulting_chunk_pages = 16;           // background request size while faults arrive
-    uint32_t faulting_depth = 1;                  // background requests in flight meanwhile
+    uint32_t faulting_chunk_pages = 64;           // background request size while faults arrive
+    uint32_t faulting_depth = 2;                  // background requests in flight meanwhile
     std::chrono::microseconds fault_window{2000}; // faults are counted per window ...
     uint32_t faulting_threshold = 4;   // ... and this many mean "the application is faulting"
     uint32_t install_batch_pages = 32; // install background data as it arrives, in runs this long

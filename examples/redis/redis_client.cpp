@@ -337,7 +337,10 @@ nlohmann::json run(const run_options& o) {
                              {"failovers", failovers},
                              {"incr_acked", incr_acked},
                              {"last_address", at},
-                             {"seconds", double(now_ns() - start) / 1e9}};
+                             {"seconds", double(now_ns() - start) / 1e9},
+                             // The replies log's times count from here:
+                             // others place their own moments on it.
+                             {"start_monotonic_ns", start}};
     gaps.report(result);
     return result;
 }

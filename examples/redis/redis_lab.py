@@ -161,7 +161,10 @@ class Lab:
         if proc.returncode != 0:
             raise RuntimeError(f"client failed: {err.strip()}")
         c = json.loads(out)
-        c.update(client_phases(replies, m.get("post_copy_ms", 0.0), started_ns))
+        # The replies log counts from the client's start (CLOCK_MONOTONIC too).
+        start = c.get("start_monotonic_ns")
+        c.update(client_phases(replies, m.get("post_copy_ms", 0.0),
+                               started_ns - start if start is not None else None))
         self.where = other
         return m, c
 
@@ -231,7 +234,7 @@ def replies_around_gap(replies_path):
 
 def client_phases(replies_path, post_copy_ms, started_ns=None, window_ms=2000.0):
     """Reply latencies in three phases: before the move began (`started_ns`,
-    CLOCK_MONOTONIC as the client's stamps), while it prepared (from then to
+    on the replies log's clock: from the client's start), while it prepared (from then to
     the longest gap: the destination's warm restore and the source's
     checkpoint share the machine with the client), and right after the gap:
     during the post-copy (its length from the migrator) or, for
