@@ -190,6 +190,7 @@ class Lab:
                 "network": j.get("network", ""), "held_packets": j.get("held_packets", 0),
                 "engine_restore": j.get("engine_restore", ""),
                 "source_serve_cpu_ms": j.get("source_serve_cpu_ms"), "lazy_pages_cpu_ms": j.get("lazy_pages_cpu_ms"),
+                "fault_fetch_p50_us": j.get("fault_fetch_p50_us"), "fault_fetch_p99_us": j.get("fault_fetch_p99_us"),
                 "restore_log": os.path.join("/tmp/ferry-testbed", self.env["FERRY_TESTBED"], dst, "incoming",
                                             j.get("migration_id", ""), "restore.log")}
 

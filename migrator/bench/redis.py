@@ -104,8 +104,9 @@ class RedisBench:
             out["moved_bytes"] = m["pages_total"] * 4096
         if "pages_total" in m and out["post_copy_ms"] > 0:
             out["background_mib_per_s"] = m["pages_total"] * 4096 / 2**20 / (out["post_copy_ms"] / 1e3)
-        for k in ("fault_p99_us", "pages_faulted", "engine_restore", "source_serve_cpu_ms", "lazy_pages_cpu_ms"):
-            if k in m:
+        for k in ("fault_p99_us", "fault_fetch_p50_us", "fault_fetch_p99_us", "pages_faulted", "engine_restore",
+                  "source_serve_cpu_ms", "lazy_pages_cpu_ms"):
+            if m.get(k) is not None:  # an older migrator reports fewer
                 out[k] = m[k]
         if c:
             out.update({"client_gap_ms": c["longest_gap_ms"],

@@ -63,7 +63,8 @@ def redis_summary(raw, links=None):
                 continue
             row = {}
             for key in ("client_gap_ms", "client_gap_over_downtime_ms", "downtime_ms", "reply_p99_before_us",
-                        "reply_p99_preparing_us", "reply_p99_after_us", "post_copy_ms", "background_mib_per_s", "total_ms", "failovers"):
+                        "reply_p99_preparing_us", "reply_p99_after_us", "post_copy_ms", "background_mib_per_s", "total_ms",
+                        "failovers", "fault_fetch_p50_us", "fault_fetch_p99_us"):
                 vals = [r[key] for r in ok if key in r]
                 if vals:
                     row[key] = p50_p99(vals)
