@@ -4,6 +4,7 @@
 // through TLS 1.3 (AES-GCM), in one run. Reports wall GB/s and, for each
 // side, GB per CPU second of its own thread (what one core can carry).
 //   tls-throughput [--mib 2048] [--rounds 3]
+#include "core/clock.hpp"
 #include "core/unique_fd.hpp"
 #include "sys/net.hpp"
 #include "sys/stream.hpp"
@@ -31,14 +32,10 @@ constexpr size_t page = 4096, pages_per_reply = 64;
 constexpr size_t reply_bytes = 40 + 8 * pages_per_reply + page * pages_per_reply;
 
 double thread_cpu_seconds() {
-    timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
+    return double(thread_cpu_ns()) / 1e9;
 }
 double wall_seconds() {
-    timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
+    return double(monotonic_ns()) / 1e9;
 }
 
 struct result {

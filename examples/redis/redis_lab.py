@@ -183,14 +183,12 @@ class Lab:
             raise RuntimeError(f"migration failed: {j.get('error')}")
         return {"method": "ferry", "downtime_ms": j["downtime_ms"], "total_ms": j["total_ms"],
                 "post_copy_ms": j["phases_ms"]["post_copy"], "breakdown": j["downtime_breakdown_ms"],
-                "pages_total": j["pages_total"], "pages_faulted": j["pages_faulted"],
-                "fault_p99_us": j["fault_p99_us"], "wall_s": wall,
+                "pages_total": j["pages_total"], "pages_faulted": j["pages_faulted"], "wall_s": wall,
                 "source_removed": j.get("source_container_removed", False),
                 "network_lock": j.get("criu_network_lock", ""),
                 "network": j.get("network", ""), "held_packets": j.get("held_packets", 0),
                 "engine_restore": j.get("engine_restore", ""),
-                "source_serve_cpu_ms": j.get("source_serve_cpu_ms"), "lazy_pages_cpu_ms": j.get("lazy_pages_cpu_ms"),
-                "fault_fetch_p50_us": j.get("fault_fetch_p50_us"), "fault_fetch_p99_us": j.get("fault_fetch_p99_us"),
+                **{k: j.get(k) for k in MIGRATION_FIGURES},
                 "restore_log": os.path.join("/tmp/ferry-testbed", self.env["FERRY_TESTBED"], dst, "incoming",
                                             j.get("migration_id", ""), "restore.log")}
 
@@ -217,6 +215,12 @@ class Lab:
                 "breakdown": {"checkpoint_export": (t1 - t0) * 1e3, "copy": (t2 - t1) * 1e3,
                               "restore_import": (t3 - t2) * 1e3},
                 "export_bytes": size, "post_copy_ms": 0.0, "wall_s": t3 - t0}
+
+
+# Figures of a Ferry move passed on from the migrator's JSON as they are
+# (None where an older migrator lacks them).
+MIGRATION_FIGURES = ("fault_p99_us", "fault_fetch_p50_us", "fault_fetch_p99_us", "source_serve_cpu_ms",
+                     "lazy_pages_cpu_ms")
 
 
 def replies_around_gap(replies_path):

@@ -8,23 +8,23 @@
 
 namespace ferry {
 
-[[nodiscard]] inline uint64_t monotonic_ns() noexcept {
+[[nodiscard]] inline uint64_t clock_ns(clockid_t clock) noexcept {
     timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+[[nodiscard]] inline uint64_t monotonic_ns() noexcept {
+    return clock_ns(CLOCK_MONOTONIC);
 }
 
 // CPU time (user and system) of the calling thread, or of the whole
 // process: what serving a migration costs a host, beside how long it took.
 [[nodiscard]] inline uint64_t thread_cpu_ns() noexcept {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+    return clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 [[nodiscard]] inline uint64_t process_cpu_ns() noexcept {
-    timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+    return clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 [[nodiscard]] inline double ns_to_ms(uint64_t ns) noexcept {

@@ -30,19 +30,17 @@ void serve_requests(net::stream& conn, page_source& src) {
     // What serving costs this host's CPU: requests, how often this thread
     // slept for one (its voluntary context switches: each is a wake-up),
     // read once at each end, and its CPU time, told to the migration after
-    // each reply (one clock read, ~0.3 us) so that its account is current
-    // when the migrator asks for it at the end.
+    // each reply so that its account is current when the migrator asks for
+    // it at the end.
     uint64_t requests = 0;
     const uint64_t slept_before = voluntary_switches();
-    const uint64_t cpu_start = thread_cpu_ns();
-    uint64_t cpu_told = cpu_start;
+    cpu_teller cpu(src);
     for (;;) {
         wire::header_bytes h;
         if (!net::read_full(conn, h, net::no_deadline, "read page request")) {
             log->info("page channel closed: {} requests served, {} wake-ups of its thread, "
                       "{:.1f} ms of its CPU",
-                      requests, voluntary_switches() - slept_before,
-                      ns_to_ms(thread_cpu_ns() - cpu_start));
+                      requests, voluntary_switches() - slept_before, ns_to_ms(cpu.total_ns()));
             return; // the destination closed the channel
         }
         requests++;
@@ -53,9 +51,7 @@ void serve_requests(net::stream& conn, page_source& src) {
         }
         if (req.operation == wire::op::done) {
             log->info("the destination has every page");
-            const uint64_t cpu_now = thread_cpu_ns();
-            src.count_cpu(cpu_now - cpu_told);
-            cpu_told = cpu_now;
+            cpu.tell();
             src.destination_done();
             continue;
         }
@@ -70,9 +66,7 @@ void serve_requests(net::stream& conn, page_source& src) {
         const uint64_t bytes = iov[0].iov_len + iov[1].iov_len + iov[2].iov_len;
         net::writev_full(conn, iov, 3, net::after(std::chrono::seconds(30)), "send page reply");
         src.count_sent(rep.nr_pages, bytes);
-        const uint64_t cpu_now = thread_cpu_ns();
-        src.count_cpu(cpu_now - cpu_told);
-        cpu_told = cpu_now;
+        cpu.tell();
         if (st != wire::status::ok)
             log->warn("refused pid {} [{:#x}, +{} pages): {}", req.pid, req.vaddr, req.nr_pages,
                       wire::to_string(st));

@@ -104,8 +104,7 @@ class RedisBench:
             out["moved_bytes"] = m["pages_total"] * 4096
         if "pages_total" in m and out["post_copy_ms"] > 0:
             out["background_mib_per_s"] = m["pages_total"] * 4096 / 2**20 / (out["post_copy_ms"] / 1e3)
-        for k in ("fault_p99_us", "fault_fetch_p50_us", "fault_fetch_p99_us", "pages_faulted", "engine_restore",
-                  "source_serve_cpu_ms", "lazy_pages_cpu_ms"):
+        for k in redis_lab.MIGRATION_FIGURES + ("pages_faulted", "engine_restore"):
             if m.get(k) is not None:  # an older migrator reports fewer
                 out[k] = m[k]
         if c:

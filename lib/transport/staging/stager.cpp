@@ -202,12 +202,7 @@ void stager::run() {
     const uint64_t total = _region.header().geo.page_count;
     uint64_t cursor = 0;
     uint64_t last_work = monotonic_ns();
-    uint64_t cpu_told = thread_cpu_ns();
-    auto tell_cpu = [&] {
-        const uint64_t cpu_now = thread_cpu_ns();
-        _src.count_cpu(cpu_now - cpu_told);
-        cpu_told = cpu_now;
-    };
+    cpu_teller cpu(_src);
     while (!_stop.load(std::memory_order_relaxed)) {
         bool worked = false;
         stage_request req;
@@ -232,7 +227,7 @@ void stager::run() {
             __builtin_ia32_pause();
             continue;
         }
-        tell_cpu(); // before each sleep: the account is current whenever it idles
+        cpu.tell(); // before each sleep: the account is current whenever it idles
         bell.wait(
             [&] {
                 return !ring.empty() || _stop.load(std::memory_order_relaxed) ||
@@ -240,7 +235,7 @@ void stager::run() {
             },
             sleep_ns);
     }
-    tell_cpu();
+    cpu.tell();
 }
 
 } // namespace ferry::transport::staging
