@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """CRIU's own time for named steps of each move a `migrator bench --slow-logs
-FACTOR` run kept, from the timestamps in its dump.log and restore.log.
+FACTOR` run kept, from the timestamps in its dump.log and restore.log. The
+markers are CRIU's info lines: run the bench with FERRY_CRIU_LOG_LEVEL=3
+(Ferry's default, 2, logs warnings and errors only).
 
     examples/bench/criu_steps.py OUT_DIR [OUT_DIR ...]
 

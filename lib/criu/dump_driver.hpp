@@ -35,7 +35,7 @@ struct engine_file {
 // What every dump is given.
 struct dump_settings {
     std::string criu = "criu";                       // the binary (host_tools::criu)
-    int log_level = 3;                               // host_tools::criu_log_level
+    int log_level = 2;                               // host_tools::criu_log_level
     std::optional<std::filesystem::path> plugin_dir; // Ferry's CRIU plugin, if installed
     deadlines limits;
     // Extra lines for CRIU's config file (e.g. "tcp-close\n").

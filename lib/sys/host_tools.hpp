@@ -16,10 +16,12 @@ struct host_tools {
     std::string docker = "docker"; // $FERRY_DOCKER, the CLI
     // CRIU's log level for the dumps and restores Ferry runs itself (0-4,
     // $FERRY_CRIU_LOG_LEVEL). Each line is a write(2) of ~2.5 µs, and most
-    // of a dump's or restore's lines fall in the downtime: 3 (info, with
-    // timestamps) keeps each step and every warning and error, and drops
-    // the per-VMA, per-mount and per-file detail of 4 (debug).
-    int criu_log_level = 3;
+    // of a dump's or restore's lines fall in the downtime. 2, CRIU's own
+    // default, keeps every warning and error; 3 (info) adds each step with
+    // its timestamp, ~2.5 ms more of a podman container's downtime
+    // (README, Benchmarks); 4 (debug) adds per-VMA, per-mount and per-file
+    // detail.
+    int criu_log_level = 2;
     // dockerd's socket: $DOCKER_HOST (unix:// only), else /var/run/docker.sock.
     std::string docker_socket = "/var/run/docker.sock";
     // Ferry's CRIU plugin (ferry_criu.so): $FERRY_CRIU_PLUGIN_DIR, the build
