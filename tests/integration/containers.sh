@@ -215,6 +215,12 @@ if grep -q "Made a network namespace while waiting" "$m1_restore_log"; then
   grep -q "Entered the network namespace made while waiting" "$m1_restore_log" ||
     fail "CRIU made a network namespace for m1's restore and did not use it"
 fi
+# So was the empty mount namespace mount-v2 starts from (0028), and m1's
+# root task took it.
+grep -q "Made an empty mount namespace while waiting" "$m1_restore_log" ||
+  fail "CRIU made no empty mount namespace while it waited for m1's images"
+grep -q "Using the empty mount namespace made while waiting" "$m1_restore_log" ||
+  fail "m1's root task did not take the mount namespace made while waiting: $(grep -n 'mntns\|mount namespace' "$m1_restore_log" | head -n 3)"
 rm -rf "/dev/shm/ferry/$m1_id"
 dev_after=$(dev_tmpfs b m1) || fail "cannot list m1's /dev on b"
 [ "$dev_after" = "$dev_before" ] || fail "/dev changed: $(diff <(echo "$dev_before") <(echo "$dev_after"))"

@@ -15,6 +15,10 @@
 #     the root task entered that one (0023): a namespace of its own, with
 #     the links and the sysctls (ping_group_range, unix max_dgram_qlen) the
 #     tree had.
+#  5. While it waited, the restore also made the empty mount namespace
+#     mount-v2 starts from (0028), and dropped it with its roots yard's
+#     directory: this tree has no mount namespace of its own. A restore
+#     called off before it (its wait fd closed) made and removed them too.
 # The copies of /dev and /sys/fs/cgroup a container's dump reads through a
 # clone of one mount (0020) are checked by containers.sh.
 # Nothing here needs the testbed: CRIU runs on this machine directly.
@@ -82,6 +86,19 @@ for ns in uts ipc net; do
 done
 grep -q "Namespaces dump complete" "$dir/dump.log" || fail "the namespaces' dump did not complete"
 
+# The roots yard's directory a restore log names ("Move the root to" it).
+roots_yard() { sed -n 's|.*mnt: Move the root to \(/tmp/\.criu\.mntns\.[A-Za-z0-9]*\)$|\1|p' "$1" | head -n 1; }
+
+# Called off first: the wait fd is at its end, so nothing is restored.
+timeout -s KILL 60 criu restore -D "$dir" --shell-job -o restore-off.log -v4 --restore-detached \
+  --restore-wait-fd 3 3</dev/null >/dev/null 2>&1 && fail "a restore whose wait fd closed went on"
+grep -q "The restore was called off" "$dir/restore-off.log" ||
+  fail "the restore did not say it was called off: $(grep -n 'Error' "$dir/restore-off.log" | head -n 3)"
+yard_off=$(roots_yard "$dir/restore-off.log")
+grep -q "Made an empty mount namespace while waiting" "$dir/restore-off.log" && [ -n "$yard_off" ] ||
+  fail "the restore called off made no empty mount namespace while it waited"
+[ ! -e "$yard_off" ] || fail "the restore called off left its roots yard's directory $yard_off"
+
 log "2. the restore wrote the UTS sysctls without a worker"
 # --restore-wait-fd: a byte is already there, as the images are.
 local_restore "$dir" --restore-wait-fd 3 3< <(printf go)
@@ -102,4 +119,11 @@ grep -q "Entered the network namespace made while waiting" "$dir/restore.log" ||
   fail "the root task did not enter it: $(grep -n 'net-namespace\|netns' "$dir/restore.log" | head -n 3)"
 [ "$(readlink "/proc/$pid/ns/net")" != "$(readlink /proc/self/ns/net)" ] ||
   fail "the restored tree shares this machine's network namespace"
+log "5. the empty mount namespace made while CRIU waited was dropped with its yard"
+yard=$(roots_yard "$dir/restore.log")
+grep -q "Made an empty mount namespace while waiting" "$dir/restore.log" && [ -n "$yard" ] ||
+  fail "CRIU made no empty mount namespace while it waited: $(grep -n 'mntns\|mount namespace' "$dir/restore.log" | head -n 3)"
+! grep -q "Using the empty mount namespace made while waiting" "$dir/restore.log" ||
+  fail "a tree without a mount namespace of its own took the empty one"
+[ ! -e "$yard" ] || fail "the roots yard's directory $yard outlived the restore"
 log "PASS ($(echo "$after" | tr '\n' ';'))"
