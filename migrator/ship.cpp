@@ -107,6 +107,12 @@ void migration::start_dump() {
         settings.criu_options += criu::cgroup_yard_config_line(yard);
         _r.criu_cgroup_yard =
             yard.dir.empty() ? "CRIU mounts its own (" + yard.why_not + ")" : yard.dir.string();
+        // The engine's runc makes the container's cgroups, with the spec's
+        // settings, before its CRIU restores, and CRIU (soft mode) restores
+        // no property of a cgroup that exists: reading them in the freeze
+        // (~65 files on a cgroup v1 host) is for sub-cgroups only (0029).
+        if (criu::supports_option(_opt.tools.criu, "cgroup-skip-leaf-root-props"))
+            settings.criu_options += "cgroup-skip-leaf-root-props\n";
     }
     settings.criu_options += _opt.criu_config_extra;
     settings.criu_env = _criu_env;

@@ -207,6 +207,11 @@ grep -q "Writing UTS sysctls without a worker" "$m1_restore_log" ||
   fail "CRIU's restore wrote the UTS sysctls through a worker"
 grep -q "cg: walking the directories of" "$m1_dump_log" ||
   fail "CRIU did not walk m1's cgroup directories the 0021 way"
+# runc makes m1's cgroups at restore, with the spec's settings: CRIU did not
+# read the properties of those (0029, which Ferry asks for in every engine
+# dump where the CRIU has it).
+grep -q "Not reading the properties of .*: the tree's own cgroup, made at restore" "$m1_dump_log" ||
+  fail "CRIU read the properties of m1's own cgroups: $(grep -n 'Not reading\|pids.max' "$m1_dump_log" | head -n 3)"
 grep -q "No thread has a cgroup set of its own: no cgroupd" "$m1_restore_log" ||
   fail "CRIU's restore forked a cgroupd for m1, whose threads share their cgroups"
 # A network namespace CRIU made while it waited (0023) is one the tree

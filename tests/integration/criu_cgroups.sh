@@ -15,6 +15,11 @@
 #     moved into the nested cgroup and the tree is dumped and restored
 #     again, with CRIU mounting the hierarchies itself: CRIU starts its
 #     cgroupd, and that thread, only it, is back in the nested cgroup.
+#  2b. Dumped with --cgroup-skip-leaf-root-props (0029), as Ferry dumps a
+#     container: with the nested cgroup, the tree's cgroup is read and
+#     comes back as before; without it, its properties are not read, and a
+#     restore into cgroups made beforehand (as runc makes them) puts the
+#     tree there and leaves their values; its memory verifies.
 #  4. (cgroup v1.) The tree stays in its cgroup in the pids hierarchy only
 #     and moves to the root of the others; CRIU, mounting its own, dumps and
 #     restores it there (0021 reads a hierarchy's root through its mount's
@@ -152,6 +157,43 @@ grep -q "cgroud: Daemon started" "$dir/restore.log" && fail "a cgroupd started a
 mark=$(lines "$out")
 kill -USR1 "$pid"
 wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
+
+log "2b. --cgroup-skip-leaf-root-props (0029), as Ferry dumps a container"
+# With a cgroup below it, the tree's own cgroup is read as before.
+dir_s="$work/images-skip"
+local_dump "$dir_s" "$pid" "${yard[@]}" --cgroup-skip-leaf-root-props
+grep -q "cg: Dumping value 777 from .*/$name/task/pids.max" "$dir_s/dump.log" ||
+  fail "with a nested cgroup, the tree's own cgroup was not read: $(grep -n 'Not reading\|pids.max' "$dir_s/dump.log" | head -n 3)"
+! grep -q "Not reading the properties of .*/$name/task:" "$dir_s/dump.log" || fail "the properties of a cgroup with sub-cgroups were skipped"
+for h in "${hierarchies[@]}"; do
+  rmdir "$h/$name/task/empty/inner" "$h/$name/task/empty" "$h/$name/task" || fail "cannot remove $h/$name/task"
+done
+local_restore "$dir_s" "${yard[@]}"
+got=$(cat "$pids_h/$name/task/pids.max")
+[ "$got" = 777 ] || fail "with a nested cgroup and the option, pids.max came back as $got, not 777"
+[ -d "$pids_h/$name/task/empty/inner" ] || fail "the nested cgroup was not made again"
+# A leaf: its properties are not read, and the restore (as runc's, into
+# cgroups made beforehand with the spec's values) leaves them as made.
+for h in "${hierarchies[@]}"; do rmdir "$h/$name/task/empty/inner" "$h/$name/task/empty" || fail "cannot remove $h/$name/task/empty"; done
+dir_l="$work/images-leaf"
+local_dump "$dir_l" "$pid" "${yard[@]}" --cgroup-skip-leaf-root-props
+grep -q "Not reading the properties of .*/$name/task: the tree's own cgroup" "$dir_l/dump.log" ||
+  fail "the leaf cgroup's properties were read: $(grep -n 'pids.max\|Not reading' "$dir_l/dump.log" | head -n 3)"
+! grep -q "cg: Dumping value .* from .*/$name/task/" "$dir_l/dump.log" || fail "a property of the leaf cgroup was read"
+echo 555 >"$pids_h/$name/task/pids.max"
+local_restore "$dir_l" "${yard[@]}"
+for h in "${hierarchies[@]}"; do
+  grep -qx "$pid" "$h/$name/task/cgroup.procs" || fail "the tree restored from a leaf dump is not in $h/$name/task"
+done
+got=$(cat "$pids_h/$name/task/pids.max")
+[ "$got" = 555 ] || fail "the restore changed the cgroup made beforehand: pids.max $got, not 555"
+mark=$(lines "$out")
+kill -USR1 "$pid"
+wait_for "$out" "verify ok parent pages=16384" 60 "$mark"
+# Steps 3 and 4 want the nested cgroup and the property back.
+for h in "${hierarchies[@]}"; do mkdir -p "$h/$name/task/empty/inner"; done
+echo 777 >"$pids_h/$name/task/pids.max"
+[ "$v2_only" = yes ] || echo 33 >"$pids_h/$name/task/empty/inner/pids.max"
 
 flags_kept() {
   [ -z "$want_flags" ] || [ "$(v2_flags)" = "$want_flags" ] ||
