@@ -6,6 +6,8 @@
 // downtime. Each run is a fresh child. --extra-mounts N first adds N tmpfs
 // mounts in a private mount namespace of this process, for a destination
 // host with more mounts than this one. Prints p50/p90/min in microseconds.
+#include "core/clock.hpp"
+#include "core/latency_recorder.hpp"
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -19,22 +21,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <string>
 #include <vector>
 
 namespace {
 
-double now_us() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return double(ts.tv_sec) * 1e6 + double(ts.tv_nsec) / 1e3;
-}
-
 [[noreturn]] void die(const char* what) {
     std::fprintf(stderr, "empty-mntns-bench: %s: %s\n", what, std::strerror(errno));
     std::exit(1);
+}
+
+std::string extra_mount_dir(const char* yard, int i) {
+    return std::string(yard) + "/m" + std::to_string(i);
 }
 
 size_t mount_count() {
@@ -67,8 +66,9 @@ int make_own_mntns_empty(const char* yard) {
     return 0;
 }
 
-// One run in a fresh child; its time in µs.
-double one_run(const char* yard) {
+// One run in a fresh child; its time in ns. The child's exit status is the
+// step that failed, if one did.
+uint64_t one_run(const char* yard) {
     int p[2];
     if (::pipe(p))
         die("pipe");
@@ -77,22 +77,22 @@ double one_run(const char* yard) {
         die("fork");
     if (pid == 0) {
         ::close(p[0]);
-        const double t0 = now_us();
+        const uint64_t t0 = ferry::monotonic_ns();
         const int failed = make_own_mntns_empty(yard);
-        const double took = failed ? -double(failed) : now_us() - t0;
+        const uint64_t took = ferry::monotonic_ns() - t0;
         (void)!::write(p[1], &took, sizeof(took));
-        ::_exit(0);
+        ::_exit(failed);
     }
     ::close(p[1]);
-    double took = -99;
-    if (::read(p[0], &took, sizeof(took)) != sizeof(took))
-        took = -99;
+    uint64_t took = 0;
+    const bool got = ::read(p[0], &took, sizeof(took)) == sizeof(took);
     ::close(p[0]);
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    if (took < 0) {
-        std::fprintf(stderr, "empty-mntns-bench: step %d failed in the child\n", int(-took));
+    if (!got || !WIFEXITED(status) || WEXITSTATUS(status)) {
+        std::fprintf(stderr, "empty-mntns-bench: step %d failed in the child\n",
+                     WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         std::exit(1);
     }
     return took;
@@ -118,25 +118,25 @@ int main(int argc, char** argv) {
             die("a private mount namespace for the extra mounts");
         // Under the yard's directory: they go with this process's namespace.
         for (int i = 0; i < extra_mounts; i++) {
-            const std::string dir = std::string(yard) + "/m" + std::to_string(i);
+            const std::string dir = extra_mount_dir(yard, i);
             if (::mkdir(dir.c_str(), 0700) || ::mount("none", dir.c_str(), "tmpfs", 0, "size=4k"))
                 die("an extra tmpfs mount");
         }
     }
     const size_t mounts = mount_count();
-    std::vector<double> us;
-    us.reserve(size_t(runs));
+    std::vector<uint64_t> ns;
+    ns.reserve(size_t(runs));
     for (int i = 0; i < runs; i++)
-        us.push_back(one_run(yard));
-    if (extra_mounts > 0)
-        for (int i = 0; i < extra_mounts; i++) {
-            const std::string dir = std::string(yard) + "/m" + std::to_string(i);
-            (void)::umount2(dir.c_str(), MNT_DETACH);
-            (void)::rmdir(dir.c_str());
-        }
+        ns.push_back(one_run(yard));
+    for (int i = 0; i < extra_mounts; i++) {
+        const std::string dir = extra_mount_dir(yard, i);
+        (void)::umount2(dir.c_str(), MNT_DETACH);
+        (void)::rmdir(dir.c_str());
+    }
     ::rmdir(yard);
-    std::sort(us.begin(), us.end());
     std::printf("empty mount namespace, %zu mounts: p50 %.1f us, p90 %.1f, min %.1f (%d runs)\n",
-                mounts, us[us.size() / 2], us[us.size() * 9 / 10], us.front(), runs);
+                mounts, ferry::ns_to_us(ferry::percentile_of(ns, 50)),
+                ferry::ns_to_us(ferry::percentile_of(ns, 90)),
+                ferry::ns_to_us(*std::min_element(ns.begin(), ns.end())), runs);
     return 0;
 }
