@@ -67,15 +67,8 @@ void incoming_session::prepare() {
     }
     // The helpers start now, before the source freezes.
     spawn_lazy_pages();
-    if (_engine.empty()) {
-        // Ferry's CRIU plugin tags its reports with the migration id.
-        auto env = _criu_env;
-        env.push_back("FERRY_MIGRATION_ID=" + _id);
-        std::vector<int> inherited;
-        if (_copy_netns)
-            inherited.push_back(_copy_netns.get());
-        _criu.emplace(criu::service::start(_d.config().tools.criu, env, inherited));
-    }
+    if (_engine.empty())
+        start_criu_restore();
     // Both restore paths write these lines; the probe (a criu run, once per
     // process) goes now, not in the downtime.
     (void)criu::restore_feature_lines(_d.config().tools.criu);

@@ -94,6 +94,9 @@ class incoming_session {
     // is the engine's. The plugin's moments of this migration are done with.
     ~incoming_session() {
         stop_warm_restore("the migration ended before the images came");
+        // A CRIU still waiting for the images ends at once, before ~service
+        // waits for it to exit.
+        _criu_go.reset();
         if (_engine_restore && _resumed)
             _engine_restore->release();
         else if (_engine_restore)
@@ -134,6 +137,8 @@ class incoming_session {
     std::optional<std::string> lazy_report_before_resume();
     bool ask_to_resume();
     bool cancel_restore(criu::service& criu, const std::string& why);
+    void start_criu_restore();
+    void send_criu_restore_request(int wait_fd);
     bool restore_with_criu();
     void send_restore_failure(const std::string& why);
     void kill_restored(const std::string& why);
@@ -199,6 +204,8 @@ class incoming_session {
     std::filesystem::path _record_dir;
     lazy_child _lazy;
     std::optional<criu::service> _criu; // started at prepare, used for the restore
+    unique_fd _criu_images_dir;         // the restore request's images dir, for CRIU to open
+    unique_fd _criu_go; // a byte lets the waiting CRIU restore; closing it calls CRIU off
     pid_t _root_pid = -1;
     bool _resumed = false;
     bool _transferred = false;

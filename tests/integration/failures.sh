@@ -71,6 +71,15 @@ kept=$(find "$wr" -mindepth 1 -maxdepth 1 -type d | wc -l)
 [ "$kept" = 32 ] || fail "corrupt-images: $kept failed migrations' logs kept, not the newest 32"
 [ -d "$wr/$(printf '%032x' 40)" ] && [ ! -d "$wr/$(printf '%032x' 9)" ] ||
   fail "corrupt-images: the wrong logs were pruned: $(ls "$wr")"
+# The destination's CRIU had the restore request since the prepare and
+# waited for the images (criu-patches/0015): refusing them called it off,
+# and it ended rather than waiting on.
+blog="/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$id/restore.log"
+grep -q "The restore was called off: its wait fd closed" "$blog" ||
+  fail "corrupt-images: the waiting CRIU was not called off: $(tail -3 "$blog")"
+bpid=$(cat "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.pid")
+for _ in $(seq 50); do pgrep -P "$bpid" -x criu >/dev/null || break; sleep 0.1; done
+pgrep -P "$bpid" -x criu >/dev/null && fail "corrupt-images: a CRIU is still running under host b's daemon"
 
 # The migrator is interrupted (SIGINT) while the destination waits at the
 # commit gate: the source resumes and the restored copy never runs.

@@ -121,6 +121,14 @@ grep -q "pidns-proc: Opened a /proc of $pid's pid namespace before the freeze" "
   fail "CRIU did not open the tree's /proc before the freeze"
 rm -rf "/dev/shm/ferry/$id"
 
+# The destination's CRIU had the restore request from the prepare on
+# (criu-patches/0015): its start-up (options, log, kerndat) came before it
+# waited for the images, so none of it was in the downtime.
+rlog="/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$id/restore.log"
+awk '/Loaded kdat cache|Writing kdat cache/ { kdat = NR } /Waiting on fd [0-9]+ before the restore/ { wait = NR }
+     /The restore goes on/ { go = NR } END { exit !(kdat && wait > kdat && go > wait) }' "$rlog" ||
+  fail "CRIU's restore did not start up before it waited for the images: $(grep -n -E 'kdat|Waiting on fd|goes on' "$rlog")"
+
 # lazy-pages began its bulk transfer once the tasks ran, told by the daemon
 # at CRIU's post-resume (CRIU's "restore finished" comes before its last
 # steps).
