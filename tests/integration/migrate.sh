@@ -7,6 +7,9 @@
 # FERRY_TEST_FABRIC picks the fabric (default tcp). FERRY_TEST_CORRUPT=1 makes
 # the source corrupt one page after checksumming it: the destination must
 # refetch it, and the pattern must still be intact.
+# FERRY_TEST_CRIU_WITHOUT_WAIT=1 gives host b a CRIU that refuses
+# --restore-wait-fd (as one without criu-patches/0015 does): its daemon
+# sends the restore request only once the images are there.
 source "$(dirname "$0")/lib.sh"
 fabric=${FERRY_TEST_FABRIC:-tcp}
 
@@ -18,6 +21,18 @@ testbed_up
 if [ "${FERRY_TEST_CORRUPT:-0}" = 1 ]; then
   "$testbed" stop a
   FERRY_FAULT=corrupt-page-once "$testbed" start a
+fi
+if [ "${FERRY_TEST_CRIU_WITHOUT_WAIT:-0}" = 1 ]; then
+  cat >"$work/criu-without-wait" <<EOF
+#!/bin/sh
+for a in "\$@"; do
+  [ "\$a" = --restore-wait-fd ] && { echo "criu: unrecognized option '--restore-wait-fd'" >&2; exit 1; }
+done
+exec $(command -v criu) "\$@"
+EOF
+  chmod +x "$work/criu-without-wait"
+  "$testbed" stop b
+  FERRY_CRIU="$work/criu-without-wait" "$testbed" start b
 fi
 # 40 MiB of MAP_SHARED memory cannot be lazy: CRIU dumps it into the images,
 # which then travel in several frames.
@@ -125,9 +140,14 @@ rm -rf "/dev/shm/ferry/$id"
 # (criu-patches/0015): its start-up (options, log, kerndat) came before it
 # waited for the images, so none of it was in the downtime.
 rlog="/tmp/ferry-testbed/$FERRY_TESTBED/b/incoming/$id/restore.log"
-awk '/Loaded kdat cache|Writing kdat cache/ { kdat = NR } /Waiting on fd [0-9]+ before the restore/ { wait = NR }
-     /The restore goes on/ { go = NR } END { exit !(kdat && wait > kdat && go > wait) }' "$rlog" ||
-  fail "CRIU's restore did not start up before it waited for the images: $(grep -n -E 'kdat|Waiting on fd|goes on' "$rlog")"
+if [ "${FERRY_TEST_CRIU_WITHOUT_WAIT:-0}" = 1 ]; then
+  grep -q "Reading image tree" "$rlog" && ! grep -q "Waiting on fd" "$rlog" ||
+    fail "a CRIU without --restore-wait-fd was asked to wait: $(grep -n -E 'Waiting on fd|Reading image tree' "$rlog")"
+else
+  awk '/Loaded kdat cache|Writing kdat cache/ { kdat = NR } /Waiting on fd [0-9]+ before the restore/ { wait = NR }
+       /The restore goes on/ { go = NR } END { exit !(kdat && wait > kdat && go > wait) }' "$rlog" ||
+    fail "CRIU's restore did not start up before it waited for the images: $(grep -n -E 'kdat|Waiting on fd|goes on' "$rlog")"
+fi
 
 # lazy-pages began its bulk transfer once the tasks ran, told by the daemon
 # at CRIU's post-resume (CRIU's "restore finished" comes before its last
