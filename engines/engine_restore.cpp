@@ -113,7 +113,7 @@ fs::path write_restore_request(const fs::path& dir, const fs::path& images,
     req.tcp_established = tcp_established;
     if (req.wait_for_images) {
         req.images_dir = warm ? dir.string() : images.string();
-        req.criu_waits = criu::supports_option_value(tools.criu, "restore-wait-fd", "0");
+        req.criu_waits = criu::supports_restore_wait(tools.criu);
     }
     // The action script acts at post-restore (the gate) and, when the
     // addresses move, at setup-namespaces (engine_request.hpp); CRIU runs

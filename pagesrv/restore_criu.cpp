@@ -41,7 +41,7 @@ void incoming_session::start_criu_restore() {
     if (_copy_netns)
         inherited.push_back(_copy_netns.get());
     unique_fd wait_end;
-    if (criu::supports_option_value(criu_path, "restore-wait-fd", "0")) {
+    if (criu::supports_restore_wait(criu_path)) {
         int ends[2];
         if (::pipe2(ends, O_CLOEXEC))
             throw sys_error("pipe2");

@@ -41,6 +41,10 @@ bool supports_option_value(const std::string& criu, const std::string& name,
     return probe_once({criu, "--" + name, value, "--version"});
 }
 
+bool supports_restore_wait(const std::string& criu) {
+    return supports_option_value(criu, "restore-wait-fd", "0");
+}
+
 bool supports_feature(const std::string& criu, const std::string& name) {
     return probe_once({criu, "check", "--feature", name});
 }

@@ -56,6 +56,11 @@ struct lazy_dump_features {
     [[nodiscard]] std::string config_lines() const;
 };
 
+// Whether a restore can wait for its images (--restore-wait-fd FD,
+// criu-patches/0015): CRIU started and set up before they arrive reads one
+// byte from FD before it reads them. Probed once per process.
+[[nodiscard]] bool supports_restore_wait(const std::string& criu);
+
 // The restore options of Ferry's patches that every restore takes where the
 // installed CRIU has them, as config lines: --seccomp-early (0027), with
 // which the tasks load their seccomp filters while CRIU runs post-restore
