@@ -163,7 +163,7 @@ start_daemon_vm() {
   local h=$1 dir="$state/$1"
   # The daemon's switches from this environment (the guest starts bare).
   local role=() metrics=9140 passenv=() v
-  for v in FERRY_FAULT FERRY_LAZY_PAGES_ARGS FERRY_NO_HW_BREAKPOINTS FERRY_CRIU_LOG_LEVEL; do
+  for v in FERRY_FAULT FERRY_LAZY_PAGES_ARGS FERRY_NO_HW_BREAKPOINTS FERRY_NO_IDLE_POLL FERRY_CRIU_LOG_LEVEL; do
     [ -n "${!v:-}" ] && passenv+=("$v=${!v}")
   done
   case "$h" in

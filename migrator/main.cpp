@@ -42,6 +42,7 @@ struct run_args {
     std::vector<std::string> restorable_by; // checkpoint
     double deadline_scale = 1.0;
     bool no_hw_breakpoints = false;
+    bool no_idle_poll = false;
     std::string criu_config; // a file of extra CRIU options
 };
 
@@ -54,6 +55,9 @@ void add_criu_options(CLI::App* cmd, run_args& a) {
     cmd->add_flag("--no-hw-breakpoints", a.no_hw_breakpoints,
                   "make CRIU step through syscalls instead of using hardware breakpoints, on "
                   "both hosts (default: only where they do not trap; $FERRY_NO_HW_BREAKPOINTS=1)");
+    cmd->add_flag("--no-idle-poll", a.no_idle_poll,
+                  "let idle CPUs halt through the downtime, on both hosts (default: they poll "
+                  "from before the freeze to the resume, at most 10 s; $FERRY_NO_IDLE_POLL=1)");
     cmd->add_option("--criu-config", a.criu_config,
                     "a file of extra CRIU options (config-file syntax) for the source's dump")
         ->check(CLI::ExistingFile);
@@ -104,6 +108,7 @@ int run_migrate(const run_args& a) {
     }
     opt.deadline_scale = a.deadline_scale;
     opt.no_hw_breakpoints = a.no_hw_breakpoints;
+    opt.idle_poll = !a.no_idle_poll;
     if (!a.criu_config.empty()) {
         std::ifstream in(a.criu_config);
         opt.criu_config_extra.assign(std::istreambuf_iterator<char>(in), {});
@@ -170,6 +175,8 @@ int main(int argc, char** argv) {
     a.via = env_daemon ? env_daemon : "127.0.0.1:7140";
     const char* env_no_bp = std::getenv("FERRY_NO_HW_BREAKPOINTS");
     a.no_hw_breakpoints = env_no_bp && std::string(env_no_bp) == "1";
+    const char* env_no_idle = std::getenv("FERRY_NO_IDLE_POLL");
+    a.no_idle_poll = env_no_idle && std::string(env_no_idle) == "1";
     auto& pool = a.pool;
     auto* pid_opt =
         mig->add_option("--pid", a.pid,
@@ -221,6 +228,7 @@ int main(int argc, char** argv) {
     park.mode = migrator::migrate_mode::park;
     park.via = a.via;
     park.no_hw_breakpoints = a.no_hw_breakpoints;
+    park.no_idle_poll = a.no_idle_poll;
     ckpt->add_option("--pid", park.pid, "root of the process tree (init of its PID namespace)")
         ->required()
         ->check(CLI::PositiveNumber);
@@ -248,6 +256,7 @@ int main(int argc, char** argv) {
     unpark.mode = migrator::migrate_mode::unpark;
     unpark.via = a.via;
     unpark.no_hw_breakpoints = a.no_hw_breakpoints;
+    unpark.no_idle_poll = a.no_idle_poll;
     rest->add_option("--from-pool", unpark.pool.nodes,
                      "the pool's nodes, IP:PORT,..., in the order given at the checkpoint")
         ->required();

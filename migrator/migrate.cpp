@@ -239,6 +239,8 @@ void migration::connect_destination(const std::string& source_addr) {
     prep.deadline_scale = _opt.deadline_scale;
     prep.has_no_hw_breakpoints = true;
     prep.no_hw_breakpoints = _opt.no_hw_breakpoints;
+    prep.has_idle_poll = true;
+    prep.idle_poll = _opt.idle_poll;
     netlink::moving_link_messages links(_r.moving_links);
     prep.n_moving_links = links.pointers.size();
     prep.moving_links = links.pointers.data();
@@ -269,6 +271,8 @@ void migration::connect_destination(const std::string& source_addr) {
     const auto& p = *ok->prepare_ok;
     auto& f = _r.criu_features;
     _destination_starts_warm = p.has_starts_warm && p.starts_warm;
+    _r.idle_poll_destination =
+        p.idle_poll ? p.idle_poll : "not asked for: the destination's daemon predates it";
     const bool own_netns = _container || _source_netns;
     _r.criu_features.network_lock_nftables =
         own_netns && p.has_restores_nftables_lock && p.restores_nftables_lock &&
@@ -306,6 +310,25 @@ void migration::connect_local_daemon() {
     _r.prepare_ns = monotonic_ns() - t0;
 }
 
+// From before the freeze: the dump's first steps are part of the downtime's
+// chain of wake-ups too.
+void migration::take_idle_poll() {
+    if (!_opt.idle_poll) {
+        _r.idle_poll_source = "off (--no-idle-poll)";
+        return;
+    }
+    _idle_poll = std::make_unique<idle_poll::hold>(idle_poll::downtime_limit);
+    if (!_idle_poll->held())
+        _log->info("idle CPUs keep halting through the downtime: {}", _idle_poll->state());
+}
+
+void migration::release_idle_poll() noexcept {
+    if (!_idle_poll)
+        return;
+    _r.idle_poll_source = _idle_poll->state();
+    _idle_poll.reset();
+}
+
 migration_result migration::run() {
     _r.t_start = monotonic_ns();
     if (_opt.mode == migrate_mode::unpark) {
@@ -325,6 +348,7 @@ migration_result migration::run() {
         connect_local_daemon();
         check_interrupt();
         hold_packets();
+        take_idle_poll();
         start_dump();
         warm_destination();
         {
@@ -335,6 +359,7 @@ migration_result migration::run() {
         settle_vma_flags();
         if (_opt.mode == migrate_mode::park) {
             park();
+            release_idle_poll();
             _r.ok = true;
             cleanup();
             return _r;
@@ -346,6 +371,7 @@ migration_result migration::run() {
         send_images(collect_images());
         wait_registered();
         wait_resumed();
+        release_idle_poll();
         hand_over_packets(true);
     } catch (const std::exception& e) {
         _r.error = e.what();
@@ -356,6 +382,7 @@ migration_result migration::run() {
             abort_source(_r.error);
             _r.source_running = criu::inspect_workload(_opt.pid).running();
         }
+        release_idle_poll();
         if (_record_stored && !_r.committed)
             drop_record(*_opt.pool, _opt.park_name);
         cleanup();

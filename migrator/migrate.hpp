@@ -65,6 +65,9 @@ struct migrate_options {
     // CRIU steps through syscalls instead of using hardware breakpoints, on
     // both hosts, even where breakpoints work (lib/hw_breakpoints.hpp).
     bool no_hw_breakpoints = false;
+    // Both hosts' idle CPUs poll, rather than halt, from before the freeze
+    // to the resume (lib/sys/idle_poll.hpp).
+    bool idle_poll = true;
     // Extra lines for CRIU's config file on the source (a user's options).
     std::string criu_config_extra;
     host_tools tools; // the programs it runs (CRIU, engines)
@@ -108,13 +111,15 @@ struct migration_result {
     // tree's routes too: the destination makes its namespace anew.
     std::vector<netlink::link_identity> moving_links;
     std::vector<netlink::ipv4_route> moving_routes;
-    bool connections_move = false;          // its TCP connections come along (tcp-established)
-    std::string network;                    // how its network moved, or why it did not
-    size_t held_packets = 0;                // arrived during the freeze, handed to the copy
-    size_t held_packets_overflowed = 0;     // let go: the hold's bounds were reached
-    bool source_removed = false;            // the source container is gone (after the resume)
-    uint64_t workload_bytes = 0;            // resident memory of the tree before the freeze
-    std::string criu_stop_method;           // hardware breakpoints, or syscall stepping and why
+    bool connections_move = false;      // its TCP connections come along (tcp-established)
+    std::string network;                // how its network moved, or why it did not
+    size_t held_packets = 0;            // arrived during the freeze, handed to the copy
+    size_t held_packets_overflowed = 0; // let go: the hold's bounds were reached
+    bool source_removed = false;        // the source container is gone (after the resume)
+    uint64_t workload_bytes = 0;        // resident memory of the tree before the freeze
+    std::string criu_stop_method;       // hardware breakpoints, or syscall stepping and why
+    // Whether each host's idle CPUs polled through the downtime, or why not.
+    std::string idle_poll_source, idle_poll_destination;
     criu::lazy_dump_features criu_features; // what the lazy dump asked CRIU for (criu-patches)
     // With --smaps-before-freeze: empty if no call could have changed the
     // VMA flags between CRIU's read and the freeze (proc::vma_flag_watch),

@@ -17,6 +17,7 @@
 #include "netlink/conf_file.hpp"
 #include "netlink/held_packets.hpp"
 #include "park.hpp"
+#include "sys/idle_poll.hpp"
 #include "sys/vma_flag_watch.hpp"
 #include "wire/control.hpp"
 
@@ -115,6 +116,8 @@ class migration {
     void tell_daemon_aborted(const std::string& reason);
     void set_phase(const char* phase);
     void cleanup();
+    void take_idle_poll();
+    void release_idle_poll() noexcept;
     // A workload whose network moves (moving_network.cpp).
     void read_moving_links();
     void hold_packets();
@@ -139,6 +142,8 @@ class migration {
     std::filesystem::path _dir;
     bool _dump_started = false;
     bool _destination_starts_warm = false; // it takes incoming_warm (prepare_ok)
+    // This host's idle CPUs poll from before the freeze to the resume.
+    std::unique_ptr<idle_poll::hold> _idle_poll;
     bool _registered = false;
     bool _destination_never_ran = false; // its restore failed before the tasks ran
     bool _handoff_pending = false;       // the source daemon owes an outgoing_handed_off

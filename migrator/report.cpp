@@ -72,6 +72,10 @@ nlohmann::json to_json(const migration_result& r) {
     if (!r.recovery.empty())
         j["recovery"] = r.recovery;
     j["criu_stop_method"] = r.criu_stop_method;
+    if (!r.idle_poll_source.empty())
+        j["idle_poll_source"] = r.idle_poll_source;
+    if (!r.idle_poll_destination.empty())
+        j["idle_poll_destination"] = r.idle_poll_destination;
     if (!r.engine_restore.empty())
         j["engine_restore"] = r.engine_restore;
     if (!r.criu_cgroup_yard.empty())
@@ -238,6 +242,12 @@ std::string human_summary(const migration_result& r) {
                      parts.resume, freeze_source(r), resume_source(r));
     s += fmt::format("  total         {:8.1f} ms  (post-copy {:.1f} ms)\n", r.total_ms(),
                      span_ms(r.t_resumed, r.t_transferred));
+    // Said only when it did not go as asked: the downtime is then longer.
+    if (r.idle_poll_source.starts_with("not held") || r.idle_poll_source.starts_with("lapsed") ||
+        r.idle_poll_destination.starts_with("not held") ||
+        r.idle_poll_destination.starts_with("lapsed"))
+        s += fmt::format("  idle CPUs     source: {}; destination: {}\n", r.idle_poll_source,
+                         r.idle_poll_destination);
     s += fmt::format(
         "  pages         {} lazy: {} faulted, {} prefetched, {} background; {} holes never sent "
         "({} zero-filled at a fault)\n",

@@ -71,6 +71,9 @@ struct daemon_config {
     // (lib/sys/netns_socket_tables.hpp). Every namespace created here from
     // then on gets them, so only when asked.
     bool own_netns_socket_tables = false;
+    // Refuse migrators' requests to keep this host's idle CPUs polling
+    // through a restore (lib/sys/idle_poll.hpp).
+    bool no_idle_poll = false;
 };
 
 class daemon {

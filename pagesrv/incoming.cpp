@@ -65,6 +65,15 @@ void incoming_session::prepare() {
         (void)control::try_send_error(_conn, e.what(), net::after(control_timeout));
         throw;
     }
+    std::string idle_state = "off: the migrator did not ask";
+    if (_idle_poll_asked && _d.config().no_idle_poll) {
+        idle_state = "off on this host (pagesrv --no-idle-poll)";
+    } else if (_idle_poll_asked) {
+        _idle_poll = std::make_unique<idle_poll::hold>(idle_poll::downtime_limit);
+        idle_state = _idle_poll->state();
+        if (!_idle_poll->held())
+            _log->info("idle CPUs keep halting through the restore: {}", idle_state);
+    }
     // The helpers start now, before the source freezes.
     spawn_lazy_pages();
     if (_engine.empty())
@@ -79,7 +88,16 @@ void incoming_session::prepare() {
         criu::supports_feature(_d.config().tools.criu, "network_lock_nftables");
     ok.has_starts_warm = true;
     ok.starts_warm = true;
+    ok.idle_poll = idle_state.data();
     control::send_message(_conn, ok, net::after(control_timeout));
+}
+
+void incoming_session::release_idle_poll() noexcept {
+    if (!_idle_poll)
+        return;
+    if (const auto state = _idle_poll->state(); state != "held")
+        _log->warn("idle polling {}", state);
+    _idle_poll.reset();
 }
 
 void incoming_session::check_prepare() {

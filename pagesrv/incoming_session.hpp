@@ -22,6 +22,7 @@
 #include "netlink/links.hpp"
 #include "netlink/moving_link_wire.hpp"
 #include "netlink/packet_inject.hpp"
+#include "sys/idle_poll.hpp"
 #include "sys/subprocess.hpp"
 #include "wire/control.hpp"
 
@@ -76,6 +77,7 @@ class incoming_session {
           _connections_move(prepare.has_connections_move && prepare.connections_move),
           _moving_routes(netlink::from_messages(prepare.moving_routes, prepare.n_moving_routes)),
           _log(make_logger("pagesrv", _id)) {
+        _idle_poll_asked = prepare.has_idle_poll && prepare.idle_poll;
         _deadline_scale =
             prepare.has_deadline_scale && prepare.deadline_scale > 0 ? prepare.deadline_scale : 1.0;
         _deadlines = criu::deadlines::for_memory(
@@ -214,6 +216,11 @@ class incoming_session {
     std::vector<std::string> _criu_env; // CRIU_FAULT=130 where breakpoints do not trap
     uint64_t _images_check_ns = 0;
     uint64_t _lazy_start_ns = 0;
+    // This host's idle CPUs poll from the prepare to the resume, if the
+    // migrator asked and this daemon allows it.
+    bool _idle_poll_asked = false;
+    std::unique_ptr<idle_poll::hold> _idle_poll;
+    void release_idle_poll() noexcept;
 };
 
 } // namespace ferry::pagesrv

@@ -86,6 +86,13 @@ int main(int argc, char** argv) {
                  "network namespace, until the next boot): CRIU's dump of a container then "
                  "lists its sockets without walking the host's tables, ~5 ms less freeze; a "
                  "container with more than ~16k TCP connections pays longer hash chains");
+    const char* no_idle_env = std::getenv("FERRY_NO_IDLE_POLL");
+    bool no_idle_poll = no_idle_env && std::string(no_idle_env) == "1";
+    app.add_flag("--no-idle-poll", no_idle_poll,
+                 "never keep this host's idle CPUs polling through a restore, even when a "
+                 "migrator asks (by default they poll from the prepare to the resume, a "
+                 "PM QoS CPU latency request of 0 that lapses after 10 s; "
+                 "$FERRY_NO_IDLE_POLL=1)");
     CLI11_PARSE(app, argc, argv);
 
     // One thread per connection: without a cap, glibc gives threads arenas
@@ -108,6 +115,7 @@ int main(int argc, char** argv) {
         cfg.macvlan_parent = macvlan_parent;
         cfg.favor_cgroup_moves = favor_cgroup_moves;
         cfg.own_netns_socket_tables = own_netns_socket_tables;
+        cfg.no_idle_poll = no_idle_poll;
         log->info("this host is {} (credentials in {}); {}", cfg.credentials->identity(),
                   cfg.credentials->dir().string(),
                   allowed_peers.empty()

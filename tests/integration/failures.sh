@@ -6,6 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 
 testbed_up
+latency_before=$(cpu_latency_target)
 pid=$(start_workload a victim --mib 32 --child-mib 4 --threads 2)
 out="$work/victim.out"
 log "workload pid $pid on host a"
@@ -24,6 +25,8 @@ expect_failure() {
   [ "$(json "$work/$name.json" source_running)" = true ] || fail "$name: migrator says the source is not running"
   running "$pid" || fail "$name: source pid $pid is not running"
   verify_workload "$pid" "$out" 8192 1024
+  # Neither host's idle polling outlives the failed migration.
+  latency_target_back "$name" "$latency_before"
 }
 
 # Bad input rejected before anything is frozen.

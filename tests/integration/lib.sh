@@ -189,6 +189,45 @@ json() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]
 
 netns_of() { readlink "/proc/$1/ns/net"; }
 
+# cpu_latency_target: the host's PM QoS CPU latency target in µs; a
+# migration's idle polling (lib/sys/idle_poll.hpp) holds it at 0.
+cpu_latency_target() {
+  python3 -c 'import struct; print(struct.unpack("i", open("/dev/cpu_dma_latency", "rb").read(4))[0])'
+}
+
+# latency_target_back WHAT BEFORE: the target is BEFORE again within 5 s
+# (a destination's session may end just after its migrator).
+latency_target_back() {
+  local t
+  for _ in $(seq 50); do
+    t=$(cpu_latency_target)
+    [ "$t" = "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "$1: the CPU latency target is $t after the migration, not $2 as before it"
+}
+
+# idle_poll_held RESULT-JSON WANT: each host's idle polling went as WANT
+# says ("held", or "off": the migrator was told not to), where the machine
+# has a cpuidle driver; without one, each side says so.
+idle_poll_held() {
+  local driver side state
+  driver=$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none)
+  for side in source destination; do
+    state=$(json "$1" "idle_poll_$side")
+    if [ "$2" = off ]; then
+      case "$side:$state" in
+        "source:off (--no-idle-poll)" | "destination:off: the migrator did not ask") ;;
+        *) fail "idle polling on the $side was not off: $state" ;;
+      esac
+    elif [ "$driver" = none ]; then
+      case "$state" in "not held: no cpuidle driver"*) ;; *) fail "idle polling on the $side: $state (no cpuidle driver here)" ;; esac
+    else
+      [ "$state" = held ] || fail "idle polling on the $side: $state"
+    fi
+  done
+}
+
 # restored_pid HOST: the root of a memload tree restored on HOST (a memload
 # whose parent is not a memload), assuming one such tree there.
 restored_pid() {

@@ -45,6 +45,7 @@ log "workload pid $pid on host a"
 src_net=$(netns_of "$pid")
 mark=$(lines "$out") # what the workload prints from here on comes after the freeze
 
+latency_before=$(cpu_latency_target)
 # --keep-images: for CRIU's dump log, checked below.
 on a migrator migrate --pid "$pid" --to "$(addr b)" --fabric "$fabric" --json --keep-images >"$work/result.json" || {
   cat "$work/result.json"
@@ -67,6 +68,11 @@ case "$(json "$work/result.json" criu_vma_flags)" in
   "read before the freeze"*) ;;
   *) fail "CRIU's VMA flags: $(json "$work/result.json" criu_vma_flags)" ;;
 esac
+# Both hosts' idle CPUs polled through the downtime, unless told not to
+# (the migrate-nobp run sets FERRY_NO_IDLE_POLL=1), and the request ended
+# with it.
+if [ "${FERRY_NO_IDLE_POLL:-0}" = 1 ]; then idle_poll_held "$work/result.json" off; else idle_poll_held "$work/result.json" held; fi
+latency_target_back migrate "$latency_before"
 if [ "${FERRY_TEST_CORRUPT:-0}" = 1 ]; then
   [ "$(json "$work/result.json" pages_refetched)" -ge 1 ] || fail "the corrupted page was not refetched"
 fi
