@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
     if (latency_fd >= 0)
         close(latency_fd);
     printf("floor mode=%s%s order=%s pages=%zu p50_us=%.2f p99_us=%.2f p999_us=%.2f max_us=%.2f\n",
-           mode.c_str(), idle_poll ? " idle-poll" : "", order.c_str(), pages, pct(0.5), pct(0.99), pct(0.999),
-           double(lat.back()) / 1e3);
+           mode.c_str(), idle_poll ? " idle-poll" : "", order.c_str(), pages, pct(0.5), pct(0.99),
+           pct(0.999), double(lat.back()) / 1e3);
     return 0;
 }
