@@ -56,9 +56,15 @@ int run_bench(const bench_args& a) {
         cargv.push_back(s.data());
     cargv.push_back(nullptr);
     // Debian's interpreter, which sees Debian's matplotlib, before any other
-    // python3 on PATH.
-    if (::access(debian_python, X_OK) == 0)
+    // python3 on PATH. Named by its path in argv[0] too: CPython finds its
+    // prefix from argv[0], and a bare "python3" resolves along PATH, to a
+    // pyenv or venv interpreter's prefix where one comes first.
+    if (::access(debian_python, X_OK) == 0) {
+        std::string debian_argv0 = debian_python;
+        cargv[0] = debian_argv0.data();
         ::execv(debian_python, cargv.data());
+        cargv[0] = argv[0].data();
+    }
     ::execvp("python3", cargv.data());
     std::fprintf(stderr, "migrator bench: cannot run python3: %s\n", std::strerror(errno));
     return 2;
