@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -47,7 +48,13 @@ hold::hold(std::chrono::milliseconds limit) : _limit(limit) {
         return;
     }
     _fd = std::move(fd);
-    _lapse = std::thread([this] { lapse_after(_limit); });
+    try {
+        _lapse = std::thread([this] { lapse_after(_limit); });
+    } catch (const std::system_error& e) {
+        // No hold without its bound.
+        _fd.reset();
+        _why_not = fmt::format("no thread to end it after {} ms: {}", _limit.count(), e.what());
+    }
 }
 
 hold::~hold() {
