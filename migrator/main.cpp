@@ -173,10 +173,8 @@ int main(int argc, char** argv) {
     run_args a;
     const char* env_daemon = std::getenv("FERRY_DAEMON");
     a.via = env_daemon ? env_daemon : "127.0.0.1:7140";
-    const char* env_no_bp = std::getenv("FERRY_NO_HW_BREAKPOINTS");
-    a.no_hw_breakpoints = env_no_bp && std::string(env_no_bp) == "1";
-    const char* env_no_idle = std::getenv("FERRY_NO_IDLE_POLL");
-    a.no_idle_poll = env_no_idle && std::string(env_no_idle) == "1";
+    a.no_hw_breakpoints = switch_from_environment("FERRY_NO_HW_BREAKPOINTS");
+    a.no_idle_poll = switch_from_environment("FERRY_NO_IDLE_POLL");
     auto& pool = a.pool;
     auto* pid_opt =
         mig->add_option("--pid", a.pid,

@@ -53,8 +53,7 @@ int main(int argc, char** argv) {
     app.add_option("--disk-capacity", disk_capacity, "disk tier limit (0: none)")
         ->capture_default_str();
     // The environment's default lets a testbed force it on every host.
-    const char* no_bp_env = std::getenv("FERRY_NO_HW_BREAKPOINTS");
-    bool no_hw_breakpoints = no_bp_env && std::string(no_bp_env) == "1";
+    bool no_hw_breakpoints = ferry::switch_from_environment("FERRY_NO_HW_BREAKPOINTS");
     app.add_flag("--no-hw-breakpoints", no_hw_breakpoints,
                  "CRIU restores step through syscalls even where hardware breakpoints work "
                  "(default: only where they do not trap; $FERRY_NO_HW_BREAKPOINTS=1)");
@@ -86,8 +85,7 @@ int main(int argc, char** argv) {
                  "network namespace, until the next boot): CRIU's dump of a container then "
                  "lists its sockets without walking the host's tables, ~5 ms less freeze; a "
                  "container with more than ~16k TCP connections pays longer hash chains");
-    const char* no_idle_env = std::getenv("FERRY_NO_IDLE_POLL");
-    bool no_idle_poll = no_idle_env && std::string(no_idle_env) == "1";
+    bool no_idle_poll = ferry::switch_from_environment("FERRY_NO_IDLE_POLL");
     app.add_flag("--no-idle-poll", no_idle_poll,
                  "never keep this host's idle CPUs polling through a restore, even when a "
                  "migrator asks (by default they poll from the prepare to the resume, a "

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <sstream>
+#include <string_view>
 
 namespace ferry {
 
@@ -76,6 +77,11 @@ host_tools host_tools::from_environment() {
     }
     t.criu_fault = env("CRIU_FAULT");
     return t;
+}
+
+bool switch_from_environment(const char* name) noexcept {
+    const char* v = std::getenv(name);
+    return v && std::string_view(v) == "1";
 }
 
 const char* log_level_from_environment() noexcept {

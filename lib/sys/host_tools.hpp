@@ -42,6 +42,10 @@ struct host_tools {
     static host_tools from_environment();
 };
 
+// An operator's on/off switch such as $FERRY_NO_HW_BREAKPOINTS: on when it
+// is "1". The default of the command-line flag of the same meaning.
+[[nodiscard]] bool switch_from_environment(const char* name) noexcept;
+
 // $FERRY_LOG (trace, debug, info, warn, err), for configure_logging.
 [[nodiscard]] const char* log_level_from_environment() noexcept;
 

@@ -49,7 +49,7 @@ hold::hold(std::chrono::milliseconds limit) : _limit(limit) {
     }
     _fd = std::move(fd);
     try {
-        _lapse = std::thread([this] { lapse_after(_limit); });
+        _lapse = std::thread([this] { lapse(); });
     } catch (const std::system_error& e) {
         // No hold without its bound.
         _fd.reset();
@@ -68,9 +68,9 @@ hold::~hold() {
     // Closing the file drops the request.
 }
 
-void hold::lapse_after(std::chrono::milliseconds limit) {
+void hold::lapse() {
     std::unique_lock lock(_mu);
-    if (_released.wait_for(lock, limit, [this] { return _done; }))
+    if (_released.wait_for(lock, _limit, [this] { return _done; }))
         return;
     // The request stays open but asks for nothing: the owner closes it.
     (void)write_target(_fd.get(), no_constraint_us);

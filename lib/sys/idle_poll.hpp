@@ -50,7 +50,8 @@ class hold {
     [[nodiscard]] std::string state() const;
 
   private:
-    void lapse_after(std::chrono::milliseconds limit);
+    // The lapse thread: waits `_limit` for the release, else asks for nothing.
+    void lapse();
 
     unique_fd _fd;
     std::string _why_not;
