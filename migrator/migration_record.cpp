@@ -104,7 +104,12 @@ migration_record find(const std::string& id, const fs::path& dir) {
 }
 
 bool migrator_alive(const migration_record& r) {
-    return r.migrator_pid > 0 && proc::exists(r.migrator_pid) &&
+    if (r.migrator_pid <= 0)
+        return false;
+    // A killed migrator stays a zombie until its parent reaps it: it is dead
+    // all the same, and will never release its workload.
+    const auto state = proc::state(r.migrator_pid);
+    return state && *state != 'Z' && *state != 'X' &&
            proc::start_time(r.migrator_pid) == r.migrator_start;
 }
 

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -89,4 +90,21 @@ TEST_CASE("a record's migrator is alive only with its own start time", "[records
     r.migrator_pid = ::getpid();
     r.migrator_start = proc::start_time(::getpid());
     CHECK(records::migrator_alive(r));
+}
+
+TEST_CASE("a migrator that died but is not reaped yet is not alive", "[records]") {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0)
+        ::_exit(0);
+    auto r = sample("dead", 1);
+    r.migrator_pid = child;
+    // Until it is reaped below, the child stays a zombie with its start time.
+    for (int i = 0; i < 200 && proc::state(child) != 'Z'; ++i)
+        ::usleep(5000);
+    REQUIRE(proc::state(child) == std::optional<char>('Z'));
+    r.migrator_start = proc::start_time(child);
+    CHECK_FALSE(records::migrator_alive(r));
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
 }
