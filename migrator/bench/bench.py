@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 
@@ -139,6 +140,15 @@ def measure(kind, name, mib, ctr=None, fabric="tcp"):
     return methods.criu_lazy_local(mib)
 
 
+def stop_on(*signums):
+    def stop(signum, _frame):
+        for n in signums:  # a second signal must not cut the cleanup short
+            signal.signal(n, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+    for n in signums:
+        signal.signal(n, stop)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="migrator bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -208,6 +218,10 @@ def main(argv=None):
     methods.SLOW_LOGS = slow_logs.SlowLogs(a.out, a.slow_logs)
 
     items = plan(a)
+    # SIGTERM (timeout(1), a service stop) and SIGHUP (a closed terminal) end
+    # the bench as Ctrl-C does: through the cleanup below, so that no
+    # testbed, container or workload outlives it.
+    stop_on(signal.SIGTERM, signal.SIGHUP)
     raw = {"downtime": {}, "faults": {}, "raw_link": [], "warmup": {}}
     progress = Progress(len(items))
     failures = 0
