@@ -16,6 +16,7 @@ asserts anything about time: it measures and reports.
 """
 import argparse
 import datetime
+import fcntl
 import json
 import os
 import platform
@@ -140,6 +141,31 @@ def measure(kind, name, mib, ctr=None, fabric="tcp"):
     return methods.criu_lazy_local(mib)
 
 
+# One bench at a time on a host: each starts by tearing down the testbed a
+# bench uses, which would pull the hosts from under one already running.
+BENCH_LOCK = "/run/lock/ferry-bench.lock"
+
+
+def take_bench_lock(path=BENCH_LOCK):
+    """The open lock file (held until the process exits, however it ends),
+    or a RuntimeError naming the bench that holds it."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise RuntimeError(f"another migrator bench is running on this host (pid {holder}); "
+                           f"wait for it to end (it holds {path})") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
 def stop_on(*signums):
     def stop(signum, _frame):
         for n in signums:  # a second signal must not cut the cleanup short
@@ -217,6 +243,11 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     methods.SLOW_LOGS = slow_logs.SlowLogs(a.out, a.slow_logs)
 
+    try:
+        lock = take_bench_lock()  # noqa: F841  (held while this process lives)
+    except RuntimeError as e:
+        print(f"migrator bench: {e}", file=sys.stderr)
+        return 2
     items = plan(a)
     # SIGTERM (timeout(1), a service stop) and SIGHUP (a closed terminal) end
     # the bench as Ctrl-C does: through the cleanup below, so that no

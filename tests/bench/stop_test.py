@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`migrator bench` stopped by SIGTERM or SIGHUP (timeout(1), a service
 stop, a closed terminal) tears its testbed down as Ctrl-C does, and exits
-128 + the signal: nothing it started outlives it."""
+128 + the signal: nothing it started outlives it. And a second bench on
+the host refuses to start rather than tear down the first one's testbed."""
 import os
 import signal
 import sys
@@ -23,9 +24,14 @@ class Stop(unittest.TestCase):
         self.calls = []
         self.saved_testbed, self.saved_measure = bench.testbed, bench.measure
         bench.testbed = lambda *a, **kw: self.calls.append(("testbed",) + a)
+        self.tmp = tempfile.TemporaryDirectory()
+        self.saved_lock_path = bench.take_bench_lock.__defaults__
+        bench.take_bench_lock.__defaults__ = (os.path.join(self.tmp.name, "lock", "bench.lock"),)
 
     def tearDown(self):
         bench.testbed, bench.measure = self.saved_testbed, self.saved_measure
+        bench.take_bench_lock.__defaults__ = self.saved_lock_path
+        self.tmp.cleanup()
         for n, h in self.saved.items():
             signal.signal(n, h)
 
@@ -47,6 +53,20 @@ class Stop(unittest.TestCase):
 
     def test_sighup_tears_the_testbed_down(self):
         self.stopped_mid_run(signal.SIGHUP)
+
+    def test_a_second_bench_refuses_to_start(self):
+        held = bench.take_bench_lock()
+        try:
+            bench.measure = lambda *_a, **_kw: self.fail("the second bench measured")
+            with tempfile.TemporaryDirectory() as out:
+                code = bench.main(["--sizes", "256M", "--runs", "1", "--methods", "ferry", "--fault-fabrics", "",
+                                   "--out", out])
+            self.assertEqual(code, 2)
+            self.assertEqual(self.calls, [], "the second bench touched the testbed")
+        finally:
+            held.close()
+        # Once the first is gone, the next one may run.
+        bench.take_bench_lock().close()
 
 
 if __name__ == "__main__":
