@@ -1,9 +1,11 @@
 """Helpers shared by Ferry's benchmarks: the testbed, memload workloads, and
 percentiles."""
+import fcntl
 import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -25,6 +27,52 @@ def sh(*args, check=True, capture=True, env=ENV, timeout=600):
 
 def testbed(*args, **kw):
     return sh(TESTBED, *args, **kw)
+
+
+# One bench at a time on a host: each starts by tearing down the testbed a
+# bench uses, which would pull the hosts from under one already running.
+BENCH_LOCK = "/run/lock/ferry-bench.lock"
+
+
+def take_bench_lock(path=BENCH_LOCK):
+    """The open lock file (held until the process exits, however it ends),
+    or a RuntimeError naming the bench that holds it."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise RuntimeError(f"another Ferry bench is running on this host (pid {holder}); "
+                           f"wait for it to end (it holds {path})") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def stop_on(*signums):
+    def stop(signum, _frame):
+        for n in signums:  # a second signal must not cut the cleanup short
+            signal.signal(n, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+    for n in signums:
+        signal.signal(n, stop)
+
+
+def one_bench_at_a_time():
+    """For a bench script's main: the bench lock (keep it), or exit 2 with
+    the reason; and SIGTERM or SIGHUP end the script through its cleanup."""
+    try:
+        lock = take_bench_lock()
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        sys.exit(2)
+    stop_on(signal.SIGTERM, signal.SIGHUP)
+    return lock
 
 
 def pct(values, p):

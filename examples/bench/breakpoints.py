@@ -21,7 +21,7 @@ import json
 import subprocess
 import sys
 
-from benchlib import migrate_memload, p50_p99 as summary, testbed
+from benchlib import migrate_memload, one_bench_at_a_time, p50_p99 as summary, testbed
 
 
 def breakpoints_trap():
@@ -45,6 +45,7 @@ def main():
     sizes = [int(s) for s in a.sizes.split(",")]
     both = breakpoints_trap()
     methods = ["breakpoints", "fallback"] if both else ["fallback"]
+    lock = one_bench_at_a_time()  # noqa: F841  (held while this process lives)
     testbed("down", check=False)
     testbed("up")
     results = {}

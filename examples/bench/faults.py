@@ -19,7 +19,7 @@ import os
 import statistics
 import sys
 
-from benchlib import BUILD, sh, testbed  # noqa: E402
+from benchlib import BUILD, one_bench_at_a_time, sh, testbed  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "migrator", "bench"))
 from methods import criu_lazy_local, ferry, raw_shm, raw_tcp  # noqa: E402  (shared with migrator bench)
@@ -61,6 +61,7 @@ def main():
     pages = a.mib * 256
     raw = {"latency": {}, "throughput": {}}
 
+    lock = one_bench_at_a_time()  # noqa: F841  (held while this process lives)
     testbed("down", check=False)
     testbed("up")
     try:

@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from benchlib import migrate_memload, p50_p99 as summary, testbed
+from benchlib import migrate_memload, one_bench_at_a_time, p50_p99 as summary, testbed
 
 
 def migrate(mib, plaintext):
@@ -32,6 +32,7 @@ def main():
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     modes = ["plaintext", "tls"]
+    lock = one_bench_at_a_time()  # noqa: F841  (held while this process lives)
     testbed("down", check=False)
     testbed("up")
     results = {}

@@ -16,7 +16,6 @@ asserts anything about time: it measures and reports.
 """
 import argparse
 import datetime
-import fcntl
 import json
 import os
 import platform
@@ -33,7 +32,7 @@ import methods  # noqa: E402
 import redis  # noqa: E402
 import results  # noqa: E402
 import slow_logs  # noqa: E402
-from benchlib import sh, testbed  # noqa: E402
+from benchlib import sh, stop_on, take_bench_lock, testbed  # noqa: E402
 from progress import Progress  # noqa: E402
 
 
@@ -139,40 +138,6 @@ def measure(kind, name, mib, ctr=None, fabric="tcp"):
         return methods.ferry(mib, fabric=fabric, touch=True,
                              touch_threads=int(threads.split()[0]) if threads else 1)
     return methods.criu_lazy_local(mib)
-
-
-# One bench at a time on a host: each starts by tearing down the testbed a
-# bench uses, which would pull the hosts from under one already running.
-BENCH_LOCK = "/run/lock/ferry-bench.lock"
-
-
-def take_bench_lock(path=BENCH_LOCK):
-    """The open lock file (held until the process exits, however it ends),
-    or a RuntimeError naming the bench that holds it."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    f = open(path, "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "unknown"
-        f.close()
-        raise RuntimeError(f"another migrator bench is running on this host (pid {holder}); "
-                           f"wait for it to end (it holds {path})") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    return f
-
-
-def stop_on(*signums):
-    def stop(signum, _frame):
-        for n in signums:  # a second signal must not cut the cleanup short
-            signal.signal(n, signal.SIG_IGN)
-        raise SystemExit(128 + signum)
-    for n in signums:
-        signal.signal(n, stop)
 
 
 def main(argv=None):
