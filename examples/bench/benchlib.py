@@ -63,14 +63,17 @@ def stop_on(*signums):
         signal.signal(n, stop)
 
 
-def one_bench_at_a_time():
-    """For a bench script's main: the bench lock (keep it), or exit 2 with
-    the reason; and SIGTERM or SIGHUP end the script through its cleanup."""
+def one_bench_at_a_time(prog):
+    """For a bench's main, before it touches the testbed: the bench lock
+    (keep it while the bench runs), or None once the reason is printed (the
+    bench then exits 2). From here SIGTERM (timeout(1), a service stop) and
+    SIGHUP (a closed terminal) end the bench as Ctrl-C does: through its
+    cleanup, so that no testbed, container or workload outlives it."""
     try:
         lock = take_bench_lock()
     except RuntimeError as e:
-        print(e, file=sys.stderr)
-        sys.exit(2)
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
     stop_on(signal.SIGTERM, signal.SIGHUP)
     return lock
 

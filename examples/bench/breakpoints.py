@@ -45,7 +45,7 @@ def main():
     sizes = [int(s) for s in a.sizes.split(",")]
     both = breakpoints_trap()
     methods = ["breakpoints", "fallback"] if both else ["fallback"]
-    lock = one_bench_at_a_time()  # noqa: F841  (held while this process lives)
+    lock = one_bench_at_a_time("breakpoints.py") or sys.exit(2)  # noqa: F841  (held while this process lives)
     testbed("down", check=False)
     testbed("up")
     results = {}

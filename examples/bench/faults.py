@@ -61,7 +61,7 @@ def main():
     pages = a.mib * 256
     raw = {"latency": {}, "throughput": {}}
 
-    lock = one_bench_at_a_time()  # noqa: F841  (held while this process lives)
+    lock = one_bench_at_a_time("faults.py") or sys.exit(2)  # noqa: F841  (held while this process lives)
     testbed("down", check=False)
     testbed("up")
     try:

@@ -32,7 +32,7 @@ def main():
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     modes = ["plaintext", "tls"]
-    lock = one_bench_at_a_time()  # noqa: F841  (held while this process lives)
+    lock = one_bench_at_a_time("tls.py") or sys.exit(2)  # noqa: F841  (held while this process lives)
     testbed("down", check=False)
     testbed("up")
     results = {}

@@ -19,7 +19,6 @@ import datetime
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 
@@ -32,7 +31,7 @@ import methods  # noqa: E402
 import redis  # noqa: E402
 import results  # noqa: E402
 import slow_logs  # noqa: E402
-from benchlib import sh, stop_on, take_bench_lock, testbed  # noqa: E402
+from benchlib import one_bench_at_a_time, sh, testbed  # noqa: E402
 from progress import Progress  # noqa: E402
 
 
@@ -208,16 +207,10 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     methods.SLOW_LOGS = slow_logs.SlowLogs(a.out, a.slow_logs)
 
-    try:
-        lock = take_bench_lock()  # noqa: F841  (held while this process lives)
-    except RuntimeError as e:
-        print(f"migrator bench: {e}", file=sys.stderr)
+    lock = one_bench_at_a_time("migrator bench")  # held while this process lives
+    if lock is None:
         return 2
     items = plan(a)
-    # SIGTERM (timeout(1), a service stop) and SIGHUP (a closed terminal) end
-    # the bench as Ctrl-C does: through the cleanup below, so that no
-    # testbed, container or workload outlives it.
-    stop_on(signal.SIGTERM, signal.SIGHUP)
     raw = {"downtime": {}, "faults": {}, "raw_link": [], "warmup": {}}
     progress = Progress(len(items))
     failures = 0

@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(REPO, "examples", "bench"))
 
 sys.modules.setdefault("matplotlib", types.ModuleType("matplotlib"))  # only its presence is checked first
 import bench  # noqa: E402
+import benchlib  # noqa: E402
 
 
 class Stop(unittest.TestCase):
@@ -25,12 +26,12 @@ class Stop(unittest.TestCase):
         self.saved_testbed, self.saved_measure = bench.testbed, bench.measure
         bench.testbed = lambda *a, **kw: self.calls.append(("testbed",) + a)
         self.tmp = tempfile.TemporaryDirectory()
-        self.saved_lock_path = bench.take_bench_lock.__defaults__
-        bench.take_bench_lock.__defaults__ = (os.path.join(self.tmp.name, "lock", "bench.lock"),)
+        self.saved_lock_path = benchlib.take_bench_lock.__defaults__
+        benchlib.take_bench_lock.__defaults__ = (os.path.join(self.tmp.name, "lock", "bench.lock"),)
 
     def tearDown(self):
         bench.testbed, bench.measure = self.saved_testbed, self.saved_measure
-        bench.take_bench_lock.__defaults__ = self.saved_lock_path
+        benchlib.take_bench_lock.__defaults__ = self.saved_lock_path
         self.tmp.cleanup()
         for n, h in self.saved.items():
             signal.signal(n, h)
@@ -55,7 +56,7 @@ class Stop(unittest.TestCase):
         self.stopped_mid_run(signal.SIGHUP)
 
     def test_a_second_bench_refuses_to_start(self):
-        held = bench.take_bench_lock()
+        held = benchlib.take_bench_lock()
         try:
             bench.measure = lambda *_a, **_kw: self.fail("the second bench measured")
             with tempfile.TemporaryDirectory() as out:
@@ -66,7 +67,7 @@ class Stop(unittest.TestCase):
         finally:
             held.close()
         # Once the first is gone, the next one may run.
-        bench.take_bench_lock().close()
+        benchlib.take_bench_lock().close()
 
 
 if __name__ == "__main__":
