@@ -18,12 +18,14 @@
 //   background threads, one per background stream:
 //     outside the lock: receives and decrypts background replies and
 //     verifies their checksums (the stream's channel and ring are its own);
-//     under the lock: installs them in slices, yielding to any waiting
-//     handler; pump_background (background_pacer.cpp) keeps the stream's
+//     claims a slice of still-lazy pages under the lock, copies it without
+//     the lock (unlocked_copies.hpp: a handler that reads the process's
+//     events first stops the copy), accounts for it under the lock;
+//     pump_background (background_pacer.cpp) keeps the stream's
 //     requests in flight (background_pacer.hpp says how many streams pull
 //     now); holes, fetch deadlines, progress reports; whichever sees the
-//     last page in ends the loop. With two streams one installs (which holds the
-//     lock) while the other receives, decrypts and verifies
+//     last page in ends the loop. With two streams one installs while the
+//     other receives, decrypts and verifies
 //
 // Nothing here allocates in steady state: requests live in fixed rings, reply
 // data lands in staging buffers reserved at start (or stays in the fabric's
@@ -335,6 +337,7 @@ void fault_loop::background_main(uint8_t stream) {
         ~normal_policy_on_return() { set_idle_policy(false); }
     } restore_policy;
     incoming_reply*& reply = _bg_replies[stream];
+    background_slice slice;
     for (;;) {
         set_idle_policy(true);
         receive_background(stream);
@@ -343,9 +346,21 @@ void fault_loop::background_main(uint8_t stream) {
         if (_stop)
             return;
         bool installed = false;
-        if (reply && install_background_reply(_s, _s.bg[stream], *reply, _handlers_waiting)) {
-            reply = nullptr;
-            installed = true;
+        if (reply) {
+            background_stream& st = _s.bg[stream];
+            claim_background_slice(_s, st, *reply, slice);
+            if (slice.count > 0) {
+                lazy_process& p = *st.reqs.front().proc;
+                lock.unlock();
+                copy_without_lock(p, slice.claimed());
+                lock_as_background(lock);
+                if (_stop)
+                    return;
+            }
+            if (commit_background_slice(_s, st, *reply, slice)) {
+                reply = nullptr;
+                installed = true;
+            }
         }
         if (_s.finished()) {
             _stop = true;

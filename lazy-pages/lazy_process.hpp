@@ -6,6 +6,7 @@
 #include "core/range_map.hpp"
 #include "core/unique_fd.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct lazy_process {
     bool exited = false;
     bool forked = false; // created by a FORK event; not part of pages_total
     access_pattern pattern{4, 64};
+    // The background's copies without the state lock (unlocked_copies.hpp):
+    // whether one runs on this uffd, and how many lock holders want quiet.
+    std::atomic<uint32_t> unlocked_copies{0};
+    std::atomic<uint32_t> quiet_wanted{0};
 };
 
 } // namespace ferry::lazy

@@ -22,7 +22,7 @@ struct loop_config {
     uint32_t faulting_depth = 2;                  // background requests in flight meanwhile
     std::chrono::microseconds fault_window{2000}; // faults are counted per window ...
     uint32_t faulting_threshold = 4;   // ... and this many mean "the application is faulting"
-    uint32_t install_batch_pages = 32; // install background data as it arrives, in runs this long
+    uint32_t install_batch_pages = 32; // install background data once this many pages are verified
     // The background pulls a process's small areas first, smallest first:
     // areas up to early_area_pages, at most early_total_pages in all (see
     // background_pacer.hpp).

@@ -191,17 +191,71 @@ void drain_fault_replies(fault_state& s, page_channel& ch) {
     }
 }
 
-bool install_background_reply(fault_state& s, background_stream& st, const incoming_reply& reply,
-                              const std::atomic<uint32_t>& handlers_waiting) {
-    outstanding_request& req = st.reqs.front();
-    while (req.consumed < req.verified) {
-        if (handlers_waiting.load(std::memory_order_relaxed) > 0)
-            return false; // a fault goes first; the rest waits for the next turn
-        install_verified(s, req, reply,
-                         std::min(req.verified, req.consumed + s.cfg.install_batch_pages));
+void claim_background_slice(fault_state& s, background_stream& st, const incoming_reply& reply,
+                            background_slice& slice) {
+    const outstanding_request& req = st.reqs.front();
+    lazy_process& p = *req.proc;
+    slice.count = 0;
+    uint32_t at = req.consumed;
+    const uint32_t end = std::min(req.verified, req.consumed + background_slice::max_pages);
+    while (at < end && !p.exited && slice.count < slice.runs.size()) {
+        const uint64_t addr = req.addr + uint64_t(at) * page_size;
+        const auto r = p.lazy.find(addr);
+        if (!r || r->img_of(addr) != req.img_addr + uint64_t(at) * page_size) {
+            s.stats.pages_duplicate++; // installed, unmapped or removed meanwhile
+            at++;
+            continue;
+        }
+        const auto run = uint32_t(std::min<uint64_t>(end - at, pages_in(r->end - addr)));
+        slice.runs[slice.count++] =
+            unlocked_run{addr, reply.pages + size_t(at) * page_size, at, run};
+        at += run;
     }
-    if (!reply.complete())
-        return false; // the rest has not arrived yet
+    slice.upto = at;
+    if (slice.count > 0)
+        begin_unlocked_copies(p);
+}
+
+bool commit_background_slice(fault_state& s, background_stream& st, const incoming_reply& reply,
+                             const background_slice& slice) {
+    outstanding_request& req = st.reqs.front();
+    lazy_process& p = *req.proc;
+    uint32_t consumed = slice.upto;
+    for (const unlocked_run& run : slice.claimed()) {
+        // On EEXIST the page after the copied ones was present already.
+        const uint32_t landed = run.copied + (run.result == uffd::outcome::exists ? 1 : 0);
+        // Only what is still lazy counts: a fault's install or an event
+        // may have taken pages off the map since the claim.
+        const uint64_t erased =
+            pages_in(p.lazy.erase(run.addr, run.addr + uint64_t(landed) * page_size));
+        (p.forked ? s.stats.pages_forked : s.stats.pages_background) += erased;
+        if (run.whole())
+            continue;
+        switch (run.result) {
+        case uffd::outcome::done: // a lock holder asked for quiet: the rest goes next turn
+        case uffd::outcome::exists:
+            consumed = run.first + landed;
+            break;
+        case uffd::outcome::retry:
+            // The address space is changing (fork, mremap): leave the rest
+            // lazy and let blocked threads fault again once events are read.
+            (void)uffd::wake(p.uffd.get(), run.addr + uint64_t(run.copied) * page_size,
+                             uint64_t(run.pages - run.copied) * page_size);
+            break;
+        case uffd::outcome::target_gone:
+            s.process_gone(p);
+            break;
+        case uffd::outcome::fatal:
+            throw sys_error(fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid,
+                                        run.addr + uint64_t(run.copied) * page_size,
+                                        run.pages - run.copied),
+                            run.err);
+        }
+        break;
+    }
+    req.consumed = consumed;
+    if (req.consumed < req.verified || !reply.complete())
+        return false;
     // Pop before finishing: a refetch pushes onto the same ring.
     const outstanding_request done = req;
     st.reqs.pop();

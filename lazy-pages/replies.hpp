@@ -3,15 +3,18 @@
 //
 // Fault replies are handled whole under the state lock. Background replies
 // are split: the background thread receives and verifies them outside the
-// lock (the background channel and its request ring are its own), and only
-// the install, which must not race the uffd events that change the lazy
-// maps, takes the lock, a slice at a time.
+// lock (the background channel and its request ring are its own), claims
+// a slice of still-lazy pages under it, copies them without it, and takes
+// it again to account for them (unlocked_copies.hpp says why that cannot
+// race the uffd events that change the lazy maps).
 #pragma once
 
 #include "fault_state.hpp"
+#include "unlocked_copies.hpp"
 
-#include <atomic>
+#include <array>
 #include <cstdint>
+#include <span>
 
 namespace ferry::lazy {
 
@@ -27,12 +30,31 @@ void check_reply(const outstanding_request& req, const incoming_reply& reply);
 // first bad one (req.bad_from). Touches only `req`: no lock needed.
 void verify_pages(outstanding_request& req, const incoming_reply& reply, uint32_t upto) noexcept;
 
-// Installs the verified pages of a stream's oldest background request, a slice of
-// cfg.install_batch_pages at a time, leaving the rest to the next call as
-// soon as a handler waits for the lock. Once the reply is complete and
-// installed, finishes the request (and refetches a corrupt tail). Under the
-// state lock; true when the request was finished.
-bool install_background_reply(fault_state& s, background_stream& st, const incoming_reply& reply,
-                              const std::atomic<uint32_t>& handlers_waiting);
+// Verified pages of a stream's oldest background request, claimed under the
+// state lock and copied without it (unlocked_copies.hpp).
+struct background_slice {
+    static constexpr uint32_t max_pages = 256;
+    std::array<unlocked_run, 32> runs;
+    size_t count = 0;
+    uint32_t upto = 0; // the request's pages before this are claimed or skipped
+    [[nodiscard]] std::span<const unlocked_run> claimed() const noexcept {
+        return {runs.data(), count};
+    }
+    [[nodiscard]] std::span<unlocked_run> claimed() noexcept { return {runs.data(), count}; }
+};
+
+// Under the state lock: claims the verified pages of the stream's oldest
+// request from req.consumed on that are still lazy, as runs, and begins
+// the process's unlocked copies when there are any (copy_without_lock
+// ends them). Pages no longer lazy are skipped.
+void claim_background_slice(fault_state& s, background_stream& st, const incoming_reply& reply,
+                            background_slice& slice);
+
+// Under the state lock, after the copies: takes what landed off the lazy
+// map and accounts for it; the request's pages after a copy that stopped
+// short go next turn. Once the reply is complete and installed, finishes
+// the request (and refetches a corrupt tail). True when it was finished.
+bool commit_background_slice(fault_state& s, background_stream& st, const incoming_reply& reply,
+                             const background_slice& slice);
 
 } // namespace ferry::lazy

@@ -388,6 +388,67 @@ TEST_CASE("unmapped and removed ranges are dropped; remapped ranges follow the m
     ::munmap(region.mem + 500 * 512, 100 * page_size);
 }
 
+// The background copies without the state lock (unlocked_copies.hpp). A
+// discard read from the uffd lets the kernel zap the range at once, so a
+// copy running across that read would leave source data where the
+// application expects zeros (or, once the range is unregistered, fail).
+// Discards aimed just past the background's progress, where its copies are.
+TEST_CASE("discards during the background's unlocked copies leave zeros, never stale data",
+          "[fault_loop][uffd][background]") {
+    const size_t pages = 16384;
+    lazy_region region(pages);
+    test::fake_source src = region.serve();
+    auto loop = make_loop(src);
+    loop.set_restore_finished();
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    std::exception_ptr failure;
+    std::atomic<bool> ended{false};
+    std::thread runner([&] {
+        try {
+            loop.run();
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        ended = true;
+    });
+
+    std::vector<bool> discarded(pages);
+    std::minstd_rand rng(7);
+    size_t discards = 0, ahead_of_background = 0;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!ended && discards < 20000 && std::chrono::steady_clock::now() < give_up) {
+        const auto in = region.resident();
+        const size_t frontier = size_t(std::find(in.begin(), in.end(), false) - in.begin());
+        if (frontier >= pages)
+            break;
+        const size_t first = std::min(pages - 1, frontier + rng() % 48);
+        const size_t count = std::min(pages - first, size_t(1 + rng() % 8));
+        ahead_of_background += !in[first];
+        REQUIRE(::madvise(region.mem + first * 512, count * page_size, MADV_DONTNEED) == 0);
+        for (size_t k = first; k < first + count; k++)
+            discarded[k] = true;
+        discards++;
+    }
+    runner.join();
+    if (failure)
+        std::rethrow_exception(failure);
+
+    INFO(discards << " discards, " << ahead_of_background << " ahead of the background");
+    CHECK(ahead_of_background > 100);
+    size_t stale = 0, wrong = 0;
+    for (size_t p = 0; p < pages; p++) {
+        if (discarded[p])
+            stale += !region.page_zero(p);
+        else
+            wrong += !region.page_ok(p);
+    }
+    REQUIRE(stale == 0);
+    REQUIRE(wrong == 0);
+    const auto& s = loop.stats();
+    REQUIRE(s.pages_background + s.pages_dropped + s.pages_faulted + s.pages_prefetched ==
+            s.pages_total);
+}
+
 TEST_CASE("\"lazy areas ready\" from the daemon starts the background before restore finishes",
           "[fault_loop][uffd]") {
     lazy_region region(512);

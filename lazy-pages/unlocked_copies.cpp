@@ -1,0 +1,71 @@
+#include "unlocked_copies.hpp"
+
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/page.hpp"
+
+#include <fmt/format.h>
+#include <sched.h>
+
+#include <algorithm>
+
+namespace ferry::lazy {
+
+void begin_unlocked_copies(lazy_process& p) noexcept {
+    p.unlocked_copies.fetch_add(1, std::memory_order_seq_cst);
+}
+
+namespace {
+
+// Copies one run a few pages at a time; false when the copies end here.
+bool copy_run(const lazy_process& p, unlocked_run& run) noexcept {
+    while (run.copied < run.pages) {
+        // Seen before each copy: a guard that asked first waits for this
+        // copy, one that asks later finds none started.
+        if (p.quiet_wanted.load(std::memory_order_seq_cst) != 0)
+            return false;
+        const uint32_t n = std::min(unlocked_copy_pages, run.pages - run.copied);
+        const auto res =
+            uffd::copy(p.uffd.get(), run.addr + uint64_t(run.copied) * page_size,
+                       run.data + size_t(run.copied) * page_size, uint64_t(n) * page_size);
+        run.copied += uint32_t(pages_in(res.bytes));
+        if (res.result != uffd::outcome::done) {
+            run.result = res.result;
+            run.err = res.err;
+            return false;
+        }
+    }
+    return true;
+}
+
+} // namespace
+
+void copy_without_lock(lazy_process& p, std::span<unlocked_run> runs) noexcept {
+    for (unlocked_run& run : runs)
+        if (!copy_run(p, run))
+            break;
+    p.unlocked_copies.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+quiet_copies::quiet_copies(lazy_process& p) : _p(p) {
+    _p.quiet_wanted.fetch_add(1, std::memory_order_seq_cst);
+    if (_p.unlocked_copies.load(std::memory_order_seq_cst) == 0)
+        return;
+    // The copier is at the normal policy and stops after its current copy
+    // of a few pages; 2 s means it is not being scheduled at all.
+    const uint64_t give_up = monotonic_ns() + 2'000'000'000;
+    while (_p.unlocked_copies.load(std::memory_order_seq_cst) != 0) {
+        if (monotonic_ns() > give_up) {
+            _p.quiet_wanted.fetch_sub(1, std::memory_order_seq_cst);
+            throw error(
+                fmt::format("a background copy into pid {} did not end within 2 s", _p.image_pid));
+        }
+        ::sched_yield();
+    }
+}
+
+quiet_copies::~quiet_copies() {
+    _p.quiet_wanted.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+} // namespace ferry::lazy
