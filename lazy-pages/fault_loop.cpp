@@ -46,9 +46,7 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -85,13 +83,6 @@ std::vector<int> allowed_cpus() {
 void set_idle_policy(bool idle) noexcept {
     sched_param none{};
     (void)::sched_setscheduler(0, idle ? SCHED_IDLE : SCHED_OTHER, &none); // best effort
-}
-
-// Best effort, like the pinning: a handler at the default nice value still
-// serves every fault.
-void set_nice(int nice) noexcept {
-    if (nice != 0)
-        (void)::setpriority(PRIO_PROCESS, id_t(::gettid()), nice);
 }
 
 void pin_to(int cpu) {
@@ -266,7 +257,6 @@ void fault_loop::run() {
 // harmless).
 void fault_loop::handler_main(size_t index) {
     pin_to(_cpus[index]);
-    set_nice(_cfg.handler_nice);
     const int epoll = _epolls[index].get();
     std::array<epoll_event, 32> events;
     for (;;) {

@@ -41,9 +41,6 @@ struct loop_config {
     std::chrono::milliseconds progress_interval{200};
     std::chrono::microseconds spin{200}; // a handler polls a tcp channel this long for a reply
     uint32_t handlers = 0;               // handler threads (0: one per allowed CPU)
-    // The handlers' nice value: an application thread that faults waits for
-    // its handler, so a handler may go ahead of other threads of its host.
-    int handler_nice = 0;
 };
 
 struct loop_stats {

@@ -600,10 +600,6 @@ int main(int argc, char** argv) {
     app.add_option("--spin-us", spin_us,
                    "poll without sleeping this long after any activity (0: always block)")
         ->check(CLI::Range(0, 1'000'000));
-    app.add_option("--handler-nice", opt.loop.handler_nice,
-                   "the fault handler threads' nice value (a faulting thread waits for them)")
-        ->capture_default_str()
-        ->check(CLI::Range(-20, 19));
     app.add_option("--deadline-scale", opt.deadline_scale,
                    "the migration's --deadline-scale: multiplies the pool nodes' reply deadlines, "
                    "the silence after which a node is lost, and how long an RDMA peer's "
