@@ -198,7 +198,11 @@ void claim_background_slice(fault_state& s, background_stream& st, const incomin
     slice.count = 0;
     uint32_t at = req.consumed;
     const uint32_t end = std::min(req.verified, req.consumed + background_slice::max_pages);
-    while (at < end && !p.exited && slice.count < slice.runs.size()) {
+    if (p.exited) {
+        slice.upto = end; // nothing to install: the pages went with the process
+        return;
+    }
+    while (at < end && slice.count < slice.runs.size()) {
         const uint64_t addr = req.addr + uint64_t(at) * page_size;
         const auto r = p.lazy.find(addr);
         if (!r || r->img_of(addr) != req.img_addr + uint64_t(at) * page_size) {
