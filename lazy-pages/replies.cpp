@@ -27,6 +27,32 @@ void note_fault_served(fault_state& s, const outstanding_request& req, uint64_t 
     s.first.record(req.fault_addr, req.fault_ns, now);
 }
 
+// After a UFFDIO_COPY that ended with `result`, [at, at + bytes_left) not
+// yet installed: true if installing may go on (done, or one page found
+// present). Otherwise handles the outcome, and the caller installs no more
+// of its range.
+bool copy_may_go_on(fault_state& s, lazy_process& p, uffd::outcome result, int err, uint64_t at,
+                    uint64_t bytes_left) {
+    switch (result) {
+    case uffd::outcome::done:
+    case uffd::outcome::exists:
+        return true;
+    case uffd::outcome::retry:
+        // The address space is changing (fork, mremap): leave the rest lazy
+        // and let blocked threads fault again once events are read.
+        (void)uffd::wake(p.uffd.get(), at, bytes_left);
+        return false;
+    case uffd::outcome::target_gone:
+        s.process_gone(p);
+        return false;
+    case uffd::outcome::fatal:
+        throw sys_error(fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid, at,
+                                    pages_in(bytes_left)),
+                        err);
+    }
+    return false;
+}
+
 // Installs verified pages [first, first + count) of `req` whose data starts
 // at `data`. Each page is checked against the process's current lazy map:
 // pages unmapped, removed or already installed meanwhile are skipped.
@@ -63,30 +89,13 @@ void install_run(fault_state& s, outstanding_request& req, const std::byte* data
         }
         if (p.forked) {
             s.stats.pages_forked += done;
-        } else if (req.kind == request_kind::background) {
-            s.stats.pages_background += done;
         } else {
             s.stats.pages_faulted += has_fault_page ? 1 : 0;
             s.stats.pages_prefetched += done - (has_fault_page ? 1 : 0);
         }
-
-        switch (res.result) {
-        case uffd::outcome::done:
-        case uffd::outcome::exists:
-            break;
-        case uffd::outcome::retry:
-            // The address space is changing (fork, mremap): leave the rest
-            // lazy and let blocked threads fault again once events are read.
-            (void)uffd::wake(p.uffd.get(), addr + uint64_t(done) * page_size,
-                             uint64_t(left - done) * page_size);
+        if (!copy_may_go_on(s, p, res.result, res.err, addr + uint64_t(done) * page_size,
+                            uint64_t(left - done) * page_size))
             return;
-        case uffd::outcome::target_gone:
-            s.process_gone(p);
-            return;
-        case uffd::outcome::fatal:
-            throw sys_error(
-                fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid, addr, run), res.err);
-        }
         addr += uint64_t(done) * page_size;
         img += uint64_t(done) * page_size;
         data += size_t(done) * page_size;
@@ -235,26 +244,11 @@ bool commit_background_slice(fault_state& s, background_stream& st, const incomi
         (p.forked ? s.stats.pages_forked : s.stats.pages_background) += erased;
         if (run.whole())
             continue;
-        switch (run.result) {
-        case uffd::outcome::done: // a lock holder asked for quiet: the rest goes next turn
-        case uffd::outcome::exists:
+        // Stopped short. After a lock holder's quiet (done) or a present
+        // page the rest goes next turn; otherwise the slice's rest is left.
+        if (copy_may_go_on(s, p, run.result, run.err, run.addr + uint64_t(run.copied) * page_size,
+                           uint64_t(run.pages - run.copied) * page_size))
             consumed = run.first + landed;
-            break;
-        case uffd::outcome::retry:
-            // The address space is changing (fork, mremap): leave the rest
-            // lazy and let blocked threads fault again once events are read.
-            (void)uffd::wake(p.uffd.get(), run.addr + uint64_t(run.copied) * page_size,
-                             uint64_t(run.pages - run.copied) * page_size);
-            break;
-        case uffd::outcome::target_gone:
-            s.process_gone(p);
-            break;
-        case uffd::outcome::fatal:
-            throw sys_error(fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid,
-                                        run.addr + uint64_t(run.copied) * page_size,
-                                        run.pages - run.copied),
-                            run.err);
-        }
         break;
     }
     req.consumed = consumed;
