@@ -172,7 +172,9 @@ start_daemon_vm() {
       --tier-dir "$vm_state_dir/$h/tier" --eviction "${FERRY_POOL_EVICTION:-lru}")
       metrics=$((9140 + ${h#p})) ;;
   esac
-  vm_host exec "$(vm_dir "$h")" bash -c '
+  # Bounded: the guest's own wait is 30 s, TCG slows it, and a guest
+  # whose agent is stuck must fail this, not hold it for an hour.
+  FERRY_VM_EXEC_TIMEOUT=120 vm_host exec "$(vm_dir "$h")" bash -c '
     mkdir -p "$4"
     setsid env "${@:7}" "$1" --listen "$2" --state-dir "$4" --work-dir "$4/incoming" --credentials "$3/credentials" \
       --metrics "127.0.0.1:$5" $6 </dev/null >>"$3/pagesrv.log" 2>&1 &
@@ -191,7 +193,7 @@ start_daemon_vm() {
 stop_daemon_vm() {
   local h=$1 sig=$2
   [ -f "$state/$h/pagesrv.pid" ] || return 0
-  vm_host exec "$(vm_dir "$h")" bash -c '
+  FERRY_VM_EXEC_TIMEOUT=60 vm_host exec "$(vm_dir "$h")" bash -c '
     pid=$(cat "$1") || exit 0
     kill -"$2" "$pid" 2>/dev/null || exit 0
     for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.05; done

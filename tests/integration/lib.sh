@@ -12,7 +12,11 @@ export FERRY_TESTBED_NET=${FERRY_TESTBED_NET%.0}
 testbed="$repo/examples/testbed.sh"
 work=$(mktemp -d /tmp/ferry-itest.XXXXXX)
 
-log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+last_step=""
+log() {
+  printf '[%s] %s\n' "$(date +%T)" "$*" >&2
+  last_step=$*
+}
 fail() {
   log "FAIL: $*"
   exit 1
@@ -42,6 +46,8 @@ local_pids=()
 
 cleanup() {
   local rc=$? p
+  # The watchdog ignores SIGTERM; its SIGKILLs must not hit the clean-up.
+  [ -z "${watchdog:-}" ] || kill -KILL "$watchdog" 2>/dev/null || true
   # A test's own clean-up first (test_cleanup, if it defines one).
   if declare -F test_cleanup >/dev/null; then test_cleanup || true; fi
   for p in "${local_pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
@@ -62,6 +68,39 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
+
+# The test's own bound, under meson's 600 s. At meson's timeout the test's
+# process group gets SIGTERM and, 0.5 s later, SIGKILL: no clean-up runs,
+# VMs and daemons in sessions of their own are left running, and the log
+# does not say where the test stood. Past this bound the watchdog ends what
+# the test waits on (SIGTERM, then SIGKILL after 20 s), so bash runs its
+# TERM trap: the test fails naming its last step, and the clean-up runs.
+test_bound=${FERRY_TEST_BOUND:-500}
+trap 'fail "the test ran over its ${test_bound} s bound (FERRY_TEST_BOUND); its last step: ${last_step:-none}"' TERM
+# descendants_of PID SKIP: PID's descendants, but not SKIP's subtree.
+descendants_of() {
+  local p
+  for p in $(ps -o pid= --ppid "$1"); do
+    [ "$p" = "$2" ] && continue
+    echo "$p"
+    descendants_of "$p" "$2"
+  done
+}
+(
+  trap '' TERM
+  me=$BASHPID
+  for ((i = 0; i < test_bound; i++)); do
+    sleep 1
+    kill -0 $$ 2>/dev/null || exit 0
+  done
+  echo "[$(date +%T)] watchdog: ${test_bound} s passed, ending the test's commands" >&2
+  kill -TERM $$ 2>/dev/null || exit 0
+  for p in $(descendants_of $$ "$me"); do kill -TERM "$p" 2>/dev/null; done
+  sleep 20
+  for p in $(descendants_of $$ "$me"); do kill -KILL "$p" 2>/dev/null; done
+) </dev/null >/dev/null 2>>"$work/watchdog.log" &
+watchdog=$!
+disown "$watchdog" # its end, by the clean-up's SIGKILL, is no news
 
 testbed_up() { "$testbed" up >&2; }
 on() { "$testbed" exec "$@"; }

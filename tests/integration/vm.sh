@@ -24,6 +24,9 @@
 #      it down the same way when a step fails.
 # TCG is slow: sizes stay small and every wait is bounded.
 . "$(dirname "$0")/lib.sh"
+# A command in a guest whose agent has stopped answering fails after this,
+# and says so, well before the test's own bound (lib.sh).
+export FERRY_VM_EXEC_TIMEOUT=${FERRY_VM_EXEC_TIMEOUT:-330}
 
 test_cleanup() {
   local d
