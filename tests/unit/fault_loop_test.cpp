@@ -94,6 +94,15 @@ struct lazy_region {
     }
 };
 
+// Page indices [0, n) in a random order of `seed`.
+std::vector<size_t> shuffled_pages(size_t n, unsigned seed) {
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::minstd_rand(seed));
+    return order;
+}
+
 // cfg.background_streams background channels, as lazy-pages opens over tcp.
 fault_loop make_loop(const test::fake_source& src, loop_config cfg = {}) {
     auto ep = src.endpoint();
@@ -177,10 +186,7 @@ TEST_CASE("faults are served, holes zero-filled, the rest pulled in the backgrou
     std::thread runner([&] { loop.run(); });
     // Touch pages in random order before "restore finished": only faults
     // can serve them, as during a real restore.
-    std::vector<size_t> order(region.pages);
-    for (size_t i = 0; i < order.size(); i++)
-        order[i] = i;
-    std::shuffle(order.begin(), order.end(), std::minstd_rand(1));
+    const std::vector<size_t> order = shuffled_pages(region.pages, 1);
     size_t bad = 0;
     for (size_t i = 0; i < 300; i++) {
         const size_t p = order[i];
@@ -204,6 +210,44 @@ TEST_CASE("faults are served, holes zero-filled, the rest pulled in the backgrou
     REQUIRE(s.pages_dropped == 0);
     REQUIRE(src.done_received == false); // announce_done was not called
     loop.announce_done();
+    REQUIRE(loop.fault_latency().count() == s.pages_faulted);
+}
+
+TEST_CASE("four threads faulting at once: every thread woken, every fault's service recorded",
+          "[fault_loop][uffd]") {
+    lazy_region region(4096);
+    test::fake_source src = region.serve();
+    auto loop = make_loop(src);
+    fake_restore restore;
+    loop.watch_restore(std::move(restore.daemon_end));
+    loop.add_process(1, std::move(region.uffd), region.lazy);
+    std::thread runner([&] { loop.run(); });
+
+    // Before "restore finished" only the fault path installs, so a thread
+    // whose wake was owed and never paid would stay blocked here.
+    const std::vector<size_t> order = shuffled_pages(region.pages, 4);
+    std::atomic<size_t> bad{0}, touched{0};
+    std::vector<std::thread> touchers;
+    for (size_t t = 0; t < 4; t++)
+        touchers.emplace_back([&, t] {
+            for (size_t i = t; i < 1600; i += 4) {
+                bad += !region.page_ok(order[i]);
+                touched++;
+            }
+        });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (touched < 1600 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const size_t touched_before_finish = touched;
+    restore.finished(); // lets a blocked thread end, should one be
+    for (auto& t : touchers)
+        t.join();
+    runner.join();
+
+    REQUIRE(touched_before_finish == 1600);
+    REQUIRE(bad == 0);
+    const auto& s = loop.stats();
+    CHECK(s.faults_woken_after_unlock > 0); // the owed-wake path ran
     REQUIRE(loop.fault_latency().count() == s.pages_faulted);
 }
 
