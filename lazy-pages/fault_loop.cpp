@@ -259,17 +259,15 @@ void fault_loop::handler_main(size_t index) {
     pin_to(_cpus[index]);
     const int epoll = _epolls[index].get();
     std::array<epoll_event, 32> events;
-    handler_wakes wakes;
     for (;;) {
         const int n = ::epoll_wait(epoll, events.data(), int(events.size()), -1);
         if (n < 0 && errno != EINTR)
             throw sys_error("epoll_wait");
         std::unique_lock lock(_mu, std::defer_lock);
-        lock_as_handler(lock, wakes);
+        lock_as_handler(lock);
         if (_stop)
             return;
-        bool woken = false;
-        for (int i = 0; i < n && !woken; i++) {
+        for (int i = 0; i < n; i++) {
             const auto src = source(events[size_t(i)].data.u64 & 0xff);
             const auto idx = uint32_t(events[size_t(i)].data.u64 >> 8);
             switch (src) {
@@ -287,33 +285,18 @@ void fault_loop::handler_main(size_t index) {
                 handle_daemon_socket();
                 break;
             case source::wake:
-                woken = true;
-                break;
+                return;
             }
         }
-        if (!woken)
-            poll_fault_replies(lock, wakes);
-        unlock_and_wake(lock, wakes);
-        if (woken)
-            return;
+        poll_fault_replies(lock);
     }
-}
-
-// Every handler's unlock: the threads whose pages it installed run only
-// now, so that none preempts it while it holds the lock (owed_wakes.hpp).
-// The faults they serve are recorded when the handler next holds the lock.
-void fault_loop::unlock_and_wake(std::unique_lock<std::mutex>& lock,
-                                 handler_wakes& wakes) noexcept {
-    wakes.n = _s.wakes.take(wakes.batch);
-    lock.unlock();
-    _s.wakes.wake_taken(std::span(wakes.batch).first(wakes.n));
 }
 
 // Stay with outstanding fault requests: a one-sided fabric shows its data
 // only to a poller, and another fabric's reply is a round trip away, less
 // than the cost of being woken for it. One poller at a time: on a small
 // machine a second one only takes the CPU from the peer producing the reply.
-void fault_loop::poll_fault_replies(std::unique_lock<std::mutex>& lock, handler_wakes& wakes) {
+void fault_loop::poll_fault_replies(std::unique_lock<std::mutex>& lock) {
     if (_polling)
         return;
     _polling = true;
@@ -328,11 +311,11 @@ void fault_loop::poll_fault_replies(std::unique_lock<std::mutex>& lock, handler_
         if (!one_sided && monotonic_ns() > spin_until)
             break; // epoll wakes a handler when the reply arrives
         // Between looks, leave the lock to the other threads for a while.
-        unlock_and_wake(lock, wakes);
+        lock.unlock();
         // Yield rather than spin: the thread producing the reply (the
         // stager, or the background) may be queued on this very CPU.
         ::sched_yield();
-        lock_as_handler(lock, wakes);
+        lock_as_handler(lock);
         drain_fault_replies(_s, *_fault_ch);
         _s.check_deadlines();
     }
@@ -341,12 +324,10 @@ void fault_loop::poll_fault_replies(std::unique_lock<std::mutex>& lock, handler_
 
 // Takes the state lock for a handler; the background sees it waiting and
 // gives the lock up between slices of its work.
-void fault_loop::lock_as_handler(std::unique_lock<std::mutex>& lock, handler_wakes& wakes) {
+void fault_loop::lock_as_handler(std::unique_lock<std::mutex>& lock) {
     _handlers_waiting.fetch_add(1, std::memory_order_relaxed);
     lock.lock();
     _handlers_waiting.fetch_sub(1, std::memory_order_relaxed);
-    _s.record_served(std::span(wakes.batch).first(wakes.n));
-    wakes.n = 0;
 }
 
 // One background stream's pull, deadlines and progress. Whichever stream's

@@ -86,15 +86,8 @@ class fault_loop {
     enum class source : uint8_t { uffd, fault_channel, criu_socket, daemon_socket, wake };
 
     void handler_main(size_t index);
-    // The wakes a handler paid after its last unlock, until it records
-    // their faults under the lock.
-    struct handler_wakes {
-        owed_wakes::batch batch;
-        size_t n = 0;
-    };
-    void poll_fault_replies(std::unique_lock<std::mutex>& lock, handler_wakes& wakes);
-    void unlock_and_wake(std::unique_lock<std::mutex>& lock, handler_wakes& wakes) noexcept;
-    void lock_as_handler(std::unique_lock<std::mutex>& lock, handler_wakes& wakes);
+    void poll_fault_replies(std::unique_lock<std::mutex>& lock);
+    void lock_as_handler(std::unique_lock<std::mutex>& lock);
     void background_main(uint8_t stream);
     void receive_background(uint8_t stream);
     void lock_as_background(std::unique_lock<std::mutex>& lock);

@@ -47,15 +47,6 @@ void fault_state::issue(request_kind kind, lazy_process& p, uint64_t addr, uint6
     }
 }
 
-void fault_state::record_served(std::span<const owed_wakes::wake> woken) noexcept {
-    for (const owed_wakes::wake& w : woken)
-        if (w.serves_fault()) {
-            fault_latency.record(w.woken_ns - w.fault_ns);
-            stats.faults_woken_after_unlock++;
-            first.record(w.fault_addr, w.fault_ns, w.woken_ns);
-        }
-}
-
 void fault_state::process_gone(lazy_process& p) {
     if (p.exited)
         return;
@@ -67,7 +58,6 @@ void fault_state::process_gone(lazy_process& p) {
     p.in_flight.clear();
     p.bg_in_flight.clear();
     unwatch_uffd(p.uffd.get());
-    wakes.forget(p.uffd.get());
     p.uffd.reset();
 }
 

@@ -8,14 +8,12 @@
 #include "first_faults.hpp"
 #include "lazy_process.hpp"
 #include "loop_config.hpp"
-#include "owed_wakes.hpp"
 #include "request_ring.hpp"
 #include "transport/page_channel.hpp"
 #include "transport/page_holes.hpp"
 
 #include <functional>
 #include <memory>
-#include <span>
 #include <vector>
 
 namespace ferry::lazy {
@@ -67,9 +65,6 @@ struct fault_state {
     // start: the tasks run, or the daemon was silent for cfg.tasks_run_wait.
     [[nodiscard]] bool main_pass_open(uint64_t now) const noexcept;
     loop_stats stats;
-    // Threads whose pages the fault path installed, to wake once the
-    // handler has let the lock go (fault_loop.cpp: unlock_and_wake).
-    owed_wakes wakes;
     latency_recorder fault_latency;
     latency_recorder fetch_latency{1u << 18};
     latency_recorder install_latency{1u << 18};
@@ -91,9 +86,6 @@ struct fault_state {
     void issue(request_kind kind, lazy_process& p, uint64_t addr, uint64_t img_addr,
                uint32_t nr_pages, uint64_t fault_addr, uint64_t fault_ns, uint8_t attempt,
                uint8_t stream = 0);
-    // The faults served by wakes a handler paid out of the lock
-    // (owed_wakes.hpp), recorded once it holds the lock again.
-    void record_served(std::span<const owed_wakes::wake> woken) noexcept;
     // The process exited: its lazy pages are dropped, its uffd forgotten.
     void process_gone(lazy_process& p);
     // Throws if the oldest request of either kind has waited too long: a

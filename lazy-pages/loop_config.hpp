@@ -55,9 +55,6 @@ struct loop_stats {
     uint64_t pages_refetched = 0;
     uint64_t pages_duplicate = 0; // arrived after the page was already installed
     uint64_t faults = 0;
-    // Faults whose thread was woken once the handler let the lock go, as
-    // other faults waited (owed_wakes.hpp).
-    uint64_t faults_woken_after_unlock = 0;
     uint64_t events = 0;
     uint32_t processes = 0;
     [[nodiscard]] uint64_t pages_done() const noexcept {

@@ -56,10 +56,8 @@ bool copy_may_go_on(fault_state& s, lazy_process& p, uffd::outcome result, int e
 // Installs verified pages [first, first + count) of `req` whose data starts
 // at `data`. Each page is checked against the process's current lazy map:
 // pages unmapped, removed or already installed meanwhile are skipped.
-// With `wake_later`, the copies wake no thread; the handler owes the wakes
-// (owed_wakes.hpp) and pays them once it has let the lock go.
 void install_run(fault_state& s, outstanding_request& req, const std::byte* data, uint32_t first,
-                 uint32_t count, bool wake_later) {
+                 uint32_t count) {
     lazy_process& p = *req.proc;
     uint64_t addr = req.addr + uint64_t(first) * page_size;
     uint64_t img = req.img_addr + uint64_t(first) * page_size;
@@ -75,26 +73,20 @@ void install_run(fault_state& s, outstanding_request& req, const std::byte* data
         }
         const uint32_t run = uint32_t(std::min<uint64_t>(left, pages_in(r->end - addr)));
         const uint64_t copy_start = monotonic_ns();
-        const uint64_t bytes = uint64_t(run) * page_size;
-        const auto res = wake_later ? uffd::copy_without_wake(p.uffd.get(), addr, data, bytes)
-                                    : uffd::copy(p.uffd.get(), addr, data, bytes);
+        const auto res = uffd::copy(p.uffd.get(), addr, data, uint64_t(run) * page_size);
         uint32_t done = uint32_t(pages_in(res.bytes));
         if (res.result == uffd::outcome::exists)
             done++; // the page at addr + done was present already: nothing to install there
         p.lazy.erase(addr, addr + uint64_t(done) * page_size);
 
-        // Account for what landed. A fault whose wake is owed is served
-        // when it is woken (fault_loop.cpp records it then).
+        // Account for what landed.
         const bool has_fault_page =
             req.fault_addr >= addr && req.fault_addr < addr + uint64_t(done) * page_size;
-        const uint64_t now = monotonic_ns();
-        if (wake_later && res.bytes > 0)
-            s.wakes.owe(p.uffd.get(), addr, res.bytes, has_fault_page ? req.fault_addr : ~0ull,
-                        has_fault_page ? req.fault_ns : 0);
-        else if (has_fault_page)
+        if (has_fault_page) {
+            const uint64_t now = monotonic_ns();
             note_fault_served(s, req, now);
-        if (has_fault_page)
             s.install_latency.record(now - copy_start);
+        }
         if (p.forked) {
             s.stats.pages_forked += done;
         } else {
@@ -116,25 +108,13 @@ void install_verified(fault_state& s, outstanding_request& req, const incoming_r
                       uint32_t upto) {
     const uint32_t first = req.consumed;
     if (upto > first && !req.proc->exited) {
-        // Other faults wait behind this one: a thread woken now would
-        // preempt this handler, lock and all, on its CPU. So the reply goes
-        // in one copy and its threads are woken once the lock is let go.
-        // Measured 2026-12-01 (owed_wakes.hpp), always deferring halved the
-        // fault service p50 of four faulting threads over shm, and cost a
-        // lone faulting thread ~50% on its touch p99: the window's other
-        // pages (each new memory, ~5 us on that machine) then went in
-        // before its wake.
-        if (s.fault_reqs.size() > 1) {
-            install_run(s, req, reply.pages + size_t(first) * page_size, first, upto - first, true);
-            req.consumed = upto;
-            return;
-        }
         auto install = [&](uint32_t from, uint32_t to) {
             if (to > from)
-                install_run(s, req, reply.pages + size_t(from) * page_size, from, to - from, false);
+                install_run(s, req, reply.pages + size_t(from) * page_size, from, to - from);
         };
-        // Alone: the faulting page first, its copy wakes the thread, and the
-        // window's other pages need not delay it.
+        // The faulting page alone first: its copy wakes the thread, and the
+        // window's other pages (a few microseconds each into fresh memory)
+        // need not delay it.
         const uint64_t fault_index = (req.fault_addr - req.addr) / page_size;
         if (req.fault_addr >= req.addr && fault_index >= first && fault_index < upto) {
             const auto k = uint32_t(fault_index);

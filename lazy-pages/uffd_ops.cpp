@@ -37,30 +37,17 @@ const char* to_string(outcome o) noexcept {
     return "?";
 }
 
-namespace {
-
-copy_result copy_with_mode(int fd, uint64_t dst, const void* src, uint64_t len,
-                           uint64_t mode) noexcept {
+copy_result copy(int fd, uint64_t dst, const void* src, uint64_t len) noexcept {
     uffdio_copy c{};
     c.dst = dst;
     c.src = reinterpret_cast<uint64_t>(src);
     c.len = len;
-    c.mode = mode;
+    c.mode = 0;
     if (::ioctl(fd, UFFDIO_COPY, &c) == 0)
         return {outcome::done, len, 0};
     const int err = errno;
     // c.copy holds the bytes copied before the failure, or a negative errno.
     return {classify_uffd_error(err), c.copy > 0 ? uint64_t(c.copy) : 0, err};
-}
-
-} // namespace
-
-copy_result copy(int fd, uint64_t dst, const void* src, uint64_t len) noexcept {
-    return copy_with_mode(fd, dst, src, len, 0);
-}
-
-copy_result copy_without_wake(int fd, uint64_t dst, const void* src, uint64_t len) noexcept {
-    return copy_with_mode(fd, dst, src, len, UFFDIO_COPY_MODE_DONTWAKE);
 }
 
 copy_result zeropage(int fd, uint64_t dst, uint64_t len) noexcept {

@@ -28,9 +28,6 @@ struct copy_result {
 
 // UFFDIO_COPY with mode 0, which wakes the faulting threads.
 [[nodiscard]] copy_result copy(int fd, uint64_t dst, const void* src, uint64_t len) noexcept;
-// UFFDIO_COPY_MODE_DONTWAKE: the caller wakes the range later (wake()).
-[[nodiscard]] copy_result copy_without_wake(int fd, uint64_t dst, const void* src,
-                                            uint64_t len) noexcept;
 [[nodiscard]] copy_result zeropage(int fd, uint64_t dst, uint64_t len) noexcept;
 [[nodiscard]] copy_result unregister_range(int fd, uint64_t start, uint64_t len) noexcept;
 // Wakes threads blocked on faults in the range, so they retry the access.
