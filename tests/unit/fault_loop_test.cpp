@@ -135,6 +135,14 @@ struct fake_restore {
     }
 };
 
+// A loop restoring `region` as CRIU alone would drive it (no daemon).
+struct criu_driven : fake_restore {
+    criu_driven(fault_loop& loop, lazy_region& region) {
+        loop.watch_restore(std::move(daemon_end));
+        loop.add_process(1, std::move(region.uffd), region.lazy);
+    }
+};
+
 // The daemon's side of lazy-pages' report socket: "lazy areas ready", as
 // the daemon says it when CRIU reaches post-restore.
 struct fake_daemon {
@@ -178,9 +186,7 @@ TEST_CASE("faults are served, holes zero-filled, the rest pulled in the backgrou
     lazy_region region(2048, {{100, 110}, {2000, 2048}});
     test::fake_source src = region.serve();
     auto loop = make_loop(src);
-    fake_restore restore;
-    loop.watch_restore(std::move(restore.daemon_end));
-    loop.add_process(1, std::move(region.uffd), region.lazy);
+    criu_driven restore(loop, region);
     REQUIRE(loop.stats().pages_total == 2048 - 10 - 48);
 
     std::thread runner([&] { loop.run(); });
@@ -218,25 +224,24 @@ TEST_CASE("four threads faulting at once: every thread woken, every fault's serv
     lazy_region region(4096);
     test::fake_source src = region.serve();
     auto loop = make_loop(src);
-    fake_restore restore;
-    loop.watch_restore(std::move(restore.daemon_end));
-    loop.add_process(1, std::move(region.uffd), region.lazy);
+    criu_driven restore(loop, region);
     std::thread runner([&] { loop.run(); });
 
     // Before "restore finished" only the fault path installs, so a thread
     // whose wake went missing would stay blocked here.
     const std::vector<size_t> order = shuffled_pages(region.pages, 4);
+    constexpr size_t threads = 4, pages = 1600;
     std::atomic<size_t> bad{0}, touched{0};
     std::vector<std::thread> touchers;
-    for (size_t t = 0; t < 4; t++)
+    for (size_t t = 0; t < threads; t++)
         touchers.emplace_back([&, t] {
-            for (size_t i = t; i < 1600; i += 4) {
+            for (size_t i = t; i < pages; i += threads) {
                 bad += !region.page_ok(order[i]);
                 touched++;
             }
         });
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (touched < 1600 && std::chrono::steady_clock::now() < until)
+    while (touched < pages && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const size_t touched_before_finish = touched;
     restore.finished(); // lets a blocked thread end, should one be
@@ -244,7 +249,7 @@ TEST_CASE("four threads faulting at once: every thread woken, every fault's serv
         t.join();
     runner.join();
 
-    REQUIRE(touched_before_finish == 1600);
+    REQUIRE(touched_before_finish == pages);
     REQUIRE(bad == 0);
     REQUIRE(loop.fault_latency().count() == loop.stats().pages_faulted);
 }
@@ -382,9 +387,7 @@ TEST_CASE("a restore that hangs up before finishing stops the loop", "[fault_loo
     lazy_region region(16);
     test::fake_source src = region.serve();
     auto loop = make_loop(src);
-    fake_restore restore;
-    loop.watch_restore(std::move(restore.daemon_end));
-    loop.add_process(1, std::move(region.uffd), region.lazy);
+    criu_driven restore(loop, region);
     restore.criu_end.reset();
     REQUIRE_THROWS_WITH(loop.run(), Catch::Contains("restore failed"));
 }
@@ -394,9 +397,7 @@ TEST_CASE("unmapped and removed ranges are dropped; remapped ranges follow the m
     lazy_region region(1024);
     test::fake_source src = region.serve();
     auto loop = make_loop(src);
-    fake_restore restore;
-    loop.watch_restore(std::move(restore.daemon_end));
-    loop.add_process(1, std::move(region.uffd), region.lazy);
+    criu_driven restore(loop, region);
     std::thread runner([&] { loop.run(); });
 
     // Before "restore finished" nothing is pulled in the background, so these
