@@ -110,6 +110,10 @@ std::optional<restore_request> read_restore_request(const std::filesystem::path&
 // and, for a warm restore, before runc starts:
 //   shim -> daemon: "images <runc's bundle dir>\n"
 //   daemon -> shim: "go\n" once they are in, or "refuse <reason>\n"
+// where, when CRIU waits for the images (criu_waits) and can build the
+// mount tree before them (criu-patches/0030), the daemon may first send
+//   daemon -> shim: "mounts\n": the early mount images are in
+// (the shim tells the waiting CRIU, which builds the tree), then "go".
 // The hold before a checkpoint (checkpoint_request::hold_socket):
 //   shim -> migrator: "hold <runc's descriptors.json, one line>\n"
 //   migrator -> shim: "go\n" or "refuse <reason>\n"
@@ -121,6 +125,7 @@ inline constexpr const char* gate_images = "images";
 inline constexpr const char* gate_setup_namespaces = "setup-namespaces";
 inline constexpr const char* hold_request = "hold";
 inline constexpr const char* go_answer = "go";
+inline constexpr const char* mounts_early_note = "mounts";
 
 // The steps of a restore CRIU runs Ferry's action script at, where it can
 // (criu-patches/0013, `action-script-actions` in the restore's CRIU config):

@@ -45,6 +45,12 @@ unique_fd listen_unix(const std::filesystem::path& path) {
 
 std::string ask_line(const std::filesystem::path& path, const std::string& line,
                      std::chrono::milliseconds bound) {
+    return ask_line_after_notes(path, line, bound, {}, {});
+}
+
+std::string ask_line_after_notes(const std::filesystem::path& path, const std::string& line,
+                                 std::chrono::milliseconds bound, const std::string& note,
+                                 const std::function<void()>& on_note) {
     const auto addr = unix_address(path);
     auto s = unix_socket();
     if (::connect(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr))
@@ -52,8 +58,16 @@ std::string ask_line(const std::filesystem::path& path, const std::string& line,
     const std::string ask = line + "\n";
     if (::write(s.get(), ask.data(), ask.size()) != ssize_t(ask.size()))
         throw sys_error("write to " + path.string());
+    const auto until = std::chrono::steady_clock::now() + bound;
     try {
-        return read_line(s.get(), bound);
+        for (;;) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                until - std::chrono::steady_clock::now());
+            auto answer = read_line(s.get(), std::max(left, std::chrono::milliseconds(0)));
+            if (note.empty() || answer != note)
+                return answer;
+            on_note();
+        }
     } catch (const ferry::error&) {
         throw error(fmt::format("no answer on {} within {} ms", path.string(), bound.count()));
     }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 namespace ferry::engines {
@@ -23,5 +24,10 @@ void write_line(int conn, const std::string& line) noexcept;
 // connect or no answer comes within `bound`.
 std::string ask_line(const std::filesystem::path& path, const std::string& line,
                      std::chrono::milliseconds bound);
+// The same, where the answer may follow notes: each line equal to `note`
+// goes to `on_note` and the wait goes on, within the same bound.
+std::string ask_line_after_notes(const std::filesystem::path& path, const std::string& line,
+                                 std::chrono::milliseconds bound, const std::string& note,
+                                 const std::function<void()>& on_note);
 
 } // namespace ferry::engines

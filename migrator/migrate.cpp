@@ -271,6 +271,7 @@ void migration::connect_destination(const std::string& source_addr) {
     const auto& p = *ok->prepare_ok;
     auto& f = _r.criu_features;
     _destination_starts_warm = p.has_starts_warm && p.starts_warm;
+    _destination_builds_mounts = p.has_builds_mounts_early && p.builds_mounts_early;
     _r.idle_poll_destination =
         p.idle_poll ? p.idle_poll : "not asked for: the destination's daemon predates it";
     const bool own_netns = _container || _source_netns;
@@ -356,6 +357,7 @@ migration_result migration::run() {
             _r.t_freeze = t.freeze;
             _r.t_dumped = t.dumped;
         }
+        stop_mounts_early();
         settle_vma_flags();
         if (_opt.mode == migrate_mode::park) {
             park();
@@ -375,6 +377,7 @@ migration_result migration::run() {
         hand_over_packets(true);
     } catch (const std::exception& e) {
         _r.error = e.what();
+        stop_mounts_early(); // its thread may be using _dest
         if (!_r.committed || _destination_never_ran) {
             // Whatever the destination restored must not resume: without its
             // migrator it refuses, and kills the copy, at once.

@@ -104,6 +104,11 @@ struct migration_result {
     // How the destination's engine restored: "warm" (its restore started
     // before the freeze), or "cold" and why not warm.
     std::string engine_restore;
+    // The container's mount namespace dumped before the freeze and sent
+    // ahead (early_mounts.hpp): what became of it at each end; empty if not
+    // asked for.
+    std::string mounts_early_source, mounts_early_destination;
+    uint64_t t_mounts_early_sent = 0; // CLOCK_MONOTONIC; 0: not sent
     // Where CRIU found the cgroup hierarchies at the dump (criu/cgroup_yard.hpp).
     std::string criu_cgroup_yard;
     // A workload whose network moves with it: its links (lib/netlink), which

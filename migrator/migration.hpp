@@ -11,6 +11,7 @@
 #include "core/unique_fd.hpp"
 #include "criu/criu_deadlines.hpp"
 #include "criu/dump_driver.hpp"
+#include "early_mounts.hpp"
 #include "engine.hpp"
 #include "migrate.hpp"
 #include "migration_record.hpp"
@@ -89,6 +90,8 @@ class migration {
     void start_dump();
     void warm_destination();
     void start_destination_warm(const std::vector<criu::engine_file>& files);
+    void send_mounts_early();
+    void stop_mounts_early() noexcept;
     void watch_vma_flags();
     void settle_vma_flags();
     void register_with_source();
@@ -141,7 +144,12 @@ class migration {
     uint16_t _criu_port = 0;
     std::filesystem::path _dir;
     bool _dump_started = false;
-    bool _destination_starts_warm = false; // it takes incoming_warm (prepare_ok)
+    bool _destination_starts_warm = false;   // it takes incoming_warm (prepare_ok)
+    bool _destination_warm = false;          // its engine's restore waits (warm_ready)
+    bool _destination_builds_mounts = false; // it takes incoming_mounts (prepare_ok)
+    bool _mounts_early_asked = false;        // the dump's CRIU has mnt-early
+    // Sends the mount namespace CRIU dumps before the freeze (early_mounts.hpp).
+    std::unique_ptr<early_mounts_sender> _mounts_early;
     // This host's idle CPUs poll from before the freeze to the resume.
     std::unique_ptr<idle_poll::hold> _idle_poll;
     bool _registered = false;

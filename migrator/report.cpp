@@ -78,6 +78,14 @@ nlohmann::json to_json(const migration_result& r) {
         j["idle_poll_destination"] = r.idle_poll_destination;
     if (!r.engine_restore.empty())
         j["engine_restore"] = r.engine_restore;
+    if (!r.mounts_early_source.empty()) {
+        j["mounts_early"] = {{"source", r.mounts_early_source},
+                             {"destination", r.mounts_early_destination}};
+        // Positive: sent before CRIU froze the tree (the plugin's moment).
+        if (r.t_mounts_early_sent && r.t_freeze)
+            j["mounts_early"]["sent_before_freeze_ms"] =
+                (double(r.t_freeze) - double(r.t_mounts_early_sent)) / 1e6;
+    }
     if (!r.criu_cgroup_yard.empty())
         j["criu_cgroup_yard"] = r.criu_cgroup_yard;
     if (!r.network.empty())

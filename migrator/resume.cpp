@@ -134,6 +134,8 @@ void migration::wait_resumed() {
         _r.dest_images_check_ns = res.images_check_ns;
         _r.dest_lazy_start_ns = res.lazy_start_ns;
         _r.dest_criu_restore_ns = res.criu_restore_ns;
+        if (res.mounts_early)
+            _r.mounts_early_destination = res.mounts_early;
         return;
     }
 }

@@ -121,6 +121,13 @@ void migration::start_dump() {
     settings.plugin_dir = _opt.tools.criu_plugin_dir;
     settings.interrupted = [] { return interrupt_requested(); };
     settings.warm_destination = _opt.mode == migrate_mode::migrate && _destination_starts_warm;
+    // The destination builds the mount tree while it waits, from the mount
+    // namespace CRIU dumps before the freeze (early_mounts.hpp).
+    if (_container && settings.warm_destination && _destination_builds_mounts &&
+        criu::supports_option(_opt.tools.criu, "mnt-early")) {
+        settings.criu_options += "mnt-early\n";
+        _mounts_early_asked = true;
+    }
     if (_source)
         _dump = _source->make_dump(_dir, _r.id, settings);
     else
@@ -143,7 +150,41 @@ void migration::warm_destination() {
     if (files.empty())
         return;
     start_destination_warm(files);
+    send_mounts_early();
     _dump->release_hold();
+}
+
+// From the hold's release (CRIU has not started) to the dump's end: the
+// destination's daemon is told nothing else meanwhile, so the watcher's
+// thread has the connection to itself until stop_mounts_early().
+void migration::send_mounts_early() {
+    if (!_mounts_early_asked || !_destination_warm)
+        return;
+    try {
+        _mounts_early = std::make_unique<early_mounts_sender>(
+            _dump->images_dir(), [this](const std::vector<criu::engine_file>& files) {
+                std::vector<FerryControl__ImageFile> pieces;
+                for (const auto& f : files)
+                    pieces.push_back(file_piece(f.name, f.data, 0, f.data.size()));
+                auto ptrs = piece_pointers(pieces);
+                FerryControl__IncomingMounts m = FERRY_CONTROL__INCOMING_MOUNTS__INIT;
+                m.n_files = ptrs.size();
+                m.files = ptrs.data();
+                control::send_message(*_dest, m, net::after(control_timeout));
+            });
+    } catch (const std::exception& e) {
+        _r.mounts_early_source = fmt::format("not watched: {}", e.what());
+    }
+}
+
+// Before anything else uses the destination's connection: after the dump,
+// or on a failure.
+void migration::stop_mounts_early() noexcept {
+    if (!_mounts_early)
+        return;
+    _r.mounts_early_source = _mounts_early->stop();
+    _r.t_mounts_early_sent = _mounts_early->sent_at_ns();
+    _mounts_early.reset();
 }
 
 // Sends the destination what it starts its engine's restore from, and waits
@@ -165,6 +206,7 @@ void migration::start_destination_warm(const std::vector<criu::engine_file>& fil
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_WARM_READY,
                     "destination " + _opt.destination.to_string());
     const auto& ready = *e->warm_ready;
+    _destination_warm = ready.warm;
     _r.engine_restore =
         ready.warm ? "warm" : fmt::format("cold ({})", ready.reason ? ready.reason : "?");
     if (!ready.warm)

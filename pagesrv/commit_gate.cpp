@@ -39,6 +39,8 @@ void incoming_session::report_resumed(uint64_t restore_ns,
     res.criu_restore_ns = restore_ns;
     res.has_engine_settle_ns = engine_settle_ns.has_value();
     res.engine_settle_ns = engine_settle_ns.value_or(0);
+    const std::string mounts_early = mounts_early_outcome();
+    res.mounts_early = mounts_early.empty() ? nullptr : const_cast<char*>(mounts_early.c_str());
     FerryControl__CriuMoments moments;
     _d.criu_events().moments(_id).to_message(moments);
     res.moments = &moments;

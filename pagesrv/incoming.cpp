@@ -88,6 +88,8 @@ void incoming_session::prepare() {
         criu::supports_feature(_d.config().tools.criu, "network_lock_nftables");
     ok.has_starts_warm = true;
     ok.starts_warm = true;
+    ok.has_builds_mounts_early = true;
+    ok.builds_mounts_early = builds_mounts_early();
     ok.idle_poll = idle_state.data();
     control::send_message(_conn, ok, net::after(control_timeout));
 }
@@ -135,6 +137,10 @@ bool incoming_session::receive_images() {
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_INCOMING_WARM && _engine_restore && !t0 &&
             !_warm_cmd) {
             start_warm_restore(*e->incoming_warm);
+            continue;
+        }
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_INCOMING_MOUNTS && !t0) {
+            take_mounts_early(*e->incoming_mounts);
             continue;
         }
         control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_INCOMING_IMAGES, "migrator");
@@ -205,7 +211,7 @@ void incoming_session::discard_images() noexcept {
     for (const auto& entry : std::filesystem::directory_iterator(_dir, ec))
         if (entry.path().extension() != ".log" &&
             entry.path().filename() != engines::reservation_file)
-            std::filesystem::remove(entry.path(), ec);
+            std::filesystem::remove_all(entry.path(), ec); // mnt-early/ too
 }
 
 void incoming_session::run() {

@@ -129,6 +129,10 @@ class incoming_session {
     bool restore();
     bool restore_with_engine();
     void start_warm_restore(const FerryControl__IncomingWarm& warm);
+    // The mount tree built while the warm restore waits (mounts_early.cpp).
+    [[nodiscard]] bool builds_mounts_early() const;
+    void take_mounts_early(const FerryControl__IncomingMounts& mounts) noexcept;
+    [[nodiscard]] std::string mounts_early_outcome() const;
     std::filesystem::path wait_for_warm_shim(); // returns runc's bundle
     void stop_warm_restore(const std::string& why) noexcept;
     bool engine_restore_failed(const std::string& why, bool tasks_ran);
@@ -169,6 +173,8 @@ class incoming_session {
     unique_fd _gate;
     std::optional<child_process> _warm_cmd;
     unique_fd _warm_shim;
+    bool _mounts_early_given = false;  // the waiting CRIU was told to build them
+    std::string _mounts_early_refused; // why incoming_mounts were not used
     // A network that moves with the workload (moving_network.cpp): the
     // source's links, and the copy's arp_ignore before it was silenced.
     std::vector<netlink::link_identity> _moving_links;

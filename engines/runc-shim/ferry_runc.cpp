@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -329,10 +330,17 @@ void lazy_restore(std::vector<std::string>& args, size_t cmd) {
 }
 
 // What a warm restore waits for before CRIU reads the images: the gate's
-// "go" (the images are in), then the container's /dev/shm refilled.
-void wait_for_images(const std::string& gate, const fs::path& bundle, const std::string& devshm) {
-    wait_for_go(gate, std::string(engines::gate_images) + " " + bundle.string(), images_timeout,
-                "the destination daemon did not let the restore go on");
+// "go" (the images are in), then the container's /dev/shm refilled. A
+// CRIU that waits itself is told of the early mount images on the way
+// (`on_mounts`: the gate's "mounts" note).
+void wait_for_images(const std::string& gate, const fs::path& bundle, const std::string& devshm,
+                     const std::function<void()>& on_mounts = {}) {
+    const auto answer = engines::ask_line_after_notes(
+        gate, std::string(engines::gate_images) + " " + bundle.string(), images_timeout,
+        on_mounts ? engines::mounts_early_note : "", on_mounts);
+    if (answer != engines::go_answer)
+        throw std::runtime_error("the destination daemon did not let the restore go on: " +
+                                 (answer.empty() ? std::string("no answer") : answer));
     // Docker's source sends none when its /dev/shm was empty.
     std::error_code ec;
     if (!devshm.empty() && fs::exists(devshm, ec))
@@ -373,7 +381,13 @@ int let_criu_wait_for_images(const std::string& gate, const fs::path& bundle,
         }
         int rc = 1;
         try {
-            wait_for_images(gate, bundle, devshm);
+            // 'm': the early mount images are in <images>/mnt-early
+            // (criu-patches/0030); CRIU builds the mount tree, then waits on.
+            wait_for_images(gate, bundle, devshm, [w] {
+                const char mounts = 'm';
+                if (::write(w, &mounts, 1) != 1)
+                    throw std::runtime_error("the waiting CRIU went away");
+            });
             const char go = 'g';
             rc = ::write(w, &go, 1) == 1 ? 0 : 1;
         } catch (const std::exception& e) {

@@ -79,6 +79,7 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__PageHoles, PAGE_HOLES, page_holes)                                             \
     X(FerryControl__OutgoingHandoffCancel, OUTGOING_HANDOFF_CANCEL, outgoing_handoff_cancel)       \
     X(FerryControl__IncomingWarm, INCOMING_WARM, incoming_warm)                                    \
+    X(FerryControl__IncomingMounts, INCOMING_MOUNTS, incoming_mounts)                              \
     X(FerryControl__WarmReady, WARM_READY, warm_ready)                                             \
     X(FerryControl__HeldPackets, HELD_PACKETS, held_packets)                                       \
     X(FerryControl__LazyAreasReady, LAZY_AREAS_READY, lazy_areas_ready)                            \
