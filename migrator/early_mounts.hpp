@@ -28,7 +28,9 @@ class early_mounts_sender {
     early_mounts_sender& operator=(const early_mounts_sender&) = delete;
 
     // Stops watching at once, waits for a send in progress, and says what
-    // happened (for the report). Idempotent.
+    // happened (for the report). Idempotent. The inotify instance stays
+    // open until the destructor, which the migration runs after the resume:
+    // its close waits for an SRCU grace period (~15 ms here).
     std::string stop() noexcept;
     // When the send ended (CLOCK_MONOTONIC), 0 if none did. Read after stop().
     [[nodiscard]] uint64_t sent_at_ns() const noexcept { return _sent_at; }
@@ -45,6 +47,7 @@ class early_mounts_sender {
     std::thread _thread;
     std::string _outcome = "CRIU wrote none before the dump ended";
     uint64_t _sent_at = 0;
+    uint64_t _exit_at = 0;
 };
 
 } // namespace ferry::migrator

@@ -133,8 +133,10 @@ void migration::start_dump() {
     else
         _dump = criu::make_rpc_dump(_opt.pid, _dir, _r.id, settings);
     watch_vma_flags();
-    if (settings.warm_destination)
+    if (settings.warm_destination) {
         start_destination_warm(_dump->configuration_before_start());
+        send_mounts_early(); // docker's: its CRIU starts now
+    }
     set_phase("freezing");
     _dump->start(_criu_port);
     _dump_started = true;
@@ -158,7 +160,7 @@ void migration::warm_destination() {
 // destination's daemon is told nothing else meanwhile, so the watcher's
 // thread has the connection to itself until stop_mounts_early().
 void migration::send_mounts_early() {
-    if (!_mounts_early_asked || !_destination_warm)
+    if (!_mounts_early_asked || !_destination_warm || _mounts_early)
         return;
     try {
         _mounts_early = std::make_unique<early_mounts_sender>(
@@ -178,13 +180,13 @@ void migration::send_mounts_early() {
 }
 
 // Before anything else uses the destination's connection: after the dump,
-// or on a failure.
+// or on a failure. The sender itself goes with the migration, after the
+// resume (its destructor may wait ~15 ms; see early_mounts.hpp).
 void migration::stop_mounts_early() noexcept {
     if (!_mounts_early)
         return;
     _r.mounts_early_source = _mounts_early->stop();
     _r.t_mounts_early_sent = _mounts_early->sent_at_ns();
-    _mounts_early.reset();
 }
 
 // Sends the destination what it starts its engine's restore from, and waits

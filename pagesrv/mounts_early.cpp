@@ -9,10 +9,12 @@
 
 #include "core/checksum.hpp"
 #include "core/error.hpp"
+#include "core/fault_inject.hpp"
 #include "criu/criu_features.hpp"
 #include "engine_request.hpp"
 #include "image_names.hpp"
 #include "line_socket.hpp"
+#include "sys/subprocess.hpp"
 
 #include <fmt/format.h>
 
@@ -29,6 +31,32 @@ constexpr const char* built_dir = "mnt-early.built";
 // CRIU's warning when the final images differ (the mounts changed before
 // the freeze): it then builds the tree again, as without them.
 constexpr std::string_view rebuilt_line = "does not fit the images: building it again";
+constexpr auto tar_limit = std::chrono::seconds(10);
+
+// Fault injection (early-mounts-stale): the early image of the container's
+// /dev (the tmpfs archive holding ./null) gets one more file, as if /dev
+// had changed between the early dump and the freeze. The tree CRIU builds
+// from it then differs from the final images, which it must notice.
+void make_dev_image_stale(const std::filesystem::path& dir) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        const auto name = entry.path().filename().string();
+        if (!name.starts_with("tmpfs-dev-"))
+            continue;
+        const auto listing = run_capture({"tar", "-tzf", entry.path().string()}, tar_limit);
+        if (listing.find("./null\n") == std::string::npos)
+            continue;
+        const auto tree = dir / ".stale";
+        std::filesystem::create_directory(tree);
+        (void)run_capture({"tar", "-xzf", entry.path().string(), "-C", tree.string()}, tar_limit);
+        std::ofstream(tree / "ferry-stale-early-mount").put('\n');
+        (void)run_capture(
+            {"tar", "--numeric-owner", "-czf", entry.path().string(), "-C", tree.string(), "."},
+            tar_limit);
+        std::filesystem::remove_all(tree);
+        return;
+    }
+    throw error("no early image of /dev to make stale");
+}
 
 } // namespace
 
@@ -54,6 +82,10 @@ void incoming_session::take_mounts_early(const FerryControl__IncomingMounts& mou
             out.write(reinterpret_cast<const char*>(f.data.data), std::streamsize(f.data.len));
             if (!out)
                 throw error(fmt::format("cannot write {}", (dir / f.name).string()));
+        }
+        if (fault_injected(fault::early_mounts_stale)) {
+            _log->warn("fault injection: the early image of /dev is made stale");
+            make_dev_image_stale(dir);
         }
         engines::write_line(_warm_shim.get(), engines::mounts_early_note);
         _mounts_early_given = true;

@@ -42,6 +42,8 @@ unsigned parse_faults() {
             mask |= unsigned(fault::dest_die_warm);
         else if (name == "criu-fail-before-post-restore")
             mask |= unsigned(fault::criu_fail_before_post_restore);
+        else if (name == "early-mounts-stale")
+            mask |= unsigned(fault::early_mounts_stale);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;

@@ -21,6 +21,7 @@ enum class fault : unsigned {
     warm_start_fail = 1u << 10,        // destination refuses its warm restore once it waits
     dest_die_warm = 1u << 11,          // destination SIGKILLs itself once its warm restore waits
     criu_fail_before_post_restore = 1u << 12, // destination's CRIU fails just before post-restore
+    early_mounts_stale = 1u << 13, // destination adds a file to the early /dev image: it is stale
 };
 
 [[nodiscard]] bool fault_injected(fault f) noexcept;

@@ -88,6 +88,11 @@ verified() {
   done
   return 1
 }
+# The installed CRIU dumps a mount namespace before the freeze and builds
+# it while a restore waits (criu-patches/0030).
+mounts_early_here() { criu --mnt-early --version >/dev/null 2>&1; }
+# mounts_early FILE END: what the migration's JSON says of it at END.
+mounts_early() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("mounts_early", {}).get(sys.argv[2], ""))' "$1" "$2"; }
 state() {
   local s
   s=$(ctr "$1" inspect "$2" --format '{{.State.Status}}' 2>/dev/null) && echo "$s" || echo absent
@@ -229,6 +234,16 @@ grep -q "Using the empty mount namespace made while waiting" "$m1_restore_log" |
 rm -rf "/dev/shm/ferry/$m1_id"
 dev_after=$(dev_tmpfs b m1) || fail "cannot list m1's /dev on b"
 [ "$dev_after" = "$dev_before" ] || fail "/dev changed: $(diff <(echo "$dev_before") <(echo "$dev_after"))"
+# b's CRIU built m1's mount tree while it waited for the images, from the
+# mount namespace a's CRIU dumped before the freeze (criu-patches/0030), and
+# used it: the final images held the same files. The mounts and /dev above
+# are that tree's.
+if mounts_early_here; then
+  [ "$(mounts_early "$work/m1.json" destination)" = "built while waiting, used" ] ||
+    fail "m1's early mount tree: $(mounts_early "$work/m1.json" destination) (source: $(mounts_early "$work/m1.json" source))"
+  grep -q "Using the mount tree built while waiting" "$m1_restore_log" ||
+    fail "CRIU did not say it used the mount tree built while waiting"
+fi
 # CRIU took the host's cgroup mounts as its yard where their layout allows
 # (lib/criu/cgroup_yard.hpp), and the copy runs in its engine's cgroups.
 if [ "$(json "$work/m1.json" criu_cgroup_yard)" = /sys/fs/cgroup ]; then
@@ -341,6 +356,29 @@ verified b m6 || fail "m6's memory does not verify on b"
 remove_now b m6 >/dev/null
 "$testbed" stop b
 "$testbed" start b
+
+if mounts_early_here; then
+  log "2d. the early mount images are stale: b's CRIU builds the tree again at the go"
+  # b's daemon adds a file to the early image of /dev, as if /dev changed
+  # between the early dump and the freeze: the tree built from it must not
+  # be used, and the container's /dev is the final images' one.
+  run_memload a m7
+  dev_before7=$(dev_tmpfs a m7) || fail "cannot list m7's /dev"
+  "$testbed" stop b
+  FERRY_FAULT=early-mounts-stale "$testbed" start b
+  migrate m7 >"$work/m7.json" 2>"$work/m7.err" || fail "m7's migration failed: $(cat "$work/m7.json" "$work/m7.err")"
+  [ "$(mounts_early "$work/m7.json" destination)" = "built while waiting, not used: the mounts changed before the freeze" ] ||
+    fail "m7's early mount tree: $(mounts_early "$work/m7.json" destination)"
+  grep -q "does not fit the images: building it again" "$(restore_log m7)" ||
+    fail "CRIU did not say it built the tree again"
+  [ "$(state b m7)" = running ] || fail "m7 is not running on b: $(state b m7)"
+  dev_after7=$(dev_tmpfs b m7) || fail "cannot list m7's /dev on b"
+  [ "$dev_after7" = "$dev_before7" ] || fail "m7's /dev is not the final one: $(diff <(echo "$dev_before7") <(echo "$dev_after7"))"
+  verified b m7 || fail "m7's memory does not verify on b"
+  remove_now b m7 >/dev/null
+  "$testbed" stop b
+  "$testbed" start b
+fi
 
 log "3. a container of the same name on b: refused before the freeze"
 run_memload b m2
