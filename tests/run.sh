@@ -3,6 +3,7 @@
 # (unit tests, then the integration tests on real CRIU and userfaultfd).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-"$repo/examples/setup.sh"
+# --bench: matplotlib too, for the test of migrator bench's plots.
+"$repo/examples/setup.sh" --bench
 "$repo/examples/build.sh"
 meson test -C "$repo/build" --print-errorlogs "$@"

@@ -269,9 +269,20 @@ def main(argv=None):
            "network": (a.network or "engine default") if a.workload == "container" else None,
            "sizes_mib": a.sizes, "runs": a.runs, "methods": a.methods, "fault_mib": a.fault_mib,
            "failed_runs": failures, "summary": summary, "raw": raw}
+    # The figures first: a plot that fails (every run of a method failed,
+    # say) must not take them with it.
+    results_path = os.path.join(a.out, "results.json")
+    doc["plots"] = []
+    with open(results_path, "w") as f:
+        json.dump(doc, f, indent=1)
     import plots
-    doc["plots"] = plots.draw_all(a.out, summary)
-    with open(os.path.join(a.out, "results.json"), "w") as f:
+    try:
+        doc["plots"] = plots.draw_all(a.out, summary)
+    except Exception as e:  # noqa: BLE001 (any plotting error)
+        doc["plots_error"] = f"{type(e).__name__}: {e}"
+        print(f"migrator bench: the plots failed ({doc['plots_error']}); the figures are in results.json",
+              file=sys.stderr)
+    with open(results_path, "w") as f:
         json.dump(doc, f, indent=1)
     results.print_table(summary, sys.stdout)
     print(f"\nresults: {os.path.join(a.out, 'results.json')}; plots: " + ", ".join(doc["plots"]))

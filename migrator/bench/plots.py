@@ -34,8 +34,14 @@ def finish(fig, ax, path, title, xlabel, ylabel, grid="both"):
 
 
 def downtime_vs_size(summary, path):
+    # A method whose every run failed has no figure to draw (and a log axis
+    # takes no zero).
+    measured = {m: by for m, by in summary["downtime_ms"].items()
+                if by and all(by[s]["p50"] > 0 for s in by)}
+    if not measured:
+        return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for method, by in summary["downtime_ms"].items():
+    for method, by in measured.items():
         sizes = sorted(by, key=int)
         x = [int(s) for s in sizes]
         p50 = [by[s]["p50"] for s in sizes]
@@ -46,6 +52,7 @@ def downtime_vs_size(summary, path):
     ax.set_yscale("log")
     finish(fig, ax, path, "Downtime against memory size", "workload memory, MiB",
            "downtime, ms (p50; band to p99)")
+    return True
 
 
 def breakdown(summary, path):
@@ -92,8 +99,8 @@ def redis_timeline(summary, path):
 
 def draw_all(out_dir, summary):
     drawn = []
-    downtime_vs_size(summary, os.path.join(out_dir, "downtime_vs_size.png"))
-    drawn.append("downtime_vs_size.png")
+    if downtime_vs_size(summary, os.path.join(out_dir, "downtime_vs_size.png")):
+        drawn.append("downtime_vs_size.png")
     if breakdown(summary, os.path.join(out_dir, "downtime_breakdown.png")):
         drawn.append("downtime_breakdown.png")
     if fault_cdf(summary, os.path.join(out_dir, "fault_cdf.png")):

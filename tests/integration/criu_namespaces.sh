@@ -77,7 +77,12 @@ before=$(ns_state) || fail "cannot read the namespaces' state"
 case "$before" in *ferry-uts-test*ferry.domain*12345*ferry-shm-bytes*100*200*77*lo*) ;; *) fail "unexpected state: $before" ;; esac
 
 dir="$work/images"
-local_dump "$dir" "$pid"
+# --mnt-early (0030), as Ferry asks of a container's dump: this tree is in
+# CRIU's mount namespace, so nothing is written before the freeze.
+local_dump "$dir" "$pid" --mnt-early
+grep -q "The tree is in CRIU's mount namespace: nothing to dump early" "$dir/dump.log" ||
+  fail "the dump did not say it had no mount namespace to dump early: $(grep -n 'early' "$dir/dump.log" | head -n 3)"
+[ ! -e "$dir/mnt-early" ] && [ ! -e "$dir/mnt-early.tmp" ] || fail "the dump left an early mount dir"
 
 log "1. the namespaces were dumped in CRIU's process"
 for ns in uts ipc net; do
@@ -100,8 +105,12 @@ grep -q "Made an empty mount namespace while waiting" "$dir/restore-off.log" && 
 [ ! -e "$yard_off" ] || fail "the restore called off left its roots yard's directory $yard_off"
 
 log "2. the restore wrote the UTS sysctls without a worker"
-# --restore-wait-fd: a byte is already there, as the images are.
-local_restore "$dir" --restore-wait-fd 3 3< <(printf go)
+# --restore-wait-fd: the bytes are already there, as the images are. An
+# 'm' first says early mount images are in (0030): there are none, so the
+# tree is built at the go, and the restore goes on as without it.
+local_restore "$dir" --restore-wait-fd 3 3< <(printf mg)
+grep -q "is built at the go" "$dir/restore.log" ||
+  fail "CRIU did not try the early mount images on 'm': $(grep -n 'early\|Waiting on fd' "$dir/restore.log" | head -n 3)"
 grep -q "Writing UTS sysctls without a worker" "$dir/restore.log" ||
   fail "the UTS sysctls went through a worker: $(grep -n 'hostname\|UTS' "$dir/restore.log" | head)"
 
