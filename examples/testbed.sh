@@ -20,7 +20,7 @@
 #                               kernel, this machine's root read-only at the
 #                               same paths), each with a virtio NIC and a
 #                               Soft-RoCE device rxe0 on it, the two NICs
-#                               joined by a qemu socket link on loopback
+#                               joined by a qemu UDP link on loopback
 #   testbed.sh up --vm --pool N pool hosts p1..pN as pool-node daemons in
 #                               the VMs (odd in a, even in b), on ports
 #                               7141.. of the VM's address, offering
@@ -473,16 +473,19 @@ up_vm() {
   for ((i = 1; i <= pools; i++)); do echo "p$i"; done >"$state/pool-hosts"
   mapfile -t hosts < <(all_hosts)
   for h in "${hosts[@]}"; do mkdir -p "$state/$h"; issue_credentials "$h"; done
-  link=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  # a listens, so it starts first; both boot at once.
-  vm_host boot "$(vm_dir a)" --ip "$net.1/24" --link "listen:$link" --rdma &
+  # The link: a UDP datagram per frame between two loopback ports, each VM
+  # sending to the other's. Stateless, so a VM booted again (host.sh boot
+  # retries a stalled boot) is on the link at once; both boot at once.
+  local ports port_a port_b
+  ports=$(python3 -c '
+import socket
+s = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
+  read -r port_a port_b <<<"$ports"
+  vm_host boot "$(vm_dir a)" --ip "$net.1/24" --link "udp:$port_a:$port_b" --rdma &
   local boot_a=$!
-  for i in $(seq 1 100); do
-    ss -Hltn "sport = :$link" | grep -q . && break
-    kill -0 "$boot_a" 2>/dev/null || break
-    sleep 0.1
-  done
-  vm_host boot "$(vm_dir b)" --ip "$net.2/24" --link "connect:$link" --rdma || die "VM host b did not boot"
+  vm_host boot "$(vm_dir b)" --ip "$net.2/24" --link "udp:$port_b:$port_a" --rdma || die "VM host b did not boot"
   wait "$boot_a" || die "VM host a did not boot"
   local summary=""
   for h in "${hosts[@]}"; do
