@@ -2,6 +2,7 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "criu/criu_features.hpp"
 #include "criu/criu_image.hpp"
 
 #include <fmt/format.h>
@@ -15,7 +16,7 @@ namespace ferry::migrator {
 namespace {
 
 // CRIU writes mnt-early.tmp and renames it once whole.
-constexpr const char* early_dir = "mnt-early";
+constexpr const char* early_dir = criu::mounts_early_dir;
 // A mount namespace's images are a few KiB; anything near this is not one.
 constexpr size_t max_early_bytes = 8u << 20;
 

@@ -77,6 +77,23 @@ std::vector<FerryControl__ImageFile*> piece_pointers(std::vector<FerryControl__I
     return ptrs;
 }
 
+namespace {
+
+// Sends `files`, each whole, as the files of `msg` (incoming_warm,
+// incoming_mounts).
+template <typename Msg>
+void send_whole_files(net::stream& s, Msg msg, const std::vector<criu::engine_file>& files) {
+    std::vector<FerryControl__ImageFile> pieces;
+    for (const auto& f : files)
+        pieces.push_back(file_piece(f.name, f.data, 0, f.data.size()));
+    auto ptrs = piece_pointers(pieces);
+    msg.n_files = ptrs.size();
+    msg.files = ptrs.data();
+    control::send_message(s, msg, net::after(control_timeout));
+}
+
+} // namespace
+
 void migration::start_dump() {
     raise_pipe_max_size(*_log);
     _dir = _opt.work_root / _r.id;
@@ -165,14 +182,9 @@ void migration::send_mounts_early() {
     try {
         _mounts_early = std::make_unique<early_mounts_sender>(
             _dump->images_dir(), [this](const std::vector<criu::engine_file>& files) {
-                std::vector<FerryControl__ImageFile> pieces;
-                for (const auto& f : files)
-                    pieces.push_back(file_piece(f.name, f.data, 0, f.data.size()));
-                auto ptrs = piece_pointers(pieces);
-                FerryControl__IncomingMounts m = FERRY_CONTROL__INCOMING_MOUNTS__INIT;
-                m.n_files = ptrs.size();
-                m.files = ptrs.data();
-                control::send_message(*_dest, m, net::after(control_timeout));
+                send_whole_files(*_dest,
+                                 FerryControl__IncomingMounts(FERRY_CONTROL__INCOMING_MOUNTS__INIT),
+                                 files);
             });
     } catch (const std::exception& e) {
         _r.mounts_early_source = fmt::format("not watched: {}", e.what());
@@ -196,14 +208,7 @@ void migration::start_destination_warm(const std::vector<criu::engine_file>& fil
     if (files.empty())
         return;
     const uint64_t t0 = monotonic_ns();
-    std::vector<FerryControl__ImageFile> pieces;
-    for (const auto& f : files)
-        pieces.push_back(file_piece(f.name, f.data, 0, f.data.size()));
-    auto ptrs = piece_pointers(pieces);
-    FerryControl__IncomingWarm warm = FERRY_CONTROL__INCOMING_WARM__INIT;
-    warm.n_files = ptrs.size();
-    warm.files = ptrs.data();
-    control::send_message(*_dest, warm, net::after(control_timeout));
+    send_whole_files(*_dest, FerryControl__IncomingWarm(FERRY_CONTROL__INCOMING_WARM__INIT), files);
     auto e = control::receive(*_dest, net::after(warm_start_limit));
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_WARM_READY,
                     "destination " + _opt.destination.to_string());

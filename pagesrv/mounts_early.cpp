@@ -25,7 +25,7 @@ namespace ferry::pagesrv {
 
 namespace {
 
-constexpr const char* early_dir = "mnt-early";
+constexpr const char* early_dir = criu::mounts_early_dir;
 // CRIU renames it once it built the tree from it.
 constexpr const char* built_dir = "mnt-early.built";
 // CRIU's warning when the final images differ (the mounts changed before

@@ -18,6 +18,11 @@ namespace ferry::criu {
 // Whether `criu check --feature name` passes (bounded and cached likewise).
 [[nodiscard]] bool supports_feature(const std::string& criu, const std::string& name);
 
+// Where a dump with `mnt-early` (criu-patches/0030) writes the tree's mount
+// namespace before the freeze, in its images dir; a restore that waits
+// builds the mount tree from it there.
+inline constexpr const char* mounts_early_dir = "mnt-early";
+
 // The lazy dump options of Ferry's patches, as config lines, and which the
 // installed CRIU takes.
 struct lazy_dump_features {
