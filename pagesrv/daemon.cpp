@@ -71,6 +71,8 @@ daemon::daemon(daemon_config cfg)
     _breakpoints = hw_breakpoints::probe();
     make_cgroup_task_moves_fast();
     give_netns_socket_tables();
+    if (const auto r = expedited_rcu::recover(rcu_knob()); !r.empty())
+        _log->warn("{}", r);
     if (_cfg.pool) {
         _pool = std::make_unique<pool_store>(*_cfg.pool);
         _log->info("pool node: {} MiB arena in {}-byte chunks, {} eviction, disk tier {}",
@@ -86,6 +88,12 @@ daemon::daemon(daemon_config cfg)
 
 daemon::~daemon() {
     drain();
+}
+
+expedited_rcu::knob daemon::rcu_knob() const {
+    expedited_rcu::knob k;
+    k.saved = _cfg.state_dir / "rcu_expedited.saved";
+    return k;
 }
 
 void daemon::make_cgroup_task_moves_fast() {

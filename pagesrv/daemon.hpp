@@ -13,6 +13,7 @@
 #include "outgoing.hpp"
 #include "pool_rdma.hpp"
 #include "pool_store.hpp"
+#include "sys/expedited_rcu.hpp"
 #include "sys/host_tools.hpp"
 #include "sys/hw_breakpoints.hpp"
 #include "sys/net.hpp"
@@ -74,6 +75,9 @@ struct daemon_config {
     // Refuse migrators' requests to keep this host's idle CPUs polling
     // through a restore (lib/sys/idle_poll.hpp).
     bool no_idle_poll = false;
+    // Never make the host's RCU grace periods expedited while a moving
+    // network's copy takes the source's MACs (lib/sys/expedited_rcu.hpp).
+    bool no_expedited_rcu = false;
 };
 
 class daemon {
@@ -93,6 +97,9 @@ class daemon {
     [[nodiscard]] criu_event_log& criu_events() noexcept { return _criu_events; }
     // Null unless --metrics was given.
     [[nodiscard]] daemon_metrics* metrics() noexcept { return _metrics.get(); }
+    // /sys/kernel/rcu_expedited, with the value a hold found kept in the
+    // state dir.
+    [[nodiscard]] expedited_rcu::knob rcu_knob() const;
 
   private:
     struct connection {

@@ -204,6 +204,7 @@ class incoming_session {
     // its failure.
     std::future<void> _taking_macs;
     uint64_t _mac_wait_ns = 0; // how long the gate's answer waited for it
+    std::string _mac_change_rcu; // the expedited grace periods' hold, as it ended
     std::shared_ptr<spdlog::logger> _log;
     // The session's directory on tmpfs (images, CRIU's and lazy-pages'
     // logs, sockets), and the one on disk for the engine's reservation

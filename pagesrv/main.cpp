@@ -91,6 +91,12 @@ int main(int argc, char** argv) {
                  "migrator asks (by default they poll from the prepare to the resume, a "
                  "PM QoS CPU latency request of 0 that lapses after 10 s; "
                  "$FERRY_NO_IDLE_POLL=1)");
+    bool no_expedited_rcu = ferry::switch_from_environment("FERRY_NO_EXPEDITED_RCU");
+    app.add_flag("--no-expedited-rcu", no_expedited_rcu,
+                 "never make this host's RCU grace periods expedited (by default "
+                 "/sys/kernel/rcu_expedited is 1 while a moving network's copy takes the "
+                 "source's MACs, which waits for a grace period, 4-20 ms otherwise; put back "
+                 "after, at most 2 s later; $FERRY_NO_EXPEDITED_RCU=1)");
     CLI11_PARSE(app, argc, argv);
 
     // One thread per connection: without a cap, glibc gives threads arenas
@@ -114,6 +120,7 @@ int main(int argc, char** argv) {
         cfg.favor_cgroup_moves = favor_cgroup_moves;
         cfg.own_netns_socket_tables = own_netns_socket_tables;
         cfg.no_idle_poll = no_idle_poll;
+        cfg.no_expedited_rcu = no_expedited_rcu;
         log->info("this host is {} (credentials in {}); {}", cfg.credentials->identity(),
                   cfg.credentials->dir().string(),
                   allowed_peers.empty()

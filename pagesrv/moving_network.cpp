@@ -37,6 +37,8 @@ namespace {
 constexpr auto resumed_report_limit = std::chrono::seconds(2);
 // How long the gate's answer waits for the copy's MAC change (4-8 ms here).
 constexpr auto mac_change_limit = std::chrono::milliseconds(2000);
+// How long the host's grace periods stay expedited for it, at most.
+constexpr auto expedited_rcu_limit = std::chrono::milliseconds(2000);
 
 // The network namespace runc's bundle puts the container in; empty when
 // runc makes a new one (docker's, which libnetwork's hook configures at
@@ -151,8 +153,15 @@ void incoming_session::begin_taking_macs() noexcept {
         return;
     try {
         _taking_macs = std::async(std::launch::async, [this] {
+            // Each change waits for an RCU grace period (macvlan rehashes
+            // the link): expedited, ~20 µs instead of 4-20 ms here.
+            std::optional<expedited_rcu::hold> fast;
+            if (!_d.config().no_expedited_rcu)
+                fast.emplace(_d.rcu_knob(), expedited_rcu_limit);
             for (const auto& l : _moving_links)
                 _copy_links->set_mac(l.name, l.mac);
+            if (fast)
+                _mac_change_rcu = fast->state();
         });
     } catch (const std::exception& e) {
         _log->warn("cannot start the early MAC change ({}): it happens at the takeover", e.what());
@@ -229,10 +238,12 @@ void incoming_session::take_over_network(pid_t root) noexcept {
         const uint64_t t2 = monotonic_ns();
         _log->info("took over {} in {:.2f} ms (opening and the early MAC change {:.2f}, MAC "
                    "{:.2f}, arp_ignore and arp_notify {:.2f}, announcing {:.2f}), IPv6 back in "
-                   "{:.2f} ms; the resume waited {:.2f} ms for the early MAC change",
+                   "{:.2f} ms; the resume waited {:.2f} ms for the early MAC change "
+                   "(expedited grace periods: {})",
                    netlink::describe(_moving_links), ns_to_ms(t1 - t0), ns_to_ms(t_open - t0),
                    ns_to_ms(t_mac - t_open), ns_to_ms(t_arp - t_mac), ns_to_ms(t1 - t_arp),
-                   ns_to_ms(t2 - t1), ns_to_ms(_mac_wait_ns));
+                   ns_to_ms(t2 - t1), ns_to_ms(_mac_wait_ns),
+                   _mac_change_rcu.empty() ? "off" : _mac_change_rcu);
     } catch (const std::exception& e) {
         _log->error("the copy could not take over its network: {}", e.what());
     }

@@ -5,8 +5,9 @@
 # request every 5 ms throughout.
 #   1. Migrated a -> b: the same connection goes on (no reconnect, no broken
 #      connection, every request answered with its own line), the copy on
-#      b has the source's address and MAC, a new connection from c reaches
-#      it there, and the source is gone.
+#      b has the source's address and MAC (taken with the host's grace
+#      periods expedited, and the knob put back after), a new connection
+#      from c reaches it there, and the source is gone.
 #   2. A migration stopped at the last moment before the commit (the copy
 #      is restored on b, with the same address, waiting to resume): the
 #      source keeps its address and its connection, which goes on, nothing
@@ -195,6 +196,7 @@ ip netns exec "$FERRY_TESTBED-sw" python3 "$repo/tests/integration/mac_watch.py"
 watch1_pid=$!
 for _ in $(seq 1 100); do [ -e "$work/e1.watch.ready" ] && break; sleep 0.05; done
 [ -e "$work/e1.watch.ready" ] || fail "the watch on b's port did not start"
+rcu_expedited_before=$(cat /sys/kernel/rcu_expedited)
 migrate e1 || fail "migration failed: $(cat "$work/e1.json" "$work/e1.err")"
 [ "$(json "$work/e1.json" ok)" = true ] || fail "not ok"
 case "$(json "$work/e1.json" network)" in
@@ -232,6 +234,13 @@ gap_end=$(python3 -c "import json; j = json.load(open('$work/e1.client.json')); 
   fail "the connection did not go on after the move (last reply at $last ns, the gap ended at $gap_end ns)"
 [ "$(mac_in b e1)" = "$mac_a" ] || fail "the copy's MAC is $(mac_in b e1), the source's was $mac_a"
 addresses_in b e1 | grep -q " $ip1/24 " || fail "the copy has no $ip1: $(addresses_in b e1)"
+# b's daemon made the host's grace periods expedited for the copy's MAC
+# change (lib/sys/expedited_rcu.hpp) and put the knob back after it.
+if [ "$rcu_expedited_before" = 0 ]; then want_rcu=held; else want_rcu="already expedited on this host"; fi
+grep -q "took over .*(expedited grace periods: $want_rcu)" "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.log" ||
+  fail "b's takeover did not say 'expedited grace periods: $want_rcu': $(grep 'took over' "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.log" | tail -n 1)"
+[ "$(cat /sys/kernel/rcu_expedited)" = "$rcu_expedited_before" ] ||
+  fail "/sys/kernel/rcu_expedited is $(cat /sys/kernel/rcu_expedited) after the move, $rcu_expedited_before before"
 on c "$client" --addr "$ip1:7000" --max-requests 20 --seconds 5 --no-reconnect >"$work/e1.new.json" ||
   fail "a new connection to $ip1 failed"
 [ "$(json "$work/e1.new.json" replies)" = 20 ] || fail "a new connection got $(json "$work/e1.new.json" replies) of 20 replies"
