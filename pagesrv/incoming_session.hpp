@@ -203,7 +203,7 @@ class incoming_session {
     // at the takeover, or here, before what it uses goes); get() rethrows
     // its failure.
     std::future<void> _taking_macs;
-    uint64_t _mac_wait_ns = 0; // how long the gate's answer waited for it
+    uint64_t _mac_wait_ns = 0;   // how long the gate's answer waited for it
     std::string _mac_change_rcu; // the expedited grace periods' hold, as it ended
     std::shared_ptr<spdlog::logger> _log;
     // The session's directory on tmpfs (images, CRIU's and lazy-pages'

@@ -59,8 +59,8 @@ hold::hold(knob k, std::chrono::milliseconds limit) : _knob(std::move(k)), _limi
                 return;
             }
             if (!write_value(_knob.value, "1")) {
-                _why_not = fmt::format("cannot write {}: {}", _knob.value.string(),
-                                       std::strerror(errno));
+                _why_not =
+                    fmt::format("cannot write {}: {}", _knob.value.string(), std::strerror(errno));
                 std::error_code ec;
                 std::filesystem::remove(_knob.saved, ec);
                 return;
