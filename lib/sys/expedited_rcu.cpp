@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -35,6 +36,17 @@ bool write_value(const std::filesystem::path& p, const std::string& v) {
     return static_cast<bool>(out);
 }
 
+// One hold fewer; the last puts back the 0 it found. registry_mu is held.
+void count_out(knob_state& st, const knob& k) noexcept {
+    if (--st.holds > 0 || !st.set_by_us)
+        return;
+    st.set_by_us = false;
+    if (write_value(k.value, "0")) {
+        std::error_code ec;
+        std::filesystem::remove(k.saved, ec);
+    }
+}
+
 } // namespace
 
 hold::hold(knob k, std::chrono::milliseconds limit) : _knob(std::move(k)), _limit(limit) {
@@ -50,9 +62,7 @@ hold::hold(knob k, std::chrono::milliseconds limit) : _knob(std::move(k)), _limi
             _why_not = fmt::format("{} is 1: this host never expedites", _knob.normal.string());
             return;
         }
-        if (found != "0") {
-            st.set_by_us = false;
-        } else {
+        if (found == "0") {
             // The value found goes to disk before the change, for recover().
             if (!_knob.saved.empty() && !write_value(_knob.saved, found)) {
                 _why_not = fmt::format("cannot write {}", _knob.saved.string());
@@ -73,57 +83,35 @@ hold::hold(knob k, std::chrono::milliseconds limit) : _knob(std::move(k)), _limi
     st.holds++;
     _counted = true;
     try {
-        _lapse = std::thread([this] { lapse(); });
+        _lapse.emplace(_limit, [this] { release(); });
     } catch (const std::system_error&) {
         // No hold without its bound.
-        release();
+        _counted = false;
+        count_out(st, _knob);
         _why_not = fmt::format("no thread to end it after {} ms", _limit.count());
     }
 }
 
 hold::~hold() {
-    {
-        std::lock_guard lock(_mu);
-        _done = true;
-    }
-    _done_cv.notify_all();
-    if (_lapse.joinable())
-        _lapse.join();
-    release();
-}
-
-void hold::lapse() {
-    std::unique_lock lock(_mu);
-    if (_done_cv.wait_for(lock, _limit, [this] { return _done; }))
-        return;
-    _lapsed = true;
-    lock.unlock();
+    _lapse.reset(); // the lapse's release, if due, has run by now
     release();
 }
 
 void hold::release() noexcept {
     {
         std::lock_guard lock(_mu);
-        if (_released || !_counted)
+        if (!_counted)
             return;
-        _released = true;
+        _counted = false;
     }
     std::lock_guard lock(registry_mu);
-    auto& st = registry[_knob.value];
-    if (--st.holds > 0 || !st.set_by_us)
-        return;
-    st.set_by_us = false;
-    if (write_value(_knob.value, "0")) {
-        std::error_code ec;
-        std::filesystem::remove(_knob.saved, ec);
-    }
+    count_out(registry[_knob.value], _knob);
 }
 
 std::string hold::state() const {
-    std::lock_guard lock(_mu);
     if (!_why_not.empty())
         return _why_not;
-    if (_lapsed)
+    if (_lapse && _lapse->lapsed())
         return fmt::format("lapsed after its limit of {} ms", _limit.count());
     return "held";
 }

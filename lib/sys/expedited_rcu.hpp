@@ -18,12 +18,13 @@
 // as it is.
 #pragma once
 
+#include "sys/lapse_timer.hpp"
+
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 
 namespace ferry::expedited_rcu {
 
@@ -46,19 +47,14 @@ class hold {
     [[nodiscard]] std::string state() const;
 
   private:
-    void lapse();
     void release() noexcept; // once, from the lapse or the destructor
 
     knob _knob;
     std::chrono::milliseconds _limit;
-    std::string _why_not;
-    bool _counted = false;
-    mutable std::mutex _mu;
-    std::condition_variable _done_cv;
-    bool _done = false;
-    bool _released = false;
-    bool _lapsed = false;
-    std::thread _lapse;
+    std::string _why_not;  // set in the constructor only
+    std::mutex _mu;        // guards _counted, which the lapse may clear
+    bool _counted = false; // this hold is in the process's count
+    std::optional<lapse_timer> _lapse;
 };
 
 // At a daemon's start: if `k.saved` holds a value (its predecessor died

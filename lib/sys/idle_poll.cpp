@@ -49,7 +49,7 @@ hold::hold(std::chrono::milliseconds limit) : _limit(limit) {
     }
     _fd = std::move(fd);
     try {
-        _lapse = std::thread([this] { lapse(); });
+        _lapse.emplace(_limit, [this] { (void)write_target(_fd.get(), no_constraint_us); });
     } catch (const std::system_error& e) {
         // No hold without its bound.
         _fd.reset();
@@ -58,30 +58,13 @@ hold::hold(std::chrono::milliseconds limit) : _limit(limit) {
 }
 
 hold::~hold() {
-    {
-        std::lock_guard lock(_mu);
-        _done = true;
-    }
-    _released.notify_all();
-    if (_lapse.joinable())
-        _lapse.join();
-    // Closing the file drops the request.
-}
-
-void hold::lapse() {
-    std::unique_lock lock(_mu);
-    if (_released.wait_for(lock, _limit, [this] { return _done; }))
-        return;
-    // The request stays open but asks for nothing: the owner closes it.
-    (void)write_target(_fd.get(), no_constraint_us);
-    _lapsed = true;
+    _lapse.reset(); // before the file closes, which drops the request
 }
 
 std::string hold::state() const {
     if (!_fd)
         return "not held: " + _why_not;
-    std::lock_guard lock(_mu);
-    if (_lapsed)
+    if (_lapse && _lapse->lapsed())
         return fmt::format("lapsed after its limit of {} ms", _limit.count());
     return "held";
 }

@@ -15,13 +15,12 @@
 #pragma once
 
 #include "core/unique_fd.hpp"
+#include "sys/lapse_timer.hpp"
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 
 namespace ferry::idle_poll {
 
@@ -50,17 +49,11 @@ class hold {
     [[nodiscard]] std::string state() const;
 
   private:
-    // The lapse thread: waits `_limit` for the release, else asks for nothing.
-    void lapse();
-
     unique_fd _fd;
     std::string _why_not;
-    mutable std::mutex _mu;
-    std::condition_variable _released;
-    bool _done = false;
-    bool _lapsed = false;
     std::chrono::milliseconds _limit;
-    std::thread _lapse;
+    // After `_limit` the request stays open but asks for nothing.
+    std::optional<lapse_timer> _lapse;
 };
 
 // The host's current CPU latency target in µs, as /dev/cpu_dma_latency reads
