@@ -50,6 +50,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <thread>
 
 namespace ferry::lazy {
@@ -83,6 +84,14 @@ std::vector<int> allowed_cpus() {
 void set_idle_policy(bool idle) noexcept {
     sched_param none{};
     (void)::sched_setscheduler(0, idle ? SCHED_IDLE : SCHED_OTHER, &none); // best effort
+}
+
+// Threads named by their job, for top -H, perf and scheduler traces. The
+// main thread, background stream 0, keeps the process's name.
+void name_thread(const char* job, size_t index) noexcept {
+    char name[16];
+    (void)std::snprintf(name, sizeof name, "lp-%s%zu", job, index);
+    (void)::pthread_setname_np(::pthread_self(), name); // best effort
 }
 
 void pin_to(int cpu) {
@@ -225,6 +234,7 @@ void fault_loop::run() {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < _epolls.size(); i++)
         threads.emplace_back([this, i] {
+            name_thread("handler", i);
             try {
                 handler_main(i);
             } catch (...) {
@@ -233,6 +243,7 @@ void fault_loop::run() {
         });
     for (size_t k = 1; k < _bg_chs.size(); k++)
         threads.emplace_back([this, k] {
+            name_thread("background", k);
             try {
                 background_main(uint8_t(k));
             } catch (...) {

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -138,7 +139,10 @@ stager::stager(page_source& src, region_file file, std::function<void()> staged)
     h.version = region_version;
     std::atomic_thread_fence(std::memory_order_release);
     h.magic = region_magic; // last: a reader that sees the magic sees the rest
-    _thread = std::thread([this] { run(); });
+    _thread = std::thread([this] {
+        (void)::pthread_setname_np(::pthread_self(), "stager"); // for top -H and traces
+        run();
+    });
 }
 
 stager::~stager() {
