@@ -53,7 +53,8 @@ def events(lines):
 
 
 def split_sleeps(lines, comm):
-    """The sleeps of `comm` that an lp-handler thread served, each a dict:
+    """The sleeps of `comm` that an lp-handler thread served, of the threads
+    that sleep so at least a tenth as often as the busiest, each a dict:
     t0 (switched out in the fault), cpu, handler and handler_cpu (the first
     handler to run after t0), woken, target, waker, t1 (running again),
     run_cpu. Also each CPU's busy spans [(start, end, task)] and the kept
@@ -72,7 +73,7 @@ def split_sleeps(lines, comm):
                 busy[cpu].append((since[cpu], t, prev))
             since[cpu], running[cpu] = t, nxt
             if prev == comm and state.startswith(("S", "D")):
-                sleeping[prev_pid] = {"t0": t, "cpu": cpu, "handler": None}
+                sleeping[prev_pid] = {"t0": t, "cpu": cpu, "handler": None, "pid": prev_pid}
                 # A handler already running elsewhere (polling) starts at once.
                 for c, task in running.items():
                     if task.startswith("lp-handler"):
@@ -93,6 +94,12 @@ def split_sleeps(lines, comm):
             s = sleeping.get(pid)
             if s is not None and "woken" not in s:
                 s["woken"], s["waker"], s["target"] = t, running.get(cpu, "?"), target
+    # The touching threads fault thousands of times; a thread of the same
+    # name that only sleeps now and then (a main thread waiting) is not one.
+    per_thread = collections.Counter(s["pid"] for s in sleeps)
+    if per_thread:
+        most = max(per_thread.values())
+        sleeps = [s for s in sleeps if per_thread[s["pid"]] * 10 >= most]
     return sleeps, busy, kept
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """examples/bench/fault_sleeps.py on a made-up scheduler trace: a fault's
 sleep splits at the first handler to run (or the fault, if one runs
-already) and at the thread's wake, a sleep
+already) and at the thread's wake, a sleep of a thread that rarely
+sleeps is not a touching thread's, a sleep
 no lp-handler served is left out, and each CPU's share of the sleeps'
 time is measured against the faulting thread's CPU."""
 import os
@@ -46,6 +47,10 @@ class FaultSleeps(unittest.TestCase):
         lines += [switch(0, 2.0, "memload", 10, "S", "swapper/0", 0),
                   wakeup(1, 2.5, "memload", 10, 0),
                   switch(0, 2.5, "swapper/0", 0, "R", "memload", 10)]
+        # Another memload thread that sleeps now and then: not a touching thread.
+        lines += [switch(0, 2.6, "memload", 11, "S", "lp-handler0", 20),
+                  wakeup(0, 2.7, "memload", 11, 0),
+                  switch(0, 2.7, "lp-handler0", 20, "R", "memload", 11)]
         lines.append(switch(1, 3.0, "stager", 30, "S", "swapper/1", 0))
         sleeps, busy, _ = fault_sleeps.split_sleeps(lines, "memload")
         self.assertEqual(len(sleeps), 10)
