@@ -54,7 +54,7 @@ def events(lines):
 
 def split_sleeps(lines, comm):
     """The sleeps of `comm` that an lp-handler thread served, of the threads
-    that sleep so at least a tenth as often as the busiest, each a dict:
+    that sleep so more than a tenth as often as the busiest, each a dict:
     t0 (switched out in the fault), cpu, handler and handler_cpu (the first
     handler to run after t0), woken, target, waker, t1 (running again),
     run_cpu. Also each CPU's busy spans [(start, end, task)] and the kept
@@ -99,7 +99,7 @@ def split_sleeps(lines, comm):
     per_thread = collections.Counter(s["pid"] for s in sleeps)
     if per_thread:
         most = max(per_thread.values())
-        sleeps = [s for s in sleeps if per_thread[s["pid"]] * 10 >= most]
+        sleeps = [s for s in sleeps if per_thread[s["pid"]] * 10 > most]
     return sleeps, busy, kept
 
 
