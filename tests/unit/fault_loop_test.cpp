@@ -221,9 +221,14 @@ TEST_CASE("faults are served, holes zero-filled, the rest pulled in the backgrou
 
 TEST_CASE("four threads faulting at once: every thread woken, every fault's service recorded",
           "[fault_loop][uffd]") {
+    // A handler per CPU (0), or one for every CPU (lazy-pages --handlers 1).
+    const uint32_t handlers = GENERATE(0u, 1u);
+    CAPTURE(handlers);
     lazy_region region(4096);
     test::fake_source src = region.serve();
-    auto loop = make_loop(src);
+    loop_config cfg;
+    cfg.handlers = handlers;
+    auto loop = make_loop(src, cfg);
     criu_driven restore(loop, region);
     std::thread runner([&] { loop.run(); });
 
