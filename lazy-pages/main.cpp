@@ -597,8 +597,8 @@ int main(int argc, char** argv) {
     app.add_option("--faulting-threshold", opt.loop.faulting_threshold,
                    "faults per 2 ms that make the background step back (0: never)");
     app.add_option("--handlers", opt.loop.handlers,
-                   "fault handler threads, each pinned to one of the allowed CPUs (0: one per "
-                   "allowed CPU)")
+                   "fault handler threads, each pinned to one allowed CPU, at most one per CPU "
+                   "(0: one per allowed CPU)")
         ->check(CLI::Range(0, 1024));
     int64_t spin_us = opt.loop.spin.count();
     app.add_option("--spin-us", spin_us,
