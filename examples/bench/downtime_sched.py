@@ -26,16 +26,27 @@ SWITCH = re.compile(r"\[(\d+)\]\s+([\d.]+):\s+sched:sched_switch:\s+prev_comm=(.
                     r"prev_prio=\d+ prev_state=(\S+) ==> next_comm=(.*?) next_pid=(\d+)")
 
 
+WAKEUP = re.compile(r"\[(\d+)\]\s+([\d.]+):\s+sched:sched_wakeup:\s+comm=(.*?) pid=(\d+) "
+                    r"prio=\d+ target_cpu=(\d+)")
+
+
+def perf_script(perf_data):
+    """The trace's lines, as `perf script -F cpu,time,event,trace` prints them
+    (what SWITCH and WAKEUP read)."""
+    p = subprocess.Popen(["perf", "script", "-i", perf_data, "-F", "cpu,time,event,trace"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    yield from p.stdout
+    if p.wait() != 0:
+        sys.exit(f"perf script -i {perf_data} failed")
+
+
 def switches(perf_data):
     """(time s, cpu, prev task, prev state, next task) per context switch."""
-    p = subprocess.Popen(["perf", "script", "-i", perf_data], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
-    for line in p.stdout:
+    for line in perf_script(perf_data):
         m = SWITCH.search(line)
         if m:
             yield (float(m.group(2)), int(m.group(1)), f"{m.group(3)}/{m.group(4)}", m.group(5),
                    f"{m.group(6)}/{m.group(7)}")
-    p.wait()
 
 
 def overlap(a0, a1, b0, b1):

@@ -18,23 +18,9 @@ sleeps. CRIU's own lazy-pages runs in the same bench have no lp-handler
 and are left out."""
 import argparse
 import collections
-import re
-import subprocess
 import sys
 
-SWITCH = re.compile(r"\[(\d+)\]\s+([\d.]+):\s+sched:sched_switch:\s+prev_comm=(.*?) prev_pid=(\d+) "
-                    r"prev_prio=\d+ prev_state=(\S+) ==> next_comm=(.*?) next_pid=(\d+)")
-WAKEUP = re.compile(r"\[(\d+)\]\s+([\d.]+):\s+sched:sched_wakeup:\s+comm=(.*?) pid=(\d+) "
-                    r"prio=\d+ target_cpu=(\d+)")
-
-
-def perf_script(perf_data):
-    """The trace's lines, as `perf script -F cpu,time,event,trace` prints them."""
-    p = subprocess.Popen(["perf", "script", "-i", perf_data, "-F", "cpu,time,event,trace"],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    yield from p.stdout
-    if p.wait() != 0:
-        sys.exit(f"perf script -i {perf_data} failed")
+from downtime_sched import SWITCH, WAKEUP, perf_script
 
 
 def events(lines):
