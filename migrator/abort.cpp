@@ -41,9 +41,18 @@ void migration::abort_source(const std::string& reason) {
     if (_dump->refuse_hold(hold_refuse_limit))
         return; // held before the freeze: the engine's checkpoint failed, nothing froze
     set_phase("aborting");
+    // Each step is logged: should an abort take long, its log says where.
+    const uint64_t t0 = monotonic_ns();
+    _log->info("aborting ({}): CRIU resumes the source tasks", reason);
     _dump->ignore_interrupts(); // the abort itself must finish
-    if (!_dump->stuck() && abort_gracefully(reason) && criu::inspect_workload(_opt.pid).running())
+    if (!_dump->stuck() && abort_gracefully(reason) && criu::inspect_workload(_opt.pid).running()) {
+        _log->info("the source runs again, {:.0f} ms after the abort began",
+                   ns_to_ms(monotonic_ns() - t0));
         return;
+    }
+    _log->warn("CRIU did not resume the source ({:.0f} ms into the abort): killing it and undoing "
+               "what it left",
+               ns_to_ms(monotonic_ns() - t0));
     release_source(false);
     tell_daemon_aborted(reason);
 }
@@ -109,6 +118,7 @@ void migration::release_source(bool end_workload) {
         req.after_criu_killed = [this] { _dump->after_criu_killed(); };
     const auto res = criu::release_workload(req);
     _r.recovery = res.summary;
+    _log->info("source released: {}", res.summary);
 }
 
 // The daemon serving the migration stops (it no longer tries CRIU's page

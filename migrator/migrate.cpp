@@ -377,6 +377,7 @@ migration_result migration::run() {
         hand_over_packets(true);
     } catch (const std::exception& e) {
         _r.error = e.what();
+        _log->warn("the migration failed ({}): {}", _rec.phase, _r.error);
         stop_mounts_early(); // its thread may be using _dest
         if (!_r.committed || _destination_never_ran) {
             // Whatever the destination restored must not resume: without its

@@ -60,6 +60,7 @@ outgoing_migration::~outgoing_migration() {
     _holes_scanned.notify_all();
     if (_holes_thread.joinable())
         _holes_thread.join(); // bounded: one walk of the tasks' page tables
+    _log->info("released: no channel or staging of it is left");
 }
 
 // The holes of the lazy areas up to small_area_bytes (`small`), or of the
@@ -319,12 +320,15 @@ bool outgoing_migration::abort(const std::string& reason, bool destination_never
     }
     _log->warn("aborting ({}); the source resumes", reason);
     {
-        // No scan will come: a HOLES channel waiting for one gets an answer.
+        // No scan will come: a HOLES channel waiting for either part gets an
+        // answer now (it waits for the small areas' first), and lets go of
+        // this migration: its staging and page channels are freed.
         std::lock_guard lock(_holes_mutex);
-        if (!_holes.done) {
-            _holes.done = true;
-            _holes.unknown = "the migration was aborted";
-        }
+        for (auto* part : {&_small_holes, &_holes})
+            if (!part->done) {
+                part->done = true;
+                part->unknown = "the migration was aborted";
+            }
     }
     _holes_scanned.notify_all();
     if (_pusher)

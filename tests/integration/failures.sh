@@ -50,6 +50,10 @@ expect_failure no-rdma-device "the source cannot use that fabric" --to "$(addr b
 "$testbed" stop b
 FERRY_FAULT=dest-die-before-restore "$testbed" start b
 expect_failure dest-dies "destination" --to "$(addr b)"
+# The source's daemon lets go of the aborted migration at once: a channel
+# the dying destination had opened (its HOLES channel waits for a scan that
+# never comes) once held it, its staging and its channels, for 2 minutes.
+wait_for "$("$testbed" dir a)/pagesrv.log" "migration $(json "$work/dest-dies.json" migration_id): released" 10
 
 # criu restore fails on the destination.
 "$testbed" stop b

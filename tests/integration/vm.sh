@@ -109,6 +109,46 @@ migrate_tree() {
   mig=$!
 }
 
+# guest_state HOST: what Ferry's and CRIU's processes in HOST are doing:
+# each one's state and age, and each thread's kernel wait channel and stack.
+guest_state() {
+  echo "== processes in $1" >&2
+  on "$1" timeout 30 bash -c '
+    for p in $(pgrep -x "migrator|pagesrv|criu|lazy-pages|memload"); do
+      ps -o pid=,stat=,etimes=,args= -p "$p" | cut -c1-200
+      for t in /proc/$p/task/*; do
+        printf "  thread %s %s: %s\n" "${t##*/}" "$(cat "$t/comm" 2>/dev/null)" \
+          "$(tr "\n" " " <"$t/stack" 2>/dev/null | cut -c1-400)"
+      done
+    done' >&2 2>&1 || echo "(no answer from $1)" >&2
+}
+
+# wait_migration NAME BOUND: waits for the migrator ($mig) at most BOUND s
+# and sets mig_rc to its status. A migrator still running then is a hang:
+# the guests' processes, its own log and the daemons' logs go to stderr
+# (the part of a failed test's output that is kept), and the test fails.
+wait_migration() {
+  local name=$1 bound=$2 i
+  for ((i = 0; i < bound * 5; i++)); do
+    kill -0 "$mig" 2>/dev/null || break
+    sleep 0.2
+  done
+  if kill -0 "$mig" 2>/dev/null; then
+    log "$name: the migrator has not ended after $bound s; what the guests are doing:"
+    guest_state a
+    guest_state b
+    echo "== the migrator's log so far" >&2
+    tail -n 40 "$work/$name.err" >&2
+    for h in a b; do
+      echo "== host $h's daemon log" >&2
+      tail -n 40 "$("$testbed" dir "$h")/pagesrv.log" >&2
+    done
+    fail "$name: the migrator ran over its $bound s bound"
+  fi
+  mig_rc=0
+  wait "$mig" || mig_rc=$?
+}
+
 # verify_tree NAME HOST PID: the memload tree NAME (root PID on HOST)
 # checks all of its memory, and both processes say ok.
 verify_tree() {
@@ -124,12 +164,12 @@ verify_tree() {
     fail "$name: no verify from $host: $(tail -n 3 "$out")"
 }
 
-# verify_on_b NAME: the migration succeeded, the tree verifies on b, and
-# nothing of it is left on a.
+# verify_on_b NAME [BOUND]: the migration succeeded (within BOUND s, else
+# 240), the tree verifies on b, and nothing of it is left on a.
 verify_on_b() {
-  local name=$1 dest rc=0
-  wait "$mig" || rc=$?
-  [ "$rc" = 0 ] || fail "$name: the migration failed ($rc): $(cat "$work/$name.json" "$work/$name.err")"
+  local name=$1 dest
+  wait_migration "$name" "${2:-240}"
+  [ "$mig_rc" = 0 ] || fail "$name: the migration failed ($mig_rc): $(cat "$work/$name.json" "$work/$name.err")"
   [ "$(json "$work/$name.json" ok)" = true ] || fail "$name: not ok: $(json "$work/$name.json" error)"
   dest=$(json "$work/$name.json" destination_pid)
   verify_tree "$name" b "$dest"
@@ -174,11 +214,11 @@ log "5. a destination dying before restore, over rdma"
 "$testbed" stop b
 FERRY_FAULT=dest-die-before-restore "$testbed" start b
 migrate_tree dead-dest 16 4 --fabric rdma
-rc=0
-wait "$mig" || rc=$?
-[ "$rc" != 0 ] || fail "a migration to a destination that died succeeded"
+# ~10 s here; the migrator's own bounds, summed, are far longer.
+wait_migration dead-dest 120
+[ "$mig_rc" != 0 ] || fail "a migration to a destination that died succeeded"
 [ "$(json "$work/dead-dest.json" source_running)" = true ] ||
-  fail "the source is not running after the failed migration: $(cat "$work/dead-dest.json")"
+  fail "the source is not running after the failed migration: $(cat "$work/dead-dest.json" "$work/dead-dest.err")"
 verify_tree dead-dest a "$src_pid"
 log "   $(json "$work/dead-dest.json" error)"
 on a kill -KILL "$src_pid" || true
