@@ -41,6 +41,10 @@
 #   testbed.sh container-net    print the container network's subnet
 #   testbed.sh stop HOST        SIGKILL HOST's daemon (to inject a failure)
 #   testbed.sh start HOST       start HOST's daemon again
+#   testbed.sh cut HOST         take HOST off the network (its link on the
+#                               bridge goes down): to its peers it is a host
+#                               that stopped answering (namespace hosts only)
+#   testbed.sh mend HOST        put HOST back on the network
 #
 # The container network (up --engines or --container-net): a second bridge in NAME-sw, with an
 # eth1 from a, b and c on it: one L2 segment, subnet CNET.0/24. In a and b,
@@ -548,5 +552,10 @@ case "$cmd" in
     ;;
   stop) [ $# = 1 ] || die "usage: $0 stop HOST"; stop_daemon "$1" KILL ;;
   start) [ $# = 1 ] || die "usage: $0 start HOST"; start_daemon "$1" ;;
-  *) die "usage: $0 up [--pool N] [--engines] [--container-net] [--client]|up --vm [--pool N]|down|exec HOST CMD...|addr HOST|ip HOST|container-net|stop HOST|start HOST|shared-dir|dir HOST" ;;
+  cut | mend)
+    [ $# = 1 ] || die "usage: $0 $cmd HOST"
+    [ "$vm" = 1 ] && die "$cmd is for namespace hosts"
+    ip -n "$(ns sw)" link set "v-$1" "$([ "$cmd" = cut ] && echo down || echo up)"
+    ;;
+  *) die "usage: $0 up [--pool N] [--engines] [--container-net] [--client]|up --vm [--pool N]|down|exec HOST CMD...|addr HOST|ip HOST|container-net|stop HOST|start HOST|cut HOST|mend HOST|shared-dir|dir HOST" ;;
 esac

@@ -15,6 +15,7 @@
 #include "netlink/netns.hpp"
 #include "pool/pool_client.hpp"
 #include "sys/hw_breakpoints.hpp"
+#include "sys/net.hpp"
 #include "sys/proc.hpp"
 #include "tls/tls_stream.hpp"
 
@@ -221,6 +222,11 @@ void migration::decide_network() {
 void migration::connect_destination(const std::string& source_addr) {
     try {
         _dest = tls::connect(_opt.destination, _opt.credentials, connect_timeout);
+        if (!net::fail_when_peer_silent(
+                _dest->fd(), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 destination_host_silence * std::max(1.0, _opt.deadline_scale))))
+            _log->warn("cannot set keepalive on the destination's connection: {}",
+                       std::strerror(errno));
         // The restore's result is timed by its arrival, not by when this
         // process got to read it (resume.cpp).
         (void)_dest->time_receipts();

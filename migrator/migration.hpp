@@ -54,6 +54,11 @@ inline constexpr auto hold_limit = std::chrono::seconds(60);
 inline constexpr auto warm_start_limit = std::chrono::seconds(90);
 // A refused hold: podman's checkpoint fails and ends at once.
 inline constexpr auto hold_refuse_limit = std::chrono::seconds(30);
+// A destination host that stops answering (its kernel, not only its daemon:
+// one that died closed the connection) fails the migration after this much
+// silence, times --deadline-scale, instead of the restore's whole deadline
+// with the source frozen throughout.
+inline constexpr auto destination_host_silence = std::chrono::seconds(15);
 // The destination reports progress every 200 ms; this much silence means it is gone.
 inline constexpr auto transfer_silence_limit = std::chrono::seconds(60);
 

@@ -101,7 +101,19 @@ void migration::wait_resumed() {
             _dump->on_event();
         if (!fds[0].revents && !buffered)
             continue;
-        auto e = control::receive(*_dest, net::after(control_timeout));
+        control::envelope_ptr e;
+        try {
+            e = control::receive(*_dest, net::after(control_timeout));
+        } catch (const std::system_error& ex) {
+            if (ex.code().value() != ETIMEDOUT)
+                throw;
+            throw error(fmt::format(
+                "the destination host stopped answering during its restore (down, or the network "
+                "to it is): its connection timed out after {} s of silence",
+                std::chrono::duration_cast<std::chrono::seconds>(destination_host_silence *
+                                                                 std::max(1.0, _opt.deadline_scale))
+                    .count()));
+        }
         if (!e)
             throw error("the destination daemon closed the connection before resuming");
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_REQUEST) {

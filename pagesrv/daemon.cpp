@@ -9,6 +9,7 @@
 #include "outgoing_session.hpp"
 #include "pool_node.hpp"
 #include "sys/cgroup_task_moves.hpp"
+#include "sys/net.hpp"
 #include "sys/netns_socket_tables.hpp"
 #include "sys/private_dir.hpp"
 #include "tls/tls_stream.hpp"
@@ -42,6 +43,10 @@ constexpr auto channel_registration_wait = std::chrono::seconds(10);
 constexpr auto channel_registration_wait_while_preparing = std::chrono::minutes(10);
 // A peer that has not authenticated by then is dropped.
 constexpr auto handshake_timeout = std::chrono::seconds(5);
+// A connection whose peer host stops answering (down, or cut off) fails
+// after this: the thread serving it, and the migration it holds, are freed.
+// Long enough for a software-emulated guest's stalls.
+constexpr auto peer_host_silence = std::chrono::seconds(30);
 
 unique_fd block_stop_signals() {
     sigset_t set;
@@ -175,6 +180,8 @@ void daemon::run() {
             unique_fd fd(::accept4(_listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
             if (!fd)
                 continue;
+            if (!net::fail_when_peer_silent(fd.get(), peer_host_silence))
+                _log->warn("cannot set keepalive on a connection: {}", std::strerror(errno));
             std::lock_guard lock(_mutex);
             if (_connections.size() >= _cfg.max_connections) {
                 // A storm of connections costs a closed socket each, nothing more.
@@ -365,6 +372,12 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
         return;
     }
     if (open.kind == FERRY_CONTROL__CHANNEL_KIND__HOLES) {
+        const auto hold = m->hold_channel(conn.fd());
+        if (!hold) {
+            control::send_error(conn, fmt::format("migration {} was aborted", m->id()),
+                                net::after(first_frame_timeout));
+            return;
+        }
         serve_page_holes(conn, *m);
         return;
     }
@@ -395,7 +408,11 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
             m->log().warn("cannot make the background channel SCHED_IDLE: {}",
                           std::strerror(errno));
     }
-    transport::serve_requests(plain ? *plain : conn, *m);
+    net::stream& channel = plain ? *plain : conn;
+    const auto hold = m->hold_channel(channel.fd());
+    if (!hold)
+        return; // aborted as it was accepted: closing it is the answer
+    transport::serve_requests(channel, *m);
 }
 
 // A HOLES channel: the small areas' holes (scanned from the commit), in

@@ -26,6 +26,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace ferry::pagesrv {
 
@@ -217,7 +218,13 @@ void incoming_session::discard_images() noexcept {
 void incoming_session::run() {
     prepare();
     _log->info("incoming from source {}", _source);
-    if (!receive_images() || !start_lazy_pages())
+    if (!receive_images())
+        return;
+    if (fault_injected(fault::dest_stall_before_restore)) {
+        _log->warn("fault injection: stalling for 60 s before restore");
+        std::this_thread::sleep_for(std::chrono::seconds(60));
+    }
+    if (!start_lazy_pages())
         return;
     if (!restore()) {
         if (_resumed)

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -306,6 +307,21 @@ std::string outgoing_migration::finish() {
     return "CRIU did not take CLOSE: " + res.summary;
 }
 
+outgoing_migration::channel_hold outgoing_migration::hold_channel(int fd) {
+    std::lock_guard lock(_mutex);
+    if (_state == state::aborted)
+        return {};
+    _channel_fds.push_back(fd);
+    return {this, fd};
+}
+
+outgoing_migration::channel_hold::~channel_hold() {
+    if (!_m)
+        return;
+    std::lock_guard lock(_m->_mutex);
+    std::erase(_m->_channel_fds, _fd);
+}
+
 bool outgoing_migration::abort(const std::string& reason, bool destination_never_ran,
                                bool criu_gone) {
     {
@@ -317,6 +333,10 @@ bool outgoing_migration::abort(const std::string& reason, bool destination_never
         if (!allowed)
             return false;
         _state = state::aborted;
+        // The destination's channels are of no use now: their threads end
+        // (and free this migration) however long their peer stays silent.
+        for (const int fd : _channel_fds)
+            ::shutdown(fd, SHUT_RDWR);
     }
     _log->warn("aborting ({}); the source resumes", reason);
     {

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace ferry::pagesrv {
@@ -89,6 +90,25 @@ class outgoing_migration final : public transport::page_source {
 
     [[nodiscard]] state current_state() const;
     [[nodiscard]] bool wait_destination_done(std::chrono::milliseconds timeout);
+
+    // A destination's channel (its connection's socket) while a thread
+    // serves it: an abort shuts the socket down, so that the thread ends and
+    // lets go of this migration at once, whatever it waits on. Empty (not
+    // held) when the migration was aborted already: refuse the channel.
+    class channel_hold {
+      public:
+        channel_hold() = default;
+        channel_hold(outgoing_migration* m, int fd) : _m(m), _fd(fd) {}
+        channel_hold(channel_hold&& o) noexcept : _m(std::exchange(o._m, nullptr)), _fd(o._fd) {}
+        channel_hold& operator=(channel_hold&&) = delete;
+        ~channel_hold();
+        [[nodiscard]] explicit operator bool() const noexcept { return _m != nullptr; }
+
+      private:
+        outgoing_migration* _m = nullptr;
+        int _fd = -1;
+    };
+    [[nodiscard]] channel_hold hold_channel(int fd);
     [[nodiscard]] uint64_t pages_served() const noexcept { return _pages_served; }
 
     // The runs of lazy pages that do not exist in the frozen tasks (they
@@ -170,6 +190,7 @@ class outgoing_migration final : public transport::page_source {
     mutable std::mutex _mutex;
     std::condition_variable _changed;
     state _state = state::registered;
+    std::vector<int> _channel_fds; // under _mutex: the channels being served
     const transport::backend& _fabric;
     std::mutex _holes_mutex;
     std::condition_variable _holes_scanned;

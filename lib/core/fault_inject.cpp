@@ -44,6 +44,8 @@ unsigned parse_faults() {
             mask |= unsigned(fault::criu_fail_before_post_restore);
         else if (name == "early-mounts-stale")
             mask |= unsigned(fault::early_mounts_stale);
+        else if (name == "dest-stall-before-restore")
+            mask |= unsigned(fault::dest_stall_before_restore);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;

@@ -22,6 +22,7 @@ enum class fault : unsigned {
     dest_die_warm = 1u << 11,          // destination SIGKILLs itself once its warm restore waits
     criu_fail_before_post_restore = 1u << 12, // destination's CRIU fails just before post-restore
     early_mounts_stale = 1u << 13, // destination adds a file to the early /dev image: it is stale
+    dest_stall_before_restore = 1u << 14, // destination sleeps 60 s once it has every image
 };
 
 [[nodiscard]] bool fault_injected(fault f) noexcept;

@@ -192,6 +192,9 @@ class rpc_dump final : public dump_driver {
         _succeeded = r.success;
         if (!r.success)
             _end_error = describe_failure(r, log_path());
+        // CRIU exits once it has answered. Reaped now, it is gone for whoever
+        // waits for this migration's CRIU to end (the daemon's abort does).
+        (void)_criu->reap(milliseconds(100));
     }
 
     // The next message from CRIU before `until`, looking at the interrupt

@@ -47,12 +47,24 @@ std::vector<pid_t> find_migration_criu(const std::string& migration_id) {
         return out;
     const std::string entry = "FERRY_MIGRATION_ID=" + migration_id;
     std::error_code ec;
+    // This host's CRIU runs in this host's network namespace. The one that
+    // restores the same migration runs in its destination's: another host,
+    // even where both hosts share a machine (the testbed's namespaces).
+    const auto our_net = fs::read_symlink("/proc/self/ns/net", ec);
     for (const auto& d : fs::directory_iterator("/proc", ec)) {
         const auto name = d.path().filename().string();
         if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit))
             continue;
         const auto pid = pid_t(std::stoi(name));
         if (pid == ::getpid() || proc::comm(pid) != "criu")
+            continue;
+        // One that has ended holds no task and no lock: only its parent has
+        // yet to reap it.
+        if (const auto st = proc::state(pid); !st || *st == 'Z' || *st == 'X')
+            continue;
+        std::error_code nec;
+        if (!our_net.empty() &&
+            fs::read_symlink(fmt::format("/proc/{}/ns/net", pid), nec) != our_net)
             continue;
         // CRIU writes its process title over its environment, so the id
         // is looked for where it survives: in the parent's environment (runc

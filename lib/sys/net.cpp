@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -103,6 +104,21 @@ void set_nodelay(int fd) {
     int one = 1;
     if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one))
         throw sys_error("setsockopt TCP_NODELAY");
+}
+
+bool fail_when_peer_silent(int fd, std::chrono::milliseconds silence) noexcept {
+    // Probes start after a third of it, then go every second until it is up.
+    const int total_s = int(std::max<int64_t>(3, (silence.count() + 999) / 1000));
+    const int idle_s = std::max(1, total_s / 3);
+    const int probes = std::max(1, total_s - idle_s);
+    const int one = 1, interval_s = 1;
+    const unsigned user_timeout_ms = unsigned(int64_t(total_s) * 1000);
+    return ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) == 0 &&
+           ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s) == 0 &&
+           ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s) == 0 &&
+           ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) == 0 &&
+           ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms,
+                        sizeof user_timeout_ms) == 0;
 }
 
 void set_nonblocking(int fd, bool on) {

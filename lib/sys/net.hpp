@@ -30,6 +30,12 @@ endpoint peer_endpoint(int fd);
 // A TCP port on 127.0.0.1 that was free a moment ago.
 uint16_t pick_free_loopback_port();
 void set_nodelay(int fd);
+// A peer whose host stops answering (down, or the network to it) fails the
+// connection after about `silence` (ETIMEDOUT), whether this end is idle
+// (keepalive probes) or has data unacknowledged (TCP_USER_TIMEOUT). A peer
+// that is alive but slow keeps it: its kernel answers the probes. False if
+// the socket refused an option (it is then left as it was, or partly set).
+[[nodiscard]] bool fail_when_peer_silent(int fd, std::chrono::milliseconds silence) noexcept;
 void set_nonblocking(int fd, bool on);
 
 // Whole-buffer I/O on a blocking or non-blocking fd (stream.hpp's, on a view).

@@ -55,6 +55,38 @@ expect_failure dest-dies "destination" --to "$(addr b)"
 # never comes) once held it, its staging and its channels, for 2 minutes.
 wait_for "$("$testbed" dir a)/pagesrv.log" "migration $(json "$work/dest-dies.json" migration_id): released" 10
 
+# The destination's host stops answering during its restore: its daemon
+# stalls with every image (it holds the connection open), and its link is
+# cut. Nothing closes the connection; the migrator's keepalive finds the
+# silence in about 15 s, where it used to wait out the restore's deadline
+# (150 s here) with the source frozen. The source runs on.
+"$testbed" stop b
+FERRY_FAULT=dest-stall-before-restore "$testbed" start b
+b_log="$("$testbed" dir b)/pagesrv.log"
+mark=$(lines "$b_log")
+log "case: dest-silent"
+start=$SECONDS
+on a migrator migrate --pid "$pid" --json --to "$(addr b)" >"$work/dest-silent.json" 2>"$work/dest-silent.err" &
+silent_mig=$!
+wait_for "$b_log" "stalling for 60 s before restore" 60 "$mark"
+"$testbed" cut b
+rc=0
+wait "$silent_mig" || rc=$?
+"$testbed" mend b
+took=$((SECONDS - start))
+[ "$rc" != 0 ] || fail "dest-silent: the migration succeeded"
+grep -q "the destination host stopped answering" "$work/dest-silent.json" ||
+  fail "dest-silent: unclear error: $(cat "$work/dest-silent.json" "$work/dest-silent.err")"
+# A functional bound, not a timing: the restore's own deadline is 150 s.
+[ "$took" -lt 100 ] || fail "dest-silent: the migrator took $took s to give up on a silent destination"
+[ "$(json "$work/dest-silent.json" source_running)" = true ] || fail "dest-silent: the source is not running"
+running "$pid" || fail "dest-silent: source pid $pid is not running"
+verify_workload "$pid" "$out" 8192 1024
+# The source's daemon lets go of it at once: the abort shuts the silent
+# destination's channels down (their threads would wait for its host).
+wait_for "$("$testbed" dir a)/pagesrv.log" "migration $(json "$work/dest-silent.json" migration_id): released" 10
+log "   gave up after $took s: $(json "$work/dest-silent.json" error)"
+
 # criu restore fails on the destination.
 "$testbed" stop b
 FERRY_FAULT=restore-fail "$testbed" start b
