@@ -142,6 +142,9 @@ wait_migration() {
     for h in a b; do
       echo "== host $h's daemon log" >&2
       tail -n 40 "$("$testbed" dir "$h")/pagesrv.log" >&2
+      # A TCG guest whose timers stopped says so on its console (README).
+      echo "== VM $h's console" >&2
+      tail -n 15 "$(dirname "$("$testbed" dir a)")/vm-$h/console.log" >&2
     done
     fail "$name: the migrator ran over its $bound s bound"
   fi
