@@ -4,7 +4,7 @@
 #   1. both rxe devices are ACTIVE, and RDMA CM traffic crosses between them
 #      (rping, 3 round trips);
 #   2. Ferry's own RDMA layer (lib/transport/rdma, through rdma-probe): b
-#      registers 32 MiB of a known pattern, a reads it with one-sided READs
+#      registers 16 MiB of a known pattern, a reads it with one-sided READs
 #      and verifies every byte; a peer that dies right after accepting makes
 #      the reader fail with an RDMA error, within a bound, not hang;
 #   3. the rdma backend's unit tests ([.rdma]) against rxe inside VM a;
@@ -69,13 +69,13 @@ serve_probe() {
   for _ in $(seq 1 150); do grep -q "listening" "$log" 2>/dev/null && return 0; sleep 0.2; done
   fail "rdma-probe did not listen on b: $(cat "$log")"
 }
-serve_probe 7471 --mib 32 --seed 5
-on a timeout 120 "$probe" read --to "$ip_b:7471" --mib 32 --seed 5 >"$work/probe.out" 2>&1 ||
+serve_probe 7471 --mib 16 --seed 5
+on a timeout 120 "$probe" read --to "$ip_b:7471" --mib 16 --seed 5 >"$work/probe.out" 2>&1 ||
   fail "rdma-probe read failed: $(cat "$work/probe.out")"
 grep -q "verified" "$work/probe.out" || fail "rdma-probe did not verify: $(cat "$work/probe.out")"
 log "   $(grep -o 'read .*' "$work/probe.out")"
 for _ in $(seq 1 50); do grep -q "says: ok" "$shared/probe-7471.log" && break; sleep 0.2; done
-grep -q "says: ok 32 MiB" "$shared/probe-7471.log" ||
+grep -q "says: ok 16 MiB" "$shared/probe-7471.log" ||
   fail "the server did not hear the verdict: $(cat "$shared/probe-7471.log")"
 
 serve_probe 7472 --mib 32 --die-after-accept
