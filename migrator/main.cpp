@@ -120,11 +120,12 @@ int run_migrate(const run_args& a) {
     opt.insecure_plaintext_pages = a.plaintext_pages;
     opt.restorable_by = a.restorable_by;
     opt.show_progress = !a.json && ::isatty(STDERR_FILENO);
-    auto result = migrator::migrate(opt);
-    if (a.json)
-        std::cout << migrator::to_json(result).dump() << std::endl;
-    else
-        std::cout << migrator::human_summary(result);
+    const auto result = migrator::migrate(opt, [&](const migrator::migration_result& r) {
+        if (a.json)
+            std::cout << migrator::to_json(r).dump() << std::endl;
+        else
+            std::cout << migrator::human_summary(r) << std::flush;
+    });
     return result.ok ? 0 : 1;
 }
 

@@ -461,8 +461,17 @@ bool interrupt_requested() noexcept {
     return interrupted.load();
 }
 
-migration_result migrate(const migrate_options& opt) {
-    return migration(opt).run();
+migration_result migrate(const migrate_options& opt,
+                         const std::function<void(const migration_result&)>& report) {
+    auto m = std::make_unique<migration>(opt);
+    auto result = m->run();
+    if (report)
+        report(result);
+    const uint64_t t0 = monotonic_ns();
+    m.reset();
+    if (const double s = ns_to_ms(monotonic_ns() - t0) / 1000; s > 2)
+        make_logger("migrator")->warn("tearing the migration down took {:.1f} s", s);
+    return result;
 }
 
 } // namespace ferry::migrator

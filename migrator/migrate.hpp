@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -176,7 +177,10 @@ void request_interrupt() noexcept;
 [[nodiscard]] bool interrupt_requested() noexcept;
 
 // Runs one migration. Never throws for a migration failure: the result says
-// what went wrong and whether the source still runs.
-migration_result migrate(const migrate_options& opt);
+// what went wrong and whether the source still runs. `report` gets it before
+// the migration's state is torn down (CRIU reaped, perf counters closed,
+// connections closed), so that a slow teardown never hides the outcome.
+migration_result migrate(const migrate_options& opt,
+                         const std::function<void(const migration_result&)>& report = {});
 
 } // namespace ferry::migrator
