@@ -605,9 +605,10 @@ int main(int argc, char** argv) {
                    "poll without sleeping this long after any activity (0: always block)")
         ->check(CLI::Range(0, 1'000'000));
     app.add_option("--deadline-scale", opt.deadline_scale,
-                   "the migration's --deadline-scale: multiplies the pool nodes' reply deadlines, "
-                   "the silence after which a node is lost, and how long an RDMA peer's "
-                   "silence is waited out (never below the defaults)")
+                   "the migration's --deadline-scale: multiplies the source's fetch deadline, "
+                   "the pool nodes' reply deadlines, the silence after which a node is lost, "
+                   "and how long an RDMA peer's silence is waited out (never below the "
+                   "defaults)")
         ->check(CLI::Range(0.01, 1000.0));
     app.add_option("--accept-timeout-ms", opt.accept_timeout_ms,
                    "how long to wait for restore to connect");
@@ -618,7 +619,8 @@ int main(int argc, char** argv) {
                    "$FERRY_CREDENTIALS, then /etc/ferry/credentials)");
     CLI11_PARSE(app, argc, argv);
     configure_logging(log_level_from_environment());
-    opt.loop.fetch_deadline = std::chrono::milliseconds(deadline_ms);
+    opt.loop.fetch_deadline =
+        std::chrono::milliseconds(int64_t(double(deadline_ms) * std::max(1.0, opt.deadline_scale)));
     opt.loop.tasks_run_wait = std::chrono::milliseconds(tasks_run_wait_ms);
     opt.loop.spin = std::chrono::microseconds(spin_us);
 
