@@ -82,9 +82,19 @@ grep -q "the destination host stopped answering" "$work/dest-silent.json" ||
 [ "$(json "$work/dest-silent.json" source_running)" = true ] || fail "dest-silent: the source is not running"
 running "$pid" || fail "dest-silent: source pid $pid is not running"
 verify_workload "$pid" "$out" 8192 1024
+# CRIU resumed the source by itself, and the source's daemon killed no
+# CRIU: it once waited out its abort deadline on the migrator's CRIU, ended
+# but not yet reaped, then "killed" it, and the destination's CRIU of the
+# same migration, which this testbed's shared /proc let it find.
+grep -q "the source runs again" "$work/dest-silent.err" ||
+  fail "dest-silent: CRIU did not resume the source by itself: $(cat "$work/dest-silent.err")"
+silent_id=$(json "$work/dest-silent.json" migration_id)
+a_log="$("$testbed" dir a)/pagesrv.log"
+grep "migration $silent_id: " "$a_log" | grep -q "killed CRIU" &&
+  fail "dest-silent: the source's daemon killed a CRIU: $(grep "migration $silent_id: " "$a_log")"
 # The source's daemon lets go of it at once: the abort shuts the silent
 # destination's channels down (their threads would wait for its host).
-wait_for "$("$testbed" dir a)/pagesrv.log" "migration $(json "$work/dest-silent.json" migration_id): released" 10
+wait_for "$a_log" "migration $silent_id: released" 10
 log "   gave up after $took s: $(json "$work/dest-silent.json" error)"
 
 # criu restore fails on the destination.
