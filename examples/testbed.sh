@@ -194,15 +194,17 @@ start_daemon_vm() {
   }
 }
 
+# Fails (status 255) if HOST's VM did not answer within BOUND s (60).
 stop_daemon_vm() {
-  local h=$1 sig=$2
+  local h=$1 sig=$2 bound=${3:-60} rc=0
   [ -f "$state/$h/pagesrv.pid" ] || return 0
-  FERRY_VM_EXEC_TIMEOUT=60 vm_host exec "$(vm_dir "$h")" bash -c '
+  FERRY_VM_EXEC_TIMEOUT=$bound vm_host exec "$(vm_dir "$h")" bash -c '
     pid=$(cat "$1") || exit 0
     kill -"$2" "$pid" 2>/dev/null || exit 0
     for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.05; done
-    kill -KILL "$pid" 2>/dev/null' _ "$state/$h/pagesrv.pid" "$sig" || true
+    kill -KILL "$pid" 2>/dev/null; exit 0' _ "$state/$h/pagesrv.pid" "$sig" || rc=$?
   rm -f "$state/$h/pagesrv.pid"
+  [ "$rc" != 255 ]
 }
 
 start_daemon() {
@@ -501,8 +503,18 @@ print(*(x.getsockname()[1] for x in s))')
 
 down_vm() {
   local h
+  local -A unanswered=()
   mapfile -t hosts < <(all_hosts)
-  for h in "${hosts[@]}"; do stop_daemon "$h" TERM; done
+  for h in "${hosts[@]}"; do
+    # A guest that did not answer once (its kernel locked up, say) is not
+    # asked again: it is powered off below, and waiting on each of its
+    # daemons in turn once outlasted the test's own bound, leaving qemu up.
+    [ -n "${unanswered[$(vm_of "$h")]:-}" ] && continue
+    stop_daemon_vm "$h" TERM 30 || {
+      echo "testbed: VM $(vm_of "$h") did not answer; powering it off" >&2
+      unanswered[$(vm_of "$h")]=1
+    }
+  done
   for h in a b; do vm_host halt "$(vm_dir "$h")"; done
   rm -rf "$state"
   rm -f "$base/$name.vm"

@@ -65,7 +65,9 @@ boot() {
   esac
   IFS=. read -r -a octets <<<"${ip%/*}"
   mac=$(printf '52:54:00:%02x:%02x:%02x' "${octets[1]}" "${octets[2]}" "${octets[3]}")
-  local append="console=ttyS0 panic=-1 quiet loglevel=4 vmagent=$dir vmip=$ip"
+  # loglevel=5: a soft lockup's or a hung task's stack (printed at the
+  # default level) reaches the console too, not only its first line.
+  local append="console=ttyS0 panic=-1 quiet loglevel=5 vmagent=$dir vmip=$ip"
   [ "$rdma" = 1 ] && append+=" vmrdma=1"
   # A TCG guest sometimes stalls early in its boot (its timers stop firing:
   # "rcu_preempt kthread timer wakeup didn't happen" on the console, seen in

@@ -113,7 +113,7 @@ migrate_tree() {
 # each one's state and age, and each thread's kernel wait channel and stack.
 guest_state() {
   echo "== processes in $1" >&2
-  on "$1" timeout 30 bash -c '
+  FERRY_VM_EXEC_TIMEOUT=40 on "$1" timeout 30 bash -c '
     for p in $(pgrep -x "migrator|pagesrv|criu|lazy-pages|memload"); do
       ps -o pid=,stat=,etimes=,args= -p "$p" | cut -c1-200
       for t in /proc/$p/task/*; do
@@ -123,18 +123,36 @@ guest_state() {
     done' >&2 2>&1 || echo "(no answer from $1)" >&2
 }
 
+# guest_lockups: the first line of each VM's console where its kernel says
+# it locked up (a soft lockup, an RCU stall, a hung task), if any. In CI on
+# 2026-12-06 both of VM a's CPUs soft-locked in the memload threads CRIU was
+# dumping (guest kernel 6.1 under TCG), and nothing in the guest ran again.
+guest_lockups() {
+  local v f
+  for v in a b; do
+    f="$(dirname "$("$testbed" dir a)")/vm-$v/console.log"
+    grep -m1 -E "soft lockup|detected stalls|blocked for more than" "$f" 2>/dev/null |
+      sed "s/^/VM $v: /"
+  done
+}
+
 # wait_migration NAME BOUND: waits for the migrator ($mig) at most BOUND s
 # and sets mig_rc to its status. A migrator still running then is a hang:
 # the guests' processes, its own log and the daemons' logs go to stderr
 # (the part of a failed test's output that is kept), and the test fails.
 wait_migration() {
-  local name=$1 bound=$2 i
+  local name=$1 bound=$2 i locked=""
   for ((i = 0; i < bound * 5; i++)); do
     kill -0 "$mig" 2>/dev/null || break
+    # A guest kernel that locked up runs nothing more: no use waiting.
+    if ((i % 25 == 24)) && locked=$(guest_lockups) && [ -n "$locked" ]; then
+      break
+    fi
     sleep 0.2
   done
   if kill -0 "$mig" 2>/dev/null; then
-    log "$name: the migrator has not ended after $bound s; what the guests are doing:"
+    [ -z "$locked" ] || log "$name: a guest's kernel locked up: $locked"
+    log "$name: the migrator has not ended after $((i / 5)) s; what the guests are doing:"
     guest_state a
     guest_state b
     echo "== the migrator's log so far" >&2
@@ -144,7 +162,7 @@ wait_migration() {
       tail -n 40 "$("$testbed" dir "$h")/pagesrv.log" >&2
       # A TCG guest whose timers stopped says so on its console (README).
       echo "== VM $h's console" >&2
-      tail -n 15 "$(dirname "$("$testbed" dir a)")/vm-$h/console.log" >&2
+      tail -n "$([ -n "$locked" ] && echo 80 || echo 15)" "$(dirname "$("$testbed" dir a)")/vm-$h/console.log" >&2
     done
     fail "$name: the migrator ran over its $bound s bound"
   fi
