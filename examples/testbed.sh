@@ -507,15 +507,21 @@ down_vm() {
   mapfile -t hosts < <(all_hosts)
   for h in "${hosts[@]}"; do
     # A guest that did not answer once (its kernel locked up, say) is not
-    # asked again: it is powered off below, and waiting on each of its
+    # asked again: its qemu is killed below, and waiting on each of its
     # daemons in turn once outlasted the test's own bound, leaving qemu up.
     [ -n "${unanswered[$(vm_of "$h")]:-}" ] && continue
     stop_daemon_vm "$h" TERM 30 || {
-      echo "testbed: VM $(vm_of "$h") did not answer; powering it off" >&2
+      echo "testbed: VM $(vm_of "$h") did not answer; killing its qemu" >&2
       unanswered[$(vm_of "$h")]=1
     }
   done
-  for h in a b; do vm_host halt "$(vm_dir "$h")"; done
+  for h in a b; do
+    if [ -n "${unanswered[$h]:-}" ]; then
+      vm_host kill "$(vm_dir "$h")" # it would not take a poweroff either
+    else
+      vm_host halt "$(vm_dir "$h")"
+    fi
+  done
   rm -rf "$state"
   rm -f "$base/$name.vm"
 }

@@ -21,6 +21,8 @@
 #       seconds (default 3600).
 #   host.sh halt DIR
 #       power the VM off (SIGKILL to qemu after 30 s).
+#   host.sh kill DIR
+#       SIGKILL to qemu at once (a guest that no longer answers).
 #
 # FERRY_VM_MEM (MiB, default 2048) and FERRY_VM_SMP (default 2) size a VM.
 # A boot that does not come up is tried once more (FERRY_VM_FIRST_BOOT_WAIT).
@@ -197,5 +199,6 @@ case "$cmd" in
   boot) [ $# -ge 1 ] || die "usage: $0 boot DIR ..."; boot "$@" ;;
   exec) [ $# -ge 2 ] || die "usage: $0 exec DIR CMD..."; run "$@" ;;
   halt) [ $# = 1 ] || die "usage: $0 halt DIR"; halt "$1" ;;
-  *) die "usage: $0 boot DIR --ip IP/PREFIX --link listen:PORT|connect:PORT|udp:LOCAL_PORT:PEER_PORT [--rdma] | exec DIR CMD... | halt DIR" ;;
+  kill) [ $# = 1 ] || die "usage: $0 kill DIR"; kill_qemu "$1"; rm -f "$1/ready" "$1/ctl.in" "$1/ctl.out" ;;
+  *) die "usage: $0 boot DIR --ip IP/PREFIX --link listen:PORT|connect:PORT|udp:LOCAL_PORT:PEER_PORT [--rdma] | exec DIR CMD... | halt DIR | kill DIR" ;;
 esac
