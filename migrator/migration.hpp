@@ -123,6 +123,8 @@ class migration {
     void release_source(bool end_workload);
     void tell_daemon_aborted(const std::string& reason);
     void set_phase(const char* phase);
+    // destination_host_silence, times --deadline-scale (never shorter).
+    [[nodiscard]] std::chrono::milliseconds destination_silence() const;
     void cleanup();
     void take_idle_poll();
     void release_idle_poll() noexcept;

@@ -110,9 +110,7 @@ void migration::wait_resumed() {
             throw error(fmt::format(
                 "the destination host stopped answering during its restore (down, or the network "
                 "to it is): its connection timed out after {} s of silence",
-                std::chrono::duration_cast<std::chrono::seconds>(destination_host_silence *
-                                                                 std::max(1.0, _opt.deadline_scale))
-                    .count()));
+                std::chrono::duration_cast<std::chrono::seconds>(destination_silence()).count()));
         }
         if (!e)
             throw error("the destination daemon closed the connection before resuming");

@@ -22,6 +22,12 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
+// The network namespace of `pid` ("net:[N]"), or "" if it cannot be read.
+std::string net_ns(pid_t pid) {
+    std::error_code ec;
+    return fs::read_symlink(fmt::format("/proc/{}/ns/net", pid), ec).string();
+}
+
 // Whether `pid` shows `text` in its command line (CRIU's process title names
 // its images directory) or in the path of a file it holds open (its log, its
 // images directory).
@@ -50,7 +56,7 @@ std::vector<pid_t> find_migration_criu(const std::string& migration_id) {
     // This host's CRIU runs in this host's network namespace. The one that
     // restores the same migration runs in its destination's: another host,
     // even where both hosts share a machine (the testbed's namespaces).
-    const auto our_net = fs::read_symlink("/proc/self/ns/net", ec);
+    const std::string our_net = net_ns(::getpid());
     for (const auto& d : fs::directory_iterator("/proc", ec)) {
         const auto name = d.path().filename().string();
         if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit))
@@ -62,9 +68,7 @@ std::vector<pid_t> find_migration_criu(const std::string& migration_id) {
         // yet to reap it.
         if (const auto st = proc::state(pid); !st || *st == 'Z' || *st == 'X')
             continue;
-        std::error_code nec;
-        if (!our_net.empty() &&
-            fs::read_symlink(fmt::format("/proc/{}/ns/net", pid), nec) != our_net)
+        if (!our_net.empty() && net_ns(pid) != our_net)
             continue;
         // CRIU writes its process title over its environment, so the id
         // is looked for where it survives: in the parent's environment (runc
@@ -153,11 +157,6 @@ std::string read_word(const fs::path& f) {
     std::string w;
     in >> w;
     return w;
-}
-
-std::string net_ns(pid_t pid) {
-    std::error_code ec;
-    return fs::read_symlink(fmt::format("/proc/{}/ns/net", pid), ec).string();
 }
 
 // Runs `argv` inside the network namespace of `pid`; true if it succeeded.

@@ -39,6 +39,7 @@ test_cleanup() {
 
 "$testbed" up --vm --pool 4 >&2
 shared=$("$testbed" shared-dir)
+vm_state=$(dirname "$("$testbed" dir a)") # vm-a/, vm-b/: each VM's qemu.pid and console.log
 
 log "1. Soft-RoCE on both guests"
 for h in a b; do
@@ -130,7 +131,7 @@ guest_state() {
 guest_lockups() {
   local v f
   for v in a b; do
-    f="$(dirname "$("$testbed" dir a)")/vm-$v/console.log"
+    f="$vm_state/vm-$v/console.log"
     grep -m1 -E "soft lockup|detected stalls|blocked for more than" "$f" 2>/dev/null |
       sed "s/^/VM $v: /"
   done
@@ -162,7 +163,7 @@ wait_migration() {
       tail -n 40 "$("$testbed" dir "$h")/pagesrv.log" >&2
       # A TCG guest whose timers stopped says so on its console (README).
       echo "== VM $h's console" >&2
-      tail -n "$([ -n "$locked" ] && echo 80 || echo 15)" "$(dirname "$("$testbed" dir a)")/vm-$h/console.log" >&2
+      tail -n "$([ -n "$locked" ] && echo 80 || echo 15)" "$vm_state/vm-$h/console.log" >&2
     done
     fail "$name: the migrator ran over its $bound s bound"
   fi
@@ -280,7 +281,6 @@ grep -q "migration $id: rdma: .* connected (a silent peer fails it after 15.0 s)
   fail "the scale did not reach the source's RDMA connections: $(grep "migration $id: rdma: .* connected" "$src_log")"
 log "   pool: $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["pool"]; print({k: p[k] for k in p if "pages" in k or "degraded" in k or "lost" in k or "one_sided" in k})' "$work/pool.json")"
 # 7. The testbed goes down cleanly: no qemu of either VM is left.
-vm_state=$(dirname "$("$testbed" dir a)")
 qemu_pids=$(cat "$vm_state"/vm-a/qemu.pid "$vm_state"/vm-b/qemu.pid)
 "$testbed" down >&2
 for p in $qemu_pids; do
