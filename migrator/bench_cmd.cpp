@@ -38,6 +38,7 @@ int run_bench(const bench_args& a) {
                                      "--runs",          std::to_string(a.runs),
                                      "--warmup",        std::to_string(a.warmup),
                                      "--fabric",        a.fabric,
+                                     "--raw-link",      a.raw_link,
                                      "--fault-fabrics", a.fault_fabrics,
                                      "--fault-threads", a.fault_threads,
                                      "--slow-logs",     fmt::format("{}", a.slow_logs)};

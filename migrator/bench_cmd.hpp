@@ -16,8 +16,9 @@ struct bench_args {
     std::string sizes;             // empty: 256M,1G,4G (redis: 1G)
     int runs = 3;
     int warmup = 1;
-    std::string methods;        // empty: every method that applies
-    std::string fabric = "tcp"; // of Ferry's moves (memload, redis) and the bare link
+    std::string methods;         // empty: every method that applies
+    std::string fabric = "tcp";  // of Ferry's moves (memload, redis) and the bare link
+    std::string raw_link = "on"; // the bare link measured before each size's moves
     std::string fault_fabrics = "tcp,shm";
     std::string fault_threads = "1,4";
     std::string fault_size;

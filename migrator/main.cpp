@@ -348,6 +348,13 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"tcp", "shm"}))
         ->capture_default_str();
     bench_cmd
+        ->add_option("--raw-link", bench.raw_link,
+                     "measure the bare link before each size's Ferry moves, goal 3's yardstick "
+                     "(off: moves only; on a VM the link's gigabytes into fresh memory can slow "
+                     "the moves right after it)")
+        ->check(CLI::IsMember({"on", "off"}))
+        ->capture_default_str();
+    bench_cmd
         ->add_option("--fault-fabrics", bench.fault_fabrics,
                      "fabrics for the fault-latency CDF, comma-separated (empty: none)")
         ->capture_default_str();

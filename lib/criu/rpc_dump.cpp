@@ -124,9 +124,12 @@ class rpc_dump final : public dump_driver {
     void answer_notifications() noexcept override {
         if (!_criu || _ended || _stuck)
             return;
+        // Bounded as a whole too: the caller's own wait goes on between calls.
+        const auto until = net::after(milliseconds(2000));
         try {
-            while (net::wait_readable(_criu->fd(), net::after(milliseconds(0)))) {
-                auto r = _criu->receive(net::after(milliseconds(1000)));
+            while (std::chrono::steady_clock::now() < until &&
+                   net::wait_readable(_criu->fd(), net::after(milliseconds(0)))) {
+                auto r = _criu->receive(std::min(until, net::after(milliseconds(1000))));
                 if (r->type != CRIU_REQ_TYPE__NOTIFY) {
                     end_with(*r);
                     return;

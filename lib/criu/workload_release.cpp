@@ -159,42 +159,56 @@ std::string read_word(const fs::path& f) {
     return w;
 }
 
-// Runs `argv` inside the network namespace of `pid`; true if it succeeded.
-bool in_net_ns(pid_t pid, std::vector<std::string> argv) {
+// Runs `argv` inside the network namespace of `pid`, for 5 s at most and
+// not past `until`; true if it succeeded.
+bool in_net_ns(pid_t pid, std::vector<std::string> argv, clock::time_point until) {
+    const auto left = std::chrono::duration_cast<milliseconds>(until - clock::now());
+    if (left <= milliseconds(0))
+        return false;
     argv.insert(argv.begin(), {"nsenter", fmt::format("--net=/proc/{}/ns/net", pid), "--"});
     try {
-        (void)run_capture(argv, milliseconds(5000));
+        (void)run_capture(argv, std::min(left, milliseconds(5000)));
         return true;
     } catch (const std::exception&) {
         return false;
     }
 }
 
+// The whole unlock, however many commands it runs: a release must end.
+constexpr auto network_unlock_bound = std::chrono::seconds(20);
+// CRIU adds one jump to its chain per hook; more would be someone else's.
+constexpr int max_jump_deletes = 8;
+
 // CRIU locks a network namespace it dumps (iptables chain CRIU, or an
 // nftables table CRIU-<pid>) and unlocks it only when it ends by itself.
 bool unlock_network(pid_t pid) {
     if (net_ns(pid).empty() || net_ns(pid) == net_ns(::getpid()))
         return false; // the workload shares this host's network: CRIU locked nothing
+    const auto until = clock::now() + network_unlock_bound;
     bool unlocked = false;
     for (const char* tool : {"iptables", "ip6tables"}) {
-        if (!in_net_ns(pid, {tool, "-w", "-S", "CRIU"}))
+        if (!in_net_ns(pid, {tool, "-w", "-S", "CRIU"}, until))
             continue;
-        while (in_net_ns(pid, {tool, "-w", "-D", "INPUT", "-j", "CRIU"})) {
-        }
-        while (in_net_ns(pid, {tool, "-w", "-D", "OUTPUT", "-j", "CRIU"})) {
-        }
-        (void)in_net_ns(pid, {tool, "-w", "-F", "CRIU"});
-        unlocked |= in_net_ns(pid, {tool, "-w", "-X", "CRIU"});
+        for (const char* hook : {"INPUT", "OUTPUT"})
+            for (int i = 0; i < max_jump_deletes &&
+                            in_net_ns(pid, {tool, "-w", "-D", hook, "-j", "CRIU"}, until);
+                 i++) {
+            }
+        (void)in_net_ns(pid, {tool, "-w", "-F", "CRIU"}, until);
+        unlocked |= in_net_ns(pid, {tool, "-w", "-X", "CRIU"}, until);
     }
+    const auto left = std::chrono::duration_cast<milliseconds>(until - clock::now());
+    if (left <= milliseconds(0))
+        return unlocked;
     try {
         const auto tables = run_capture(
             {"nsenter", fmt::format("--net=/proc/{}/ns/net", pid), "--", "nft", "list", "tables"},
-            milliseconds(5000));
+            std::min(left, milliseconds(5000)));
         std::istringstream lines(tables);
         std::string word, family, name;
         while (lines >> word >> family >> name)
             if (word == "table" && name.rfind("CRIU-", 0) == 0)
-                unlocked |= in_net_ns(pid, {"nft", "delete", "table", family, name});
+                unlocked |= in_net_ns(pid, {"nft", "delete", "table", family, name}, until);
     } catch (const std::exception&) {
         // no nft here: CRIU could not have used it either
     }

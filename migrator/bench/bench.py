@@ -84,7 +84,8 @@ def plan(a):
     # both find the guest's memory in the same state. Per size, since the
     # link into fresh memory is not one figure on a VM: here 0.74 GB/s at
     # 1 GiB but 0.33 at 4 GiB (methods.raw_link says why).
-    raw_link = a.workload in ("memload", "redis") and any(m in ("ferry", "ferry_idle") for m in a.methods)
+    raw_link = (a.raw_link == "on" and a.workload in ("memload", "redis")
+                and any(m in ("ferry", "ferry_idle") for m in a.methods))
     # Warm-up runs first, one per contender at the smallest size, kept in
     # results.json apart from the figures: the first move after the testbed
     # or an image comes up pays for cold caches (a podman container's first
@@ -160,6 +161,10 @@ def main(argv=None):
                     + "; container: " + ", ".join(CONTAINER_METHODS["podman"]))
     ap.add_argument("--fabric", default="tcp", choices=["tcp", "shm"],
                     help="the fabric of Ferry's moves (memload, redis) and of the bare link set against them")
+    ap.add_argument("--raw-link", default="on", choices=["on", "off"],
+                    help="measure the bare link before each size's Ferry moves (goal 3's yardstick); off "
+                         "leaves the moves without it: on a VM its gigabytes into fresh memory can slow "
+                         "the moves right after")
     ap.add_argument("--fault-fabrics", default="tcp,shm",
                     help="fabrics for the fault-latency CDF (empty: none)")
     ap.add_argument("--fault-threads", default="1,4",

@@ -16,7 +16,7 @@ import bench  # noqa: E402
 
 def args(**kw):
     a = dict(workload="memload", methods=["ferry"], sizes=[256, 1024, 4096], warmup=0, runs=2, fault_fabrics=[],
-             fault_threads=[1], fault_mib=256, fabric="tcp")
+             fault_threads=[1], fault_mib=256, fabric="tcp", raw_link="on")
     a.update(kw)
     return types.SimpleNamespace(**a)
 
@@ -36,6 +36,10 @@ class Plan(unittest.TestCase):
         self.assertFalse([i for i in bench.plan(args(methods=["stop_and_copy"])) if i[0] == "raw"])
         self.assertFalse([i for i in bench.plan(args(workload="container", methods=["ferry", "bare_process"]))
                           if i[0] == "raw"])
+
+    def test_no_link_when_asked(self):
+        items = bench.plan(args(raw_link="off"))
+        self.assertEqual([(k, m) for k, _, m, _ in items], [("downtime", m) for _ in (0, 1) for m in (256, 1024, 4096)])
 
     def test_redis_baseline_first_then_each_link_before_its_moves(self):
         items = bench.plan(args(workload="redis", methods=["ferry_idle", "ferry", "podman_checkpoint"], sizes=[1024],

@@ -12,6 +12,42 @@ export FERRY_TESTBED_NET=${FERRY_TESTBED_NET%.0}
 testbed="$repo/examples/testbed.sh"
 work=$(mktemp -d /tmp/ferry-itest.XXXXXX)
 
+# Leftovers of tests killed before their clean-up (meson's timeout does
+# that, and CI reuses machines). A VM testbed's marker is stale, whatever
+# its name, when its state is gone, or when it is over 30 minutes old (an
+# `up` writes it before its VMs start, and takes minutes) and none of its
+# VMs' qemu runs. A testbed named after this shell's pid can only be a
+# leftover: the test that had this pid before has ended. Its marker would
+# make testbed.sh take this test's testbed for that old VM one.
+qemu_runs() {
+  local p
+  p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] && [[ "$(ps -o comm= -p "$p" 2>/dev/null)" == qemu* ]]
+}
+sweep_leftover_testbeds() {
+  local f state q alive base=${FERRY_TESTBED_DIR:-/tmp/ferry-testbed}
+  for f in "$base"/*.vm; do
+    [ -f "$f" ] || continue
+    state=$(cat "$f")
+    if [ ! -d "$state" ]; then
+      rm -f "$f"
+      continue
+    fi
+    [ -n "$(find "$f" -mmin +30)" ] || continue
+    alive=no
+    for q in "$state"/vm-*/qemu.pid; do qemu_runs "$q" && alive=yes; done
+    if [ $alive = no ]; then
+      echo "removing VM testbed $(basename "$f" .vm): none of its VMs runs" >&2
+      rm -rf "$state"
+      rm -f "$f"
+    fi
+  done
+  if [ "$FERRY_TESTBED" = "ft$$" ] && { [ -e "$base/ft$$.vm" ] || [ -d "$base/ft$$" ]; }; then
+    echo "removing testbed ft$$, left by an earlier test with this pid" >&2
+    timeout 200 "$testbed" down >/dev/null 2>&1 || true
+  fi
+}
+sweep_leftover_testbeds
+
 last_step=""
 log() {
   printf '[%s] %s\n' "$(date +%T)" "$*" >&2
