@@ -250,6 +250,8 @@ void migration::connect_destination(const std::string& source_addr) {
     prep.no_hw_breakpoints = _opt.no_hw_breakpoints;
     prep.has_idle_poll = true;
     prep.idle_poll = _opt.idle_poll;
+    prep.has_restore_progress = true;
+    prep.restore_progress = true;
     netlink::moving_link_messages links(_r.moving_links);
     prep.n_moving_links = links.pointers.size();
     prep.moving_links = links.pointers.data();
@@ -281,6 +283,7 @@ void migration::connect_destination(const std::string& source_addr) {
     auto& f = _r.criu_features;
     _destination_starts_warm = p.has_starts_warm && p.starts_warm;
     _destination_builds_mounts = p.has_builds_mounts_early && p.builds_mounts_early;
+    _destination_reports_progress = p.has_reports_restore_progress && p.reports_restore_progress;
     _r.idle_poll_destination =
         p.idle_poll ? p.idle_poll : "not asked for: the destination's daemon predates it";
     const bool own_netns = _container || _source_netns;

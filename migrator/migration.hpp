@@ -154,7 +154,10 @@ class migration {
     bool _destination_starts_warm = false;   // it takes incoming_warm (prepare_ok)
     bool _destination_warm = false;          // its engine's restore waits (warm_ready)
     bool _destination_builds_mounts = false; // it takes incoming_mounts (prepare_ok)
-    bool _mounts_early_asked = false;        // the dump's CRIU has mnt-early
+    // It sends restore_progress while it restores (prepare_ok): its
+    // silence is bounded too, not only its host's.
+    bool _destination_reports_progress = false;
+    bool _mounts_early_asked = false; // the dump's CRIU has mnt-early
     // Sends the mount namespace CRIU dumps before the freeze (early_mounts.hpp).
     std::unique_ptr<early_mounts_sender> _mounts_early;
     // This host's idle CPUs poll from before the freeze to the resume.

@@ -84,6 +84,13 @@ void migration::commit_source() {
 void migration::wait_resumed() {
     set_phase("restoring");
     const auto until = net::after(_deadlines.restore + restore_margin);
+    // A destination daemon that hangs, or is stopped, on a host whose
+    // kernel still answers keeps the connection alive: its restore's
+    // progress reports are what stop.
+    const auto progress_silence = std::chrono::duration_cast<std::chrono::milliseconds>(
+        control::restore_progress_silence * _opt.deadline_scale);
+    auto heard = std::chrono::steady_clock::now();
+    std::string last_step = "the images were sent";
     for (;;) {
         // While waiting for the destination, answer CRIU's notifications
         // promptly so its page server comes up in parallel.
@@ -94,8 +101,15 @@ void migration::wait_resumed() {
         const bool buffered = _dest->buffered();
         if (::poll(fds, nfds_t(nfds), buffered ? 0 : 100) < 0 && errno != EINTR)
             throw sys_error("poll");
-        if (std::chrono::steady_clock::now() > until)
+        const auto looked = std::chrono::steady_clock::now();
+        if (looked > until)
             throw error("the destination did not restore in time");
+        if (_destination_reports_progress && looked - heard > progress_silence)
+            throw error(fmt::format(
+                "the destination daemon reported no progress of its restore for {} s (hung or "
+                "stopped; its host still answers); its last report: {}",
+                std::chrono::duration_cast<std::chrono::seconds>(progress_silence).count(),
+                last_step));
         check_interrupt();
         if (nfds == 2 && fds[1].revents)
             _dump->on_event();
@@ -114,8 +128,16 @@ void migration::wait_resumed() {
         }
         if (!e)
             throw error("the destination daemon closed the connection before resuming");
+        heard = std::chrono::steady_clock::now();
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESTORE_PROGRESS) {
+            const auto& p = *e->restore_progress;
+            last_step = fmt::format("\"{}\", {} ms after the images came", p.step ? p.step : "",
+                                    p.elapsed_ms);
+            continue;
+        }
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_RESUME_REQUEST) {
             handle_resume_request();
+            heard = std::chrono::steady_clock::now(); // the commit was this side's time
             continue;
         }
         control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_RESTORE_RESULT, "destination");

@@ -42,12 +42,28 @@ bool valid_migration_id(const std::string& id) {
 } // namespace
 
 void incoming_session::send_restore_failure(const std::string& why) {
+    _progress_asked = false; // nothing follows the result
     _log->error("{}", why);
     FerryControl__RestoreResult r = FERRY_CONTROL__RESTORE_RESULT__INIT;
     r.ok = false;
     r.error = const_cast<char*>(why.c_str());
     (void)control::try_send_message(_conn, r,
                                     net::after(control_timeout)); // the migrator may be gone
+}
+
+void incoming_session::report_progress(const char* step) noexcept {
+    if (!_progress_asked || _resumed) // the result went: nothing follows it
+        return;
+    const uint64_t now = monotonic_ns();
+    if (_last_progress_ns &&
+        now - _last_progress_ns <
+            uint64_t(std::chrono::nanoseconds(control::restore_progress_interval).count()))
+        return;
+    _last_progress_ns = now;
+    FerryControl__RestoreProgress p = FERRY_CONTROL__RESTORE_PROGRESS__INIT;
+    p.elapsed_ms = _t_images_ns ? (now - _t_images_ns) / 1'000'000 : 0;
+    p.step = const_cast<char*>(step);
+    (void)control::try_send_message(_conn, p, net::after(control_timeout));
 }
 
 void incoming_session::kill_restored(const std::string& why) {
@@ -92,6 +108,8 @@ void incoming_session::prepare() {
     ok.has_builds_mounts_early = true;
     ok.builds_mounts_early = builds_mounts_early();
     ok.idle_poll = idle_state.data();
+    ok.has_reports_restore_progress = true;
+    ok.reports_restore_progress = _progress_asked;
     control::send_message(_conn, ok, net::after(control_timeout));
 }
 
@@ -149,8 +167,10 @@ bool incoming_session::receive_images() {
             _log->warn("fault injection: dying before restore");
             ::raise(SIGKILL);
         }
-        if (!t0)
+        if (!t0) {
             t0 = monotonic_ns();
+            _t_images_ns = t0;
+        }
         const auto& images = *e->incoming_images;
         last = images.has_last && images.last;
         for (size_t i = 0; i < images.n_files; i++) {
@@ -220,6 +240,7 @@ void incoming_session::run() {
     _log->info("incoming from source {}", _source);
     if (!receive_images())
         return;
+    report_progress("the images are here");
     if (fault_injected(fault::dest_stall_before_restore)) {
         _log->warn("fault injection: stalling for 60 s before restore");
         std::this_thread::sleep_for(std::chrono::seconds(60));

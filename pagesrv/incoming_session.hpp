@@ -78,6 +78,7 @@ class incoming_session {
           _moving_routes(netlink::from_messages(prepare.moving_routes, prepare.n_moving_routes)),
           _log(make_logger("pagesrv", _id)) {
         _idle_poll_asked = prepare.has_idle_poll && prepare.idle_poll;
+        _progress_asked = prepare.has_restore_progress && prepare.restore_progress;
         _deadline_scale =
             prepare.has_deadline_scale && prepare.deadline_scale > 0 ? prepare.deadline_scale : 1.0;
         _deadlines = criu::deadlines::for_memory(
@@ -147,6 +148,10 @@ class incoming_session {
     void send_criu_restore_request(int wait_fd);
     bool restore_with_criu();
     void send_restore_failure(const std::string& why);
+    // restore_progress to the migrator, if it asked, at most once per
+    // restore_progress_interval: called from the restore's wait loops, so
+    // that it stops when they do. Best effort (the migrator may be gone).
+    void report_progress(const char* step) noexcept;
     void kill_restored(const std::string& why);
     void quiet_copy_network(const std::filesystem::path& bundle);
     void make_copy_netns();
@@ -227,6 +232,9 @@ class incoming_session {
     // migrator asked and this daemon allows it.
     bool _idle_poll_asked = false;
     std::unique_ptr<idle_poll::hold> _idle_poll;
+    bool _progress_asked = false;   // the migrator wants restore_progress
+    uint64_t _t_images_ns = 0;      // the first frame of images arrived
+    uint64_t _last_progress_ns = 0; // restore_progress last sent
     void release_idle_poll() noexcept;
 };
 

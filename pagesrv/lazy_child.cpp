@@ -90,6 +90,7 @@ void incoming_session::spawn_lazy_pages() {
 }
 
 bool incoming_session::start_lazy_pages() {
+    report_progress("starting lazy-pages");
     const uint64_t t0 = monotonic_ns();
     FerryControl__LazyStart go = FERRY_CONTROL__LAZY_START__INIT;
     try {

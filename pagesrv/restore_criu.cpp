@@ -115,6 +115,7 @@ bool incoming_session::restore_with_criu() {
         // Watch lazy-pages too: if it dies during restore, the restored
         // tasks would block on their first fault and CRIU with them.
         pollfd fds[2] = {{criu.fd(), POLLIN, 0}, {_lazy.report_to_watch(), POLLIN, 0}};
+        report_progress("CRIU restores the tree");
         if (::poll(fds, 2, 1000) < 0 && errno != EINTR)
             throw sys_error("poll restore");
         _lazy.take_uffds();

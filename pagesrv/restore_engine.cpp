@@ -168,6 +168,7 @@ bool incoming_session::restore_with_engine() {
         // "resumed" (it reaches the daemon's event socket, not a fd here):
         // lazy-pages waits for it to start its main pass.
         const bool await_tasks = resume && !_lazy.told_tasks_run;
+        report_progress("the engine restores the container");
         if (::poll(fds, 4, buffered ? 0 : await_tasks ? 2 : 1000) < 0 && errno != EINTR)
             throw sys_error("poll engine restore");
         if (await_tasks && _d.criu_events().moments(_id).resumed)

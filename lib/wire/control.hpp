@@ -8,6 +8,7 @@
 #include "wire/control.pb-c.h"
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -20,6 +21,14 @@ inline constexpr uint32_t frame_magic = 0x43595246; // "FRYC"
 inline constexpr uint16_t frame_version = 1;
 inline constexpr size_t frame_header_size = 12;
 inline constexpr uint32_t max_frame_payload = 256u << 20;
+
+// A destination that was asked sends restore_progress this often while it
+// restores; the migrator gives up after restore_progress_silence of none
+// (times --deadline-scale). Longer than the connection's own silence
+// bound (the migrator's destination_host_silence), so that a host that is
+// gone is named as such.
+inline constexpr auto restore_progress_interval = std::chrono::seconds(1);
+inline constexpr auto restore_progress_silence = std::chrono::seconds(25);
 
 using envelope = FerryControl__Envelope;
 
@@ -84,7 +93,8 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__HeldPackets, HELD_PACKETS, held_packets)                                       \
     X(FerryControl__LazyAreasReady, LAZY_AREAS_READY, lazy_areas_ready)                            \
     X(FerryControl__PageHolesScan, PAGE_HOLES_SCAN, page_holes_scan)                               \
-    X(FerryControl__LazyTasksRun, LAZY_TASKS_RUN, lazy_tasks_run)
+    X(FerryControl__LazyTasksRun, LAZY_TASKS_RUN, lazy_tasks_run)                                  \
+    X(FerryControl__RestoreProgress, RESTORE_PROGRESS, restore_progress)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

@@ -97,6 +97,19 @@ grep "migration $silent_id: " "$a_log" | grep -q "killed CRIU" &&
 wait_for "$a_log" "migration $silent_id: released" 10
 log "   gave up after $took s: $(json "$work/dest-silent.json" error)"
 
+# The destination's daemon hangs with every image while its host answers
+# (the same stall, the link left up): keepalive sees nothing wrong, but its
+# restore's progress reports stop, and the migrator gives up on their
+# silence (25 s) rather than on the restore's deadline. The source runs on.
+start=$SECONDS
+expect_failure dest-hung "reported no progress of its restore" --to "$(addr b)"
+took=$((SECONDS - start))
+json "$work/dest-hung.json" error | grep -q 'its last report: "the images are here"' ||
+  fail "dest-hung: the error does not say where the restore stopped: $(json "$work/dest-hung.json" error)"
+# A functional bound, not a timing: the restore's own deadline is 150 s.
+[ "$took" -lt 100 ] || fail "dest-hung: the migrator took $took s to give up on a hung destination"
+log "   gave up after $took s"
+
 # criu restore fails on the destination.
 "$testbed" stop b
 FERRY_FAULT=restore-fail "$testbed" start b
