@@ -104,7 +104,10 @@ void migration::wait_resumed() {
         const auto looked = std::chrono::steady_clock::now();
         if (looked > until)
             throw error("the destination did not restore in time");
-        if (_destination_reports_progress && looked - heard > progress_silence)
+        // Silent only with nothing waiting to be read: this loop may itself
+        // have been busy (CRIU's notifications, the commit).
+        const bool waiting = fds[0].revents || buffered;
+        if (_destination_reports_progress && !waiting && looked - heard > progress_silence)
             throw error(fmt::format(
                 "the destination daemon reported no progress of its restore for {} s (hung or "
                 "stopped; its host still answers); its last report: {}",
@@ -113,7 +116,7 @@ void migration::wait_resumed() {
         check_interrupt();
         if (nfds == 2 && fds[1].revents)
             _dump->on_event();
-        if (!fds[0].revents && !buffered)
+        if (!waiting)
             continue;
         control::envelope_ptr e;
         try {
