@@ -90,7 +90,7 @@ void migration::wait_resumed() {
     const auto progress_silence = std::chrono::duration_cast<std::chrono::milliseconds>(
         control::restore_progress_silence * _opt.deadline_scale);
     auto heard = std::chrono::steady_clock::now();
-    std::string last_step = "the images were sent";
+    std::string last_step = "none since the images were sent";
     for (;;) {
         // While waiting for the destination, answer CRIU's notifications
         // promptly so its page server comes up in parallel.

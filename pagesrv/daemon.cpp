@@ -182,15 +182,6 @@ void daemon::run() {
                 continue;
             if (!net::fail_when_peer_silent(fd.get(), peer_host_silence))
                 _log->warn("cannot set keepalive on a connection: {}", std::strerror(errno));
-            // Control frames are small and each waits for an answer: with
-            // Nagle on, one sent right after another (a restore's progress
-            // report, then its resume request) waited for the migrator's
-            // delayed ACK, ~40 ms inside the downtime.
-            try {
-                net::set_nodelay(fd.get());
-            } catch (const std::exception& e) {
-                _log->warn("cannot set TCP_NODELAY on a connection: {}", e.what());
-            }
             std::lock_guard lock(_mutex);
             if (_connections.size() >= _cfg.max_connections) {
                 // A storm of connections costs a closed socket each, nothing more.

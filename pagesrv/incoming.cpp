@@ -54,10 +54,11 @@ void incoming_session::send_restore_failure(const std::string& why) {
 void incoming_session::report_progress(const char* step) noexcept {
     if (!_progress_asked || _resumed) // the result went: nothing follows it
         return;
+    // The first report comes an interval after the images: none inside the
+    // downtime, where each frame cost docker moves ~4 ms.
     const uint64_t now = monotonic_ns();
-    if (_last_progress_ns &&
-        now - _last_progress_ns <
-            uint64_t(std::chrono::nanoseconds(control::restore_progress_interval).count()))
+    const uint64_t last = _last_progress_ns ? _last_progress_ns : _t_images_ns;
+    if (now - last < uint64_t(std::chrono::nanoseconds(control::restore_progress_interval).count()))
         return;
     _last_progress_ns = now;
     FerryControl__RestoreProgress p = FERRY_CONTROL__RESTORE_PROGRESS__INIT;
