@@ -218,16 +218,16 @@ void migration::decide_network() {
         _r.network += "; " + netlink::to_string(route);
 }
 
-std::chrono::milliseconds migration::destination_silence() const {
+std::chrono::milliseconds migration::scaled_silence(std::chrono::seconds silence) const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
-        destination_host_silence * std::max(1.0, _opt.deadline_scale));
+        silence * std::max(1.0, _opt.deadline_scale));
 }
 
 // `source_addr` is empty when there is no source (a parked workload).
 void migration::connect_destination(const std::string& source_addr) {
     try {
         _dest = tls::connect(_opt.destination, _opt.credentials, connect_timeout);
-        if (!net::fail_when_peer_silent(_dest->fd(), destination_silence()))
+        if (!net::fail_when_peer_silent(_dest->fd(), scaled_silence(destination_host_silence)))
             _log->warn("cannot set keepalive on the destination's connection: {}",
                        std::strerror(errno));
         // The restore's result is timed by its arrival, not by when this

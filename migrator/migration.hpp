@@ -123,8 +123,9 @@ class migration {
     void release_source(bool end_workload);
     void tell_daemon_aborted(const std::string& reason);
     void set_phase(const char* phase);
-    // destination_host_silence, times --deadline-scale (never shorter).
-    [[nodiscard]] std::chrono::milliseconds destination_silence() const;
+    // A silence bound times --deadline-scale (never shorter): the
+    // destination host's and its restore's stay in the same order.
+    [[nodiscard]] std::chrono::milliseconds scaled_silence(std::chrono::seconds silence) const;
     void cleanup();
     void take_idle_poll();
     void release_idle_poll() noexcept;

@@ -87,8 +87,7 @@ void migration::wait_resumed() {
     // A destination daemon that hangs, or is stopped, on a host whose
     // kernel still answers keeps the connection alive: its restore's
     // progress reports are what stop.
-    const auto progress_silence = std::chrono::duration_cast<std::chrono::milliseconds>(
-        control::restore_progress_silence * _opt.deadline_scale);
+    const auto progress_silence = scaled_silence(control::restore_progress_silence);
     auto heard = std::chrono::steady_clock::now();
     std::string last_step = "none since the images were sent";
     for (;;) {
@@ -127,7 +126,9 @@ void migration::wait_resumed() {
             throw error(fmt::format(
                 "the destination host stopped answering during its restore (down, or the network "
                 "to it is): its connection timed out after {} s of silence",
-                std::chrono::duration_cast<std::chrono::seconds>(destination_silence()).count()));
+                std::chrono::duration_cast<std::chrono::seconds>(
+                    scaled_silence(destination_host_silence))
+                    .count()));
         }
         if (!e)
             throw error("the destination daemon closed the connection before resuming");

@@ -54,11 +54,12 @@ void incoming_session::send_restore_failure(const std::string& why) {
 void incoming_session::report_progress(const char* step) noexcept {
     if (!_progress_asked || _resumed) // the result went: nothing follows it
         return;
-    // The first report comes an interval after the images: none inside the
-    // downtime, where each frame cost docker moves ~4 ms.
+    // The first report comes an interval after the images (receive_images
+    // starts the clock), never inside the downtime: there one held the
+    // resume request behind Nagle for the migrator's delayed ACK, ~40 ms.
     const uint64_t now = monotonic_ns();
-    const uint64_t last = _last_progress_ns ? _last_progress_ns : _t_images_ns;
-    if (now - last < uint64_t(std::chrono::nanoseconds(control::restore_progress_interval).count()))
+    if (now - _last_progress_ns <
+        uint64_t(std::chrono::nanoseconds(control::restore_progress_interval).count()))
         return;
     _last_progress_ns = now;
     FerryControl__RestoreProgress p = FERRY_CONTROL__RESTORE_PROGRESS__INIT;
@@ -170,7 +171,7 @@ bool incoming_session::receive_images() {
         }
         if (!t0) {
             t0 = monotonic_ns();
-            _t_images_ns = t0;
+            _t_images_ns = _last_progress_ns = t0;
         }
         const auto& images = *e->incoming_images;
         last = images.has_last && images.last;
@@ -241,7 +242,6 @@ void incoming_session::run() {
     _log->info("incoming from source {}", _source);
     if (!receive_images())
         return;
-    report_progress("the images are here");
     if (fault_injected(fault::dest_stall_before_restore)) {
         _log->warn("fault injection: stalling for 60 s before restore");
         std::this_thread::sleep_for(std::chrono::seconds(60));

@@ -234,7 +234,7 @@ class incoming_session {
     std::unique_ptr<idle_poll::hold> _idle_poll;
     bool _progress_asked = false;   // the migrator wants restore_progress
     uint64_t _t_images_ns = 0;      // the first frame of images arrived
-    uint64_t _last_progress_ns = 0; // restore_progress last sent
+    uint64_t _last_progress_ns = 0; // restore_progress last sent (or the images came)
     void release_idle_poll() noexcept;
 };
 

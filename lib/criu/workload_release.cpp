@@ -160,17 +160,17 @@ std::string read_word(const fs::path& f) {
 }
 
 // Runs `argv` inside the network namespace of `pid`, for 5 s at most and
-// not past `until`; true if it succeeded.
-bool in_net_ns(pid_t pid, std::vector<std::string> argv, clock::time_point until) {
+// not past `until`: its output, or nullopt if it failed or ran out of time.
+std::optional<std::string> in_net_ns(pid_t pid, std::vector<std::string> argv,
+                                     clock::time_point until) {
     const auto left = std::chrono::duration_cast<milliseconds>(until - clock::now());
     if (left <= milliseconds(0))
-        return false;
+        return std::nullopt;
     argv.insert(argv.begin(), {"nsenter", fmt::format("--net=/proc/{}/ns/net", pid), "--"});
     try {
-        (void)run_capture(argv, std::min(left, milliseconds(5000)));
-        return true;
+        return run_capture(argv, std::min(left, milliseconds(5000)));
     } catch (const std::exception&) {
-        return false;
+        return std::nullopt;
     }
 }
 
@@ -195,23 +195,14 @@ bool unlock_network(pid_t pid) {
                  i++) {
             }
         (void)in_net_ns(pid, {tool, "-w", "-F", "CRIU"}, until);
-        unlocked |= in_net_ns(pid, {tool, "-w", "-X", "CRIU"}, until);
+        unlocked |= in_net_ns(pid, {tool, "-w", "-X", "CRIU"}, until).has_value();
     }
-    const auto left = std::chrono::duration_cast<milliseconds>(until - clock::now());
-    if (left <= milliseconds(0))
-        return unlocked;
-    try {
-        const auto tables = run_capture(
-            {"nsenter", fmt::format("--net=/proc/{}/ns/net", pid), "--", "nft", "list", "tables"},
-            std::min(left, milliseconds(5000)));
-        std::istringstream lines(tables);
-        std::string word, family, name;
-        while (lines >> word >> family >> name)
-            if (word == "table" && name.rfind("CRIU-", 0) == 0)
-                unlocked |= in_net_ns(pid, {"nft", "delete", "table", family, name}, until);
-    } catch (const std::exception&) {
-        // no nft here: CRIU could not have used it either
-    }
+    // No nft here (or no time left): CRIU could not have used it either.
+    std::istringstream lines(in_net_ns(pid, {"nft", "list", "tables"}, until).value_or(""));
+    std::string word, family, name;
+    while (lines >> word >> family >> name)
+        if (word == "table" && name.rfind("CRIU-", 0) == 0)
+            unlocked |= in_net_ns(pid, {"nft", "delete", "table", family, name}, until).has_value();
     return unlocked;
 }
 
