@@ -125,9 +125,8 @@ guest_state() {
 }
 
 # guest_lockups: the first line of each VM's console where its kernel says
-# it locked up (a soft lockup, an RCU stall, a hung task), if any. In CI on
-# 2026-12-06 both of VM a's CPUs soft-locked in the memload threads CRIU was
-# dumping (guest kernel 6.1 under TCG), and nothing in the guest ran again.
+# it locked up (a soft lockup, an RCU stall, a hung task), if any. Twice in
+# CI a 2-vCPU VM a stopped while CRIU dumped in it (tests/README, "vm").
 guest_lockups() {
   local v f
   for v in a b; do
@@ -137,23 +136,41 @@ guest_lockups() {
   done
 }
 
+# guests_answer: both VMs run a trivial command within 30 s; else fails
+# and prints which did not.
+guests_answer() {
+  local h ok=0
+  for h in a b; do
+    FERRY_VM_EXEC_TIMEOUT=30 on "$h" true >/dev/null 2>&1 || { echo "VM $h did not answer within 30 s"; ok=1; }
+  done
+  return $ok
+}
+
 # wait_migration NAME BOUND: waits for the migrator ($mig) at most BOUND s
 # and sets mig_rc to its status. A migrator still running then is a hang:
 # the guests' processes, its own log and the daemons' logs go to stderr
 # (the part of a failed test's output that is kept), and the test fails.
 wait_migration() {
-  local name=$1 bound=$2 i locked=""
-  for ((i = 0; i < bound * 5; i++)); do
+  local name=$1 bound=$2 i locked="" silent start=$SECONDS elapsed
+  for ((i = 0; i < bound * 5 && SECONDS - start < bound; i++)); do
     kill -0 "$mig" 2>/dev/null || break
     # A guest kernel that locked up runs nothing more: no use waiting.
     if ((i % 25 == 24)) && locked=$(guest_lockups) && [ -n "$locked" ]; then
       break
     fi
+    # A guest that stopped running (its vCPUs or its timers stalled) may not
+    # say so on its console for minutes: ask it every 25 s, bounded.
+    if ((i % 125 == 124)) && ! silent=$(guests_answer); then
+      locked="$silent"
+      break
+    fi
     sleep 0.2
   done
+  elapsed=$((SECONDS - start))
   if kill -0 "$mig" 2>/dev/null; then
-    [ -z "$locked" ] || log "$name: a guest's kernel locked up: $locked"
-    log "$name: the migrator has not ended after $((i / 5)) s; what the guests are doing:"
+    [ -z "$locked" ] || log "$name: a guest stopped: $locked"
+    log "$name: the migrator has not ended after $elapsed s; what the guests are doing:"
+    for h in a b; do "$repo/examples/vm/host.sh" cpus "$vm_state/vm-$h" >&2; done
     guest_state a
     guest_state b
     echo "== the migrator's log so far" >&2
@@ -165,6 +182,7 @@ wait_migration() {
       echo "== VM $h's console" >&2
       tail -n "$([ -n "$locked" ] && echo 80 || echo 15)" "$vm_state/vm-$h/console.log" >&2
     done
+    [ -z "$locked" ] || fail "$name: a guest stopped $elapsed s into the migration: $locked"
     fail "$name: the migrator ran over its $bound s bound"
   fi
   mig_rc=0
