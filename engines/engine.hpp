@@ -75,6 +75,9 @@ struct engine {
     // never ran, if it never started; nullptr if the engine creates nothing
     // before the freeze.
     void (*remove_if_never_started)(const std::string& id, const host_tools& tools);
+    // Removes what a restore for `migration_id` left outside the container
+    // (docker: containerd's copy of the checkpoint); nullptr if nothing.
+    void (*remove_restore_leftovers)(const std::string& migration_id);
 };
 
 // The engine called `name`; throws ferry::error naming the known ones.

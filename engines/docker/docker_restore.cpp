@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "criu/criu_image.hpp"
+#include "docker/containerd_staging.hpp"
 #include "docker/docker_api.hpp"
 #include "docker/docker_source.hpp"
 #include "engine_request.hpp"
@@ -101,6 +102,7 @@ class docker_restore final : public engine_restore {
         if (_id.empty())
             throw error("the container was not created before the freeze");
         write_runc_descriptors(dir, files);
+        _migration_id = migration_id;
         const auto checkpoint = checkpoint_name(migration_id);
         const auto stand_in = checkpoint_dir(checkpoint);
         fs::create_directories(stand_in);
@@ -127,6 +129,7 @@ class docker_restore final : public engine_restore {
             return {};
         }
         apply_rootfs_diff(dir);
+        _migration_id = migration_id;
         const auto checkpoint = checkpoint_name(migration_id);
         const auto images = checkpoint_dir(checkpoint);
         fs::create_directories(images);
@@ -141,6 +144,7 @@ class docker_restore final : public engine_restore {
 
     void remove() noexcept override {
         _warm = false;
+        remove_staging();
         if (_id.empty())
             return;
         const auto id = std::exchange(_id, std::string());
@@ -153,6 +157,7 @@ class docker_restore final : public engine_restore {
     }
 
     void release() noexcept override {
+        remove_staging();
         std::error_code ec;
         if (!_record.empty())
             fs::remove(_record, ec);
@@ -204,6 +209,16 @@ class docker_restore final : public engine_restore {
     }
 
   private:
+    // containerd's copy of the checkpoint it restored from, which it keeps
+    // (containerd_staging.hpp): by then the restore has run or failed.
+    void remove_staging() noexcept {
+        if (const auto id = std::exchange(_migration_id, std::string()); !id.empty())
+            if (const int n = remove_containerd_staging(id))
+                make_logger("pagesrv")->debug("migration {}: removed containerd's {} copies of "
+                                              "the checkpoint",
+                                              id, n);
+    }
+
     static std::string checkpoint_name(const std::string& migration_id) {
         return "ferry-" + migration_id;
     }
@@ -243,12 +258,13 @@ class docker_restore final : public engine_restore {
     std::string _name;
     host_tools _tools;
     docker_api::client _api;
-    json _source;             // the source's configuration ({"Config", "HostConfig"})
-    std::string _id;          // once created
-    fs::path _record;         // the reservation record, while it stands
-    bool _links_move = false; // keep_addresses: the source's network moves
-    bool _warm = false;       // its start runs since before the freeze
-    fs::path _root;           // ... and dockerd mounted this root for it
+    json _source;              // the source's configuration ({"Config", "HostConfig"})
+    std::string _id;           // once created
+    fs::path _record;          // the reservation record, while it stands
+    bool _links_move = false;  // keep_addresses: the source's network moves
+    bool _warm = false;        // its start runs since before the freeze
+    std::string _migration_id; // once a `docker start --checkpoint` is named
+    fs::path _root;            // ... and dockerd mounted this root for it
 };
 
 } // namespace

@@ -7,6 +7,7 @@ const engines::engine engine = {
     .open_source = open_source,
     .make_restore = make_restore,
     .remove_if_never_started = remove_if_never_started, // a warm restore's container
+    .remove_restore_leftovers = nullptr,
 };
 
 } // namespace ferry::engines::podman

@@ -32,7 +32,10 @@
 #   3. a container of that name already exists on b: refused before the
 #      freeze, and neither container is touched;
 #   4. a container with a named volume (which Ferry does not move): refused
-#      before the freeze, and it keeps running.
+#      before the freeze, and it keeps running;
+#   5. (docker) containerd's copy of each checkpoint it restored from, which
+#      it never removes, is gone: the move's end removed it, or the daemon's
+#      restart after it was killed.
 . "$(dirname "$0")/lib.sh"
 # This test reads CRIU's debug lines (its call-outs, its mounts): level 4
 # for the engine's CRIU too (Ferry's plugin sets it; 3 is the default).
@@ -393,4 +396,32 @@ migrate m4 >"$work/m4.json" 2>"$work/m4.err" && fail "migration of a container w
 grep -q "named volumes (ferry-test-volume at /data)" "$work/m4.json" || fail "unclear error: $(cat "$work/m4.json")"
 [ "$(state a m4)" = running ] || fail "m4 stopped: $(state a m4)"
 [ "$(json "$work/m4.json" committed)" = false ] || fail "m4's migration says it committed"
+if [ "$engine" = docker ]; then
+  log "5. containerd's copies of the checkpoints it restored from are gone"
+  # containerd keeps the checkpoint it restored from in a ctrd-checkpoint*
+  # directory of its TMPDIR (engines/docker/containerd_staging.hpp): the
+  # daemon removes its own when the move ends, and a daemon killed mid-move
+  # removes it when it starts again (destination_dies restarts it).
+  left=$(python3 - "$work" "${TMPDIR:-/tmp}" <<'PY'
+import glob, json, os, sys
+work, tmp = sys.argv[1:]
+ids = set()
+for f in glob.glob(os.path.join(work, "*.json")):
+    try:
+        r = json.load(open(f))
+    except ValueError:
+        continue
+    if isinstance(r, dict) and r.get("migration_id"):
+        ids.add(r["migration_id"])
+assert len(ids) >= 4, f"expected the moves' results in {work}, found {ids}"
+for f in glob.glob(os.path.join(tmp, "ctrd-checkpoint*", "ferry-restore.json")):
+    try:
+        if json.load(open(f)).get("migration_id") in ids:
+            print(os.path.dirname(f))
+    except ValueError:
+        pass
+PY
+  ) || fail "cannot check containerd's copies: $left"
+  [ -z "$left" ] || fail "containerd's copies of Ferry's checkpoints are left: $left"
+fi
 log "$engine: all cases passed"
