@@ -373,22 +373,35 @@ class holes_fetch {
                     net::parse_endpoint(opt.source), opt.credentials, opt.migration_id,
                     std::chrono::seconds(10), early_acceptance_wait,
                     [this] { return ready_to_ask(); },
-                    [this](std::vector<page_hole> h) { deliver(std::move(h)); });
+                    [this](std::vector<page_hole> h) { deliver(std::move(h)); },
+                    [this](net::stream* c) {
+                        std::lock_guard lock(_ask_mutex);
+                        _conn = _stop ? nullptr : c;
+                        if (_stop && c)
+                            c->shutdown(); // lazy-pages ends already
+                    });
                 if (!a.unknown.empty())
                     _log.info("the source cannot tell which lazy pages are holes ({}): the "
                               "others are fetched",
                               a.unknown);
             } catch (const std::exception& e) {
-                _log.warn("no holes from the source ({}): every lazy page is fetched", e.what());
+                std::lock_guard lock(_ask_mutex);
+                if (!_stop)
+                    _log.warn("no holes from the source ({}): every lazy page is fetched",
+                              e.what());
             }
         });
     }
-    // Joins: the source answers soon after it is asked, or its connection
-    // fails; a thread still waiting to ask gives up.
+    // Joins at once: a thread still waiting to ask gives up, and one waiting
+    // for the source's answer (up to early_acceptance_wait, minutes, with the
+    // source gone) has its connection shut down. lazy-pages' exit must not
+    // wait on it: the daemon kills a lazy-pages that is slow to end.
     ~holes_fetch() {
         {
             std::lock_guard lock(_ask_mutex);
             _stop = true;
+            if (_conn)
+                _conn->shutdown();
         }
         _asked.notify_all();
         if (_thread.joinable())
@@ -433,6 +446,7 @@ class holes_fetch {
     std::mutex _ask_mutex;
     std::condition_variable _asked;
     bool _may_ask = false, _stop = false;
+    net::stream* _conn = nullptr; // under _ask_mutex: the source's, while open
     lazy::fault_loop* _loop = nullptr;
     std::vector<page_hole> _holes;
     std::thread _thread; // last

@@ -159,6 +159,12 @@ int main(int argc, char** argv) {
     sa.sa_handler = [](int) { ferry::migrator::request_interrupt(); };
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
+    // A migrator stopped from its terminal (Ctrl-Z, or a background write
+    // or read) would hold the source frozen for as long as it stays
+    // stopped: CRIU and the source daemon wait on it, and its host still
+    // answers. Ctrl-C is the way to end a migration.
+    for (const int sig : {SIGTSTP, SIGTTIN, SIGTTOU})
+        ::signal(sig, SIG_IGN);
     CLI::App app{"Ferry: post-copy live migration of containers and process trees"};
     app.require_subcommand(1);
     // Every command: where this host's credentials are. Subcommands made

@@ -164,17 +164,36 @@ std::optional<std::string> incoming_session::lazy_report_before_resume() {
 // (the restored tasks are killed then).
 std::optional<std::string> incoming_session::relay_final_stats(const control::envelope& e) {
     std::optional<std::string> failure;
+    const bool ok = e.transfer_stats->ok;
     // It exits right after its final report.
-    const auto status = _lazy.proc.wait_for(std::chrono::seconds(10));
-    if (!e.transfer_stats->ok)
+    auto status = _lazy.proc.wait_for(std::chrono::seconds(10));
+    if (ok && !status) {
+        // Every page is in: whatever holds up its exit must not cost the
+        // copy that runs on them.
+        _log->warn("lazy-pages reported success but had not exited 10 s later: killed it (every "
+                   "page is in; the copy runs on)");
+        _lazy.proc.signal(SIGKILL);
+        if (!_lazy.proc.wait_for(std::chrono::seconds(5)))
+            _log->warn("lazy-pages (pid {}) did not end 5 s after SIGKILL", _lazy.proc.pid());
+    } else if (!ok) {
         failure = e.transfer_stats->error ? e.transfer_stats->error : "lazy-pages failed";
-    else if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
-        failure = "lazy-pages reported success but exited abnormally";
+    } else if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+        failure =
+            "lazy-pages reported success but then ended with " + describe_wait_status(*status);
+    }
     if (failure)
         kill_restored(*failure);
     if (auto* metrics = _d.metrics())
         metrics->transfer_finished(*e.transfer_stats);
-    (void)control::try_send(_conn, e, net::after(control_timeout)); // migrator may be gone
+    if (failure && ok) {
+        // Its success no longer stands: the copy was killed.
+        FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
+        t.ok = false;
+        t.error = const_cast<char*>(failure->c_str());
+        (void)control::try_send_message(_conn, t, net::after(control_timeout));
+    } else {
+        (void)control::try_send(_conn, e, net::after(control_timeout)); // migrator may be gone
+    }
     return failure;
 }
 

@@ -13,8 +13,19 @@ page_holes_answer fetch_page_holes(const net::endpoint& source, const tls::crede
                                    std::chrono::milliseconds connect_timeout,
                                    std::chrono::milliseconds wait,
                                    const std::function<bool()>& ready_to_ask,
-                                   const std::function<void(std::vector<page_hole>)>& holes) {
+                                   const std::function<void(std::vector<page_hole>)>& holes,
+                                   const std::function<void(net::stream*)>& connection) {
     auto conn = tls::connect(source, creds, connect_timeout);
+    // Declared after conn: withdrawn before conn closes.
+    struct handed_out {
+        const std::function<void(net::stream*)>& to;
+        ~handed_out() {
+            if (to)
+                to(nullptr);
+        }
+    } handed{connection};
+    if (connection)
+        connection(conn.get());
     FerryControl__PageChannelOpen open = FERRY_CONTROL__PAGE_CHANNEL_OPEN__INIT;
     open.migration_id = const_cast<char*>(migration_id.c_str());
     open.kind = FERRY_CONTROL__CHANNEL_KIND__HOLES;

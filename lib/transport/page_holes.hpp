@@ -40,11 +40,15 @@ struct page_holes_answer {
 // commit, the others once asked, which is when `ready_to_ask` returns true
 // (the destination's restore has finished; false gives up, with `unknown`
 // set). Each part is awaited up to `wait`. Throws on any failure.
+// `connection`, if set, is handed the connection once it is open and
+// nullptr before it closes: another thread may shut it down meanwhile, which
+// ends a wait at once (the call then throws).
 page_holes_answer fetch_page_holes(const net::endpoint& source, const tls::credentials_ptr& creds,
                                    const std::string& migration_id,
                                    std::chrono::milliseconds connect_timeout,
                                    std::chrono::milliseconds wait,
                                    const std::function<bool()>& ready_to_ask,
-                                   const std::function<void(std::vector<page_hole>)>& holes);
+                                   const std::function<void(std::vector<page_hole>)>& holes,
+                                   const std::function<void(net::stream*)>& connection = {});
 
 } // namespace ferry
