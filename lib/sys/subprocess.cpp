@@ -8,7 +8,9 @@
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -30,6 +32,27 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 }
 
 extern "C" char** environ;
+
+// How long a child killed with SIGKILL is waited for: one stuck in the
+// kernel (a hung mount, a frozen cgroup) may never end, and is left then
+// rather than hanging its caller.
+constexpr int kill_reap_ms = 5000;
+
+// The wait status of `pid` once it ends within `ms`; nullopt if it has not
+// (it is not reaped then).
+std::optional<int> reap_within(pid_t pid, int ms) {
+    for (int waited = 0;; waited += 2) {
+        int status = 0;
+        const pid_t r = ::waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return status;
+        if (r < 0 && errno != EINTR)
+            return std::nullopt; // not ours, or reaped already
+        if (waited >= ms)
+            return std::nullopt;
+        ::usleep(2000);
+    }
+}
 
 // In the forked child: stdout/stderr to the given fds (-1: inherited),
 // stdin from `in_fd` (-1: /dev/null), no blocked signals, then exec of
@@ -77,7 +100,7 @@ child_process& child_process::operator=(child_process&& o) noexcept {
 child_process::~child_process() {
     if (_pid > 0) {
         ::kill(_pid, SIGKILL);
-        ::waitpid(_pid, nullptr, 0);
+        (void)reap_within(_pid, kill_reap_ms);
     }
 }
 
@@ -219,10 +242,20 @@ std::string run_capture(const std::vector<std::string>& argv, std::chrono::milli
             (i == 0 ? stdout_text : stderr_text).append(buf, size_t(n));
         }
     }
-    if (timed_out)
+    // Both pipes closed: the child ends now, unless it closed them and went
+    // on (a hook that sends its output elsewhere), which the bound covers.
+    std::optional<int> ended;
+    if (!timed_out) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            until - std::chrono::steady_clock::now());
+        ended = reap_within(pid, int(std::max<int64_t>(left.count(), 0)));
+        timed_out = !ended;
+    }
+    if (timed_out) {
         ::kill(pid, SIGKILL);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
+        (void)reap_within(pid, kill_reap_ms);
+    }
+    const int status = ended.value_or(0);
     while (!stderr_text.empty() && stderr_text.back() == '\n')
         stderr_text.pop_back();
     if (timed_out)
