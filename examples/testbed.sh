@@ -71,7 +71,9 @@
 # (default lru) configure the pool nodes, FERRY_DOCKER_STORAGE picks dockerd's
 # storage driver (default overlay2; vfs works too, but copies the whole image
 # for every container), FERRY_TESTBED_WORK the tmpfs directory of the
-# daemons' work dirs (default /dev/shm/ferry-testbed; NAME/HOST in it).
+# daemons' work dirs (default /dev/shm/ferry-testbed; NAME/HOST in it), and
+# FERRY_PAGESRV_ARGS more options for the namespace hosts' daemons started
+# meanwhile (e.g. "--drain-timeout 1").
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -230,7 +232,7 @@ start_daemon() {
   fi
   env $(engine_env "$h") nsenter --net="/run/netns/$(ns "$h")" setsid "$build/pagesrv/pagesrv" --listen "$(addr "$h")" --state-dir "$dir" \
     --work-dir "$work" --credentials "$dir/credentials" --metrics 127.0.0.1:9140 --favor-cgroup-moves \
-    --own-netns-socket-tables "${role[@]}" </dev/null >>"$dir/pagesrv.log" 2>&1 &
+    --own-netns-socket-tables "${role[@]}" ${FERRY_PAGESRV_ARGS:-} </dev/null >>"$dir/pagesrv.log" 2>&1 &
   echo $! >"$dir/pagesrv.pid"
   # Wait (bounded) until it accepts connections.
   local ip=${net}.$(host_index "$h") i

@@ -247,6 +247,11 @@ void daemon::drain() {
                                         [&] { return !committed_left(); }))
             _log->warn("stopping with committed migrations unfinished: their destinations lose "
                        "their source");
+        // Their sessions wait for the destination's report (up to an hour
+        // once the migrator is gone), which cannot come once the channels
+        // below are shut down.
+        for (auto& [id, m] : _outgoing)
+            m->abandon();
         for (auto& c : _connections)
             if (c.conn)
                 c.conn->shutdown();

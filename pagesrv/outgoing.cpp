@@ -261,7 +261,21 @@ void outgoing_migration::destination_done() {
 
 bool outgoing_migration::wait_destination_done(std::chrono::milliseconds timeout) {
     std::unique_lock lock(_mutex);
-    return _changed.wait_for(lock, timeout, [&] { return _destination_done; });
+    (void)_changed.wait_for(lock, timeout, [&] { return _destination_done || _abandoned; });
+    return _destination_done;
+}
+
+void outgoing_migration::abandon() {
+    {
+        std::lock_guard lock(_mutex);
+        _abandoned = true;
+    }
+    _changed.notify_all();
+}
+
+bool outgoing_migration::abandoned() const {
+    std::lock_guard lock(_mutex);
+    return _abandoned;
 }
 
 outgoing_migration::state outgoing_migration::current_state() const {

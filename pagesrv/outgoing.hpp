@@ -89,7 +89,13 @@ class outgoing_migration final : public transport::page_source {
                bool criu_gone = false);
 
     [[nodiscard]] state current_state() const;
+    // True once the destination reports every page installed, within
+    // `timeout`; false at once after abandon().
     [[nodiscard]] bool wait_destination_done(std::chrono::milliseconds timeout);
+    // The daemon stops: nothing waits for the destination any more (its
+    // page channels are shut down, so its report can no longer come).
+    void abandon();
+    [[nodiscard]] bool abandoned() const;
 
     // A destination's channel (its connection's socket) while a thread
     // serves it: an abort shuts the socket down, so that the thread ends and
@@ -202,6 +208,7 @@ class outgoing_migration final : public transport::page_source {
     std::unique_ptr<transport::source_state> _fabric_state;
     std::unique_ptr<pool_pusher> _pusher;
     bool _destination_done = false;
+    bool _abandoned = false;
 };
 
 } // namespace ferry::pagesrv

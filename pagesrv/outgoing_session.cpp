@@ -174,7 +174,9 @@ void outgoing_session::on_migrator_gone() {
     log().warn("the migrator left after commit; finishing when the destination is "
                "done");
     if (!_m.wait_destination_done(orphaned_commit_wait)) {
-        log().error("the destination never finished; the source stays frozen");
+        log().error("{}; the source stays frozen",
+                    _m.abandoned() ? "the daemon stops before the destination finished"
+                                   : "the destination never finished");
         return;
     }
     try {

@@ -2,7 +2,8 @@
 # Failures before the destination resumes: each gets a clear error and the
 # source workload keeps running unharmed (among them VMA flags that changed
 # as the tree was frozen, which the source refuses to commit). Then a page corrupted in flight is
-# caught by its checksum, refetched, and the migration completes.
+# caught by its checksum, refetched, and the migration completes. Last, the
+# source's daemon stops on SIGTERM, also mid post-copy with its migrator gone.
 source "$(dirname "$0")/lib.sh"
 
 testbed_up
@@ -189,6 +190,38 @@ dest=$(json "$work/corrupt-page.json" destination_pid)
 kill -USR1 "$dest"
 wait_for "$out" "verify ok parent pages=8192" 30 "$mark"
 wait_for "$out" "verify ok child pages=1024" 30 "$mark"
+# SIGTERM to the source daemon while a committed migration's post-copy
+# runs and its migrator is gone: the daemon stops within its drain bound.
+# Its session used to wait up to an hour for the destination's report,
+# which the shutdown of its page channels made impossible. The restored
+# copy loses its source then, and is killed (fail-stop).
+log "case: SIGTERM mid post-copy, migrator gone"
+"$testbed" stop b
+FERRY_LAZY_PAGES_ARGS="--background-chunk 1 --background-depth 1" "$testbed" start b
+"$testbed" stop a
+FERRY_PAGESRV_ARGS="--drain-timeout 1" "$testbed" start a
+big=$(start_workload a drain --mib 256 --child-mib 0)
+blog="/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.log"
+mark=$(lines "$blog")
+on a migrator migrate --pid "$big" --to "$(addr b)" --json >"$work/drain.json" 2>"$work/drain.err" &
+mig=$!
+wait_for "$blog" "resumed as pid" 60 "$mark"
+kill -KILL "$mig"
+wait "$mig" 2>/dev/null || true
+daemon=$(cat "/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.pid")
+alog="/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.log"
+tail -n +"$((mark + 1))" "$blog" | grep -q "transfer complete" &&
+  fail "the post-copy had ended before the SIGTERM: the case proves nothing"
+kill -TERM "$daemon"
+start=$SECONDS
+# Functional bound: drain 1 s, then the sessions' threads end.
+wait_gone "$daemon" 60 || fail "the source daemon had not stopped 60 s after SIGTERM: $(tail -n 5 "$alog")"
+log "   stopped $((SECONDS - start)) s after SIGTERM: $(grep -o "the migrator left after commit.*\|the daemon stops before the destination finished.*" "$alog" | tr '\n' ' ')"
+kill -KILL "$big" 2>/dev/null || true
+"$testbed" start a
+"$testbed" stop b
+"$testbed" start b
+
 # The daemon stops cleanly on SIGTERM.
 log "case: SIGTERM"
 daemon=$(cat "/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.pid")
