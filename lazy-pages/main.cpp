@@ -23,6 +23,7 @@
 #include <thread>
 
 #include <CLI/CLI.hpp>
+#include <poll.h>
 #include <signal.h>
 
 namespace {
@@ -227,11 +228,23 @@ class reporter {
         FerryControl__LazyReady r = FERRY_CONTROL__LAZY_READY__INIT;
         send(r);
     }
+    // Called under the fault loop's lock, every 200 ms: dropped unless it
+    // goes at once. The daemon does not read reports while an engine's
+    // restore command ends after the resume; a blocking send into the full
+    // socket would hold every fault handler behind that lock (the report fd
+    // blocks, so send's deadline cannot end the wait).
     void progress(const lazy::loop_stats& s) {
-        FerryControl__TransferProgress p = FERRY_CONTROL__TRANSFER_PROGRESS__INIT;
-        p.pages_done = s.pages_done();
-        p.pages_total = s.pages_total;
-        send(p);
+        if (_report < 0)
+            return;
+        // POLLOUT on a unix stream socket: at most a quarter of its send
+        // buffer in use, so a report of a few dozen bytes fits whole.
+        pollfd p{_report, POLLOUT, 0};
+        if (::poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT))
+            return;
+        FerryControl__TransferProgress m = FERRY_CONTROL__TRANSFER_PROGRESS__INIT;
+        m.pages_done = s.pages_done();
+        m.pages_total = s.pages_total;
+        send(m);
     }
     void final_stats(const lazy::fault_loop* loop, uint64_t transfer_ns, const std::string& err,
                      pool_source* pool) {

@@ -74,7 +74,7 @@ void migration::commit_source() {
     set_phase("committing");
     FerryControl__OutgoingCommit c = FERRY_CONTROL__OUTGOING_COMMIT__INIT;
     control::send_message(*_src, c, net::after(control_timeout));
-    auto e = control::receive(*_src, net::after(control_timeout));
+    auto e = control::receive(*_src, net::after(control::commit_answer_wait));
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_COMMITTED, "local daemon");
     _r.committed = true;
     _r.t_committed = monotonic_ns();

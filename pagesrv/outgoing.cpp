@@ -9,6 +9,7 @@
 #include "criu/workload_release.hpp"
 #include "sys/page_presence.hpp"
 #include "sys/proc.hpp"
+#include "wire/control.hpp"
 
 #include <fmt/format.h>
 #include <sched.h>
@@ -200,8 +201,11 @@ std::string outgoing_migration::vma_flags_problem() {
     if (!_vma_reader)
         return {};
     // The read started at registration and walks page tables at about 8 ms
-    // per GiB here; the bound is the restore's, which it runs alongside.
-    const auto& r = _vma_reader->wait(_deadlines.restore);
+    // per GiB here, alongside the restore. What is left of it at the commit
+    // is bounded well inside the migrator's wait for the answer: a late
+    // answer would find the migrator aborting a source this daemon committed.
+    const auto& r = _vma_reader->wait(std::min<std::chrono::milliseconds>(
+        _deadlines.restore, control::commit_answer_wait - std::chrono::seconds(10)));
     if (!r.done)
         return "the frozen tree's VMA flags could not be read in time";
     if (!r.error.empty())

@@ -29,6 +29,9 @@ inline constexpr uint32_t max_frame_payload = 256u << 20;
 // gone is named as such.
 inline constexpr auto restore_progress_interval = std::chrono::seconds(1);
 inline constexpr auto restore_progress_silence = std::chrono::seconds(25);
+// How long the migrator waits for the source daemon's answer to its commit;
+// the daemon's own checks before it answers stay well inside it.
+inline constexpr auto commit_answer_wait = std::chrono::seconds(30);
 
 using envelope = FerryControl__Envelope;
 
