@@ -28,6 +28,7 @@ option: the benchmark gives the baseline the same CRIU options through
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,9 @@ class Lab:
 
     def down(self):
         self.tb("down", check=False)
+        # The client's replies and the baseline's checkpoint copies: read
+        # before this, and a run's own (each left one behind before).
+        shutil.rmtree(self.work, ignore_errors=True)
 
     # --- Redis -----------------------------------------------------------
     def start_redis(self):

@@ -4,6 +4,7 @@ the span from its last start line before its first end line, per method,
 and a warm-up's or a move's missing markers leave nothing."""
 import json
 import os
+import shutil
 import sys
 import tempfile
 import unittest
@@ -42,6 +43,7 @@ RESTORE = """(00.050000) The restore goes on
 class Steps(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
         runs = {"ferry": {"1024": [{"migration_id": "aa"}, {"migration_id": "bb"}]},
                 "bare_process": {"1024": [{"migration_id": "cc"}]}}
         write(os.path.join(self.dir, "results.json"), json.dumps({"raw": {"downtime": runs}}))
