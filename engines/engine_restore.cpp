@@ -69,10 +69,11 @@ void remove_stale_reservations(const fs::path& incoming_root, const host_tools& 
             const auto r = nlohmann::json::parse(in);
             const auto engine = r.at("engine").get<std::string>();
             const auto id = r.at("id").get<std::string>();
-            if (const auto remove = find(engine).remove_if_never_started)
-                remove(id, tools);
-            if (const auto remove = find(engine).remove_restore_leftovers)
-                remove(session.path().filename().string());
+            const auto& e = find(engine);
+            if (e.remove_if_never_started)
+                e.remove_if_never_started(id, tools);
+            if (e.remove_restore_leftovers)
+                e.remove_restore_leftovers(session.path().filename().string());
             log->info("removed container {} ({}), created for migration {} that never ran",
                       r.value("name", ""), engine, session.path().filename().string());
         } catch (const std::exception& e) {

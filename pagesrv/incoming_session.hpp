@@ -140,6 +140,8 @@ class incoming_session {
     void report_resumed(uint64_t restore_ns, std::optional<uint64_t> engine_settle_ns);
     void spawn_lazy_pages();
     void relay_transfer();
+    // A failed transfer_stats to the migrator (best effort: it may be gone).
+    void send_transfer_failure(const std::string& why);
     std::optional<std::string> relay_until_final_stats();
     std::optional<std::string> lazy_report_before_resume();
     bool ask_to_resume();

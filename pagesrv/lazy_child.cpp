@@ -166,7 +166,7 @@ std::optional<std::string> incoming_session::relay_final_stats(const control::en
     std::optional<std::string> failure;
     const bool ok = e.transfer_stats->ok;
     // It exits right after its final report.
-    auto status = _lazy.proc.wait_for(std::chrono::seconds(10));
+    const auto status = _lazy.proc.wait_for(std::chrono::seconds(10));
     if (ok && !status) {
         // Every page is in: whatever holds up its exit must not cost the
         // copy that runs on them.
@@ -185,16 +185,18 @@ std::optional<std::string> incoming_session::relay_final_stats(const control::en
         kill_restored(*failure);
     if (auto* metrics = _d.metrics())
         metrics->transfer_finished(*e.transfer_stats);
-    if (failure && ok) {
-        // Its success no longer stands: the copy was killed.
-        FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
-        t.ok = false;
-        t.error = const_cast<char*>(failure->c_str());
-        (void)control::try_send_message(_conn, t, net::after(control_timeout));
-    } else {
+    if (failure && ok)
+        send_transfer_failure(*failure); // its success no longer stands: the copy was killed
+    else
         (void)control::try_send(_conn, e, net::after(control_timeout)); // migrator may be gone
-    }
     return failure;
+}
+
+void incoming_session::send_transfer_failure(const std::string& why) {
+    FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
+    t.ok = false;
+    t.error = const_cast<char*>(why.c_str());
+    (void)control::try_send_message(_conn, t, net::after(control_timeout));
 }
 
 // Forwards lazy-pages' progress to the migrator until it reports its final
@@ -247,10 +249,7 @@ void incoming_session::relay_transfer() {
     }
     if (failure && _lazy.proc.running()) {
         kill_restored(*failure);
-        FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
-        t.ok = false;
-        t.error = const_cast<char*>(failure->c_str());
-        (void)control::try_send_message(_conn, t, net::after(control_timeout));
+        send_transfer_failure(*failure);
     }
     // The migrator's last batch of held packets follows the resume report
     // at once; wait for it, within a bound, before the session ends.

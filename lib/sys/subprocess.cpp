@@ -8,9 +8,7 @@
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -36,21 +34,23 @@ extern "C" char** environ;
 // How long a child killed with SIGKILL is waited for: one stuck in the
 // kernel (a hung mount, a frozen cgroup) may never end, and is left then
 // rather than hanging its caller.
-constexpr int kill_reap_ms = 5000;
+constexpr auto kill_reap_wait = std::chrono::seconds(5);
 
-// The wait status of `pid` once it ends within `ms`; nullopt if it has not
-// (it is not reaped then).
-std::optional<int> reap_within(pid_t pid, int ms) {
-    for (int waited = 0;; waited += 2) {
+// The wait status of `pid` once it ends within `timeout`, watched through
+// its `pidfd`; nullopt if it has not (it is not reaped then).
+std::optional<int> reap_within(pid_t pid, int pidfd, std::chrono::milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
         int status = 0;
-        const pid_t r = ::waitpid(pid, &status, WNOHANG);
-        if (r == pid)
+        if (::waitpid(pid, &status, WNOHANG) == pid)
             return status;
-        if (r < 0 && errno != EINTR)
-            return std::nullopt; // not ours, or reaped already
-        if (waited >= ms)
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            until - std::chrono::steady_clock::now());
+        if (left.count() <= 0)
             return std::nullopt;
-        ::usleep(2000);
+        pollfd p{pidfd, POLLIN, 0};
+        if (::poll(&p, 1, int(left.count())) < 0 && errno != EINTR)
+            return std::nullopt;
     }
 }
 
@@ -100,7 +100,7 @@ child_process& child_process::operator=(child_process&& o) noexcept {
 child_process::~child_process() {
     if (_pid > 0) {
         ::kill(_pid, SIGKILL);
-        (void)reap_within(_pid, kill_reap_ms);
+        (void)reap_within(_pid, _pidfd.get(), kill_reap_wait);
     }
 }
 
@@ -213,6 +213,7 @@ std::string run_capture(const std::vector<std::string>& argv, std::chrono::milli
     if (pid == 0)
         exec_child(out_w.get(), err_w.get(), args.data(), input.env ? env.data() : environ, nullptr,
                    0, false, in_r.get(), input.program.empty() ? nullptr : input.program.c_str());
+    const unique_fd pidfd(pidfd_open(pid)); // -1 (an old kernel): reap_within sleeps instead
     in_r.reset();
     out_w.reset();
     err_w.reset();
@@ -246,14 +247,14 @@ std::string run_capture(const std::vector<std::string>& argv, std::chrono::milli
     // on (a hook that sends its output elsewhere), which the bound covers.
     std::optional<int> ended;
     if (!timed_out) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            until - std::chrono::steady_clock::now());
-        ended = reap_within(pid, int(std::max<int64_t>(left.count(), 0)));
+        ended = reap_within(pid, pidfd.get(),
+                            std::chrono::duration_cast<std::chrono::milliseconds>(
+                                until - std::chrono::steady_clock::now()));
         timed_out = !ended;
     }
     if (timed_out) {
         ::kill(pid, SIGKILL);
-        (void)reap_within(pid, kill_reap_ms);
+        (void)reap_within(pid, pidfd.get(), kill_reap_wait);
     }
     const int status = ended.value_or(0);
     while (!stderr_text.empty() && stderr_text.back() == '\n')
