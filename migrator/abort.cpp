@@ -43,8 +43,23 @@ void migration::abort_source(const std::string& reason) {
     set_phase("aborting");
     // Each step is logged: should an abort take long, its log says where.
     const uint64_t t0 = monotonic_ns();
-    _log->info("aborting ({}): CRIU resumes the source tasks", reason);
     _dump->ignore_interrupts(); // the abort itself must finish
+    if (!_daemon_verdict.empty()) {
+        // The source daemon gave up on this migrator and has done the abort
+        // itself (through CRIU's page server, or by killing CRIU): what is
+        // left here is to collect CRIU, and to check.
+        (void)_dump->wait_end(abort_page_server_grace);
+        _dump->after_criu_killed();
+        if (criu::inspect_workload(_opt.pid).running()) {
+            _r.recovery = "the source daemon resumed the source";
+            _log->info("the source runs again: {}", _r.recovery);
+            return;
+        }
+        _log->warn("the source does not run after the local daemon's abort: releasing it");
+        release_source(false);
+        return;
+    }
+    _log->info("aborting ({}): CRIU resumes the source tasks", reason);
     if (!_dump->stuck() && abort_gracefully(reason) && criu::inspect_workload(_opt.pid).running()) {
         _log->info("the source runs again, {:.0f} ms after the abort began",
                    ns_to_ms(monotonic_ns() - t0));

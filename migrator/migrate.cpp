@@ -316,10 +316,25 @@ void migration::connect_local_daemon() {
     prep_src.migration_id = const_cast<char*>(_r.id.c_str());
     prep_src.root_pid = _opt.pid;
     prep_src.fabric = const_cast<char*>(fabric.c_str());
+    if (_opt.mode == migrate_mode::migrate) {
+        // Should this process stop or hang before the commit, the source
+        // daemon resumes the source itself rather than leave it frozen.
+        const auto silence = fault_injected(fault::short_heartbeat_silence)
+                                 ? std::chrono::milliseconds(control::migrator_heartbeat_floor)
+                                 : scaled_silence(control::migrator_heartbeat_silence);
+        prep_src.has_heartbeat_silence_ms = true;
+        prep_src.heartbeat_silence_ms = uint32_t(silence.count());
+        prep_src.has_deadline_scale = true;
+        prep_src.deadline_scale = _opt.deadline_scale;
+        prep_src.has_workload_bytes = true;
+        prep_src.workload_bytes = _r.workload_bytes;
+    }
     control::send_message(*_src, prep_src, net::after(control_timeout));
     auto prepared = control::receive(*_src, net::after(std::chrono::minutes(2)));
     control::expect(prepared.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARED,
                     "local daemon");
+    _source_watches = prepared->outgoing_prepared->has_watches_heartbeats &&
+                      prepared->outgoing_prepared->watches_heartbeats;
     _r.prepare_ns = monotonic_ns() - t0;
 }
 
@@ -389,13 +404,25 @@ migration_result migration::run() {
         hand_over_packets(true);
     } catch (const std::exception& e) {
         _r.error = e.what();
+        // A source daemon that gave up on this migrator (it was stopped,
+        // say) is why any wait failed on waking: its clocks had jumped.
+        if (daemon_gave_up() && _r.error != _daemon_verdict) {
+            _log->info("after the local daemon gave up: {}", _r.error);
+            _r.error = _daemon_verdict;
+        }
         _log->warn("the migration failed ({}): {}", _rec.phase, _r.error);
         stop_mounts_early(); // its thread may be using _dest
         if (!_r.committed || _destination_never_ran) {
             // Whatever the destination restored must not resume: without its
             // migrator it refuses, and kills the copy, at once.
             _dest.reset();
-            abort_source(_r.error);
+            try {
+                abort_source(_r.error);
+            } catch (const std::exception& ex) {
+                // Never leave the source frozen because the abort itself failed.
+                _log->error("the abort failed ({}): releasing the source", ex.what());
+                release_source(false);
+            }
             _r.source_running = criu::inspect_workload(_opt.pid).running();
         }
         release_idle_poll();

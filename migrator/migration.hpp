@@ -4,6 +4,7 @@
 //   ship.cpp        the lazy dump, registration with the source daemon, images
 //   resume.cpp      the destination's restore, the commit, post-copy, the end
 //   abort.cpp       a failure before the commit: the source runs again
+//   heartbeat.cpp   telling the source daemon this migrator is alive
 //   park_mode.cpp   the pool as destination (checkpoint) or source (restore)
 // Internal to the migrator; migrate.hpp is its interface.
 #pragma once
@@ -123,6 +124,13 @@ class migration {
     void release_source(bool end_workload);
     void tell_daemon_aborted(const std::string& reason);
     void set_phase(const char* phase);
+    // Heartbeats to the source daemon, which ends the migration after a
+    // long silence before the commit (heartbeat.cpp). From the main
+    // thread's waits only: a migrator stuck elsewhere falls silent.
+    void beat(const char* step) noexcept;
+    void note_daemon_verdict() noexcept;
+    [[nodiscard]] bool daemon_gave_up() noexcept;
+    void check_source_daemon();
     // A silence bound times --deadline-scale (never shorter): the
     // destination host's and its restore's stay in the same order.
     [[nodiscard]] std::chrono::milliseconds scaled_silence(std::chrono::seconds silence) const;
@@ -173,6 +181,14 @@ class migration {
     bool _cgroup_was_frozen = false;
     records::migration_record _rec; // what `migrator status` shows of this migration
     bool _daemon_told_abort = false;
+    // The source daemon watches this migrator's silence (outgoing_prepared).
+    bool _source_watches = false;
+    // Its answer to a frame is on its way: whatever it sends is that answer.
+    bool _src_answer_due = false;
+    std::chrono::steady_clock::time_point _last_beat{};
+    // What the source daemon said when it gave up on this migrator (it
+    // aborted the migration or released the source itself).
+    std::string _daemon_verdict;
     bool _committing = false;                     // the commit was sent (or is about to be)
     std::unique_ptr<netlink::held_packets> _held; // from before the freeze to the resume
     // Each moving link's arp_ignore, held at arp_ignore_all from the commit.

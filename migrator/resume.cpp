@@ -42,6 +42,7 @@ void migration::handle_resume_request() {
         _r.t_committed = monotonic_ns();
     } else {
         try {
+            check_source_daemon(); // it may have aborted while this process was stopped
             commit_source();
         } catch (const std::exception& e) {
             // The destination's copy must not run: say so now rather than
@@ -100,6 +101,10 @@ void migration::wait_resumed() {
         const bool buffered = _dest->buffered();
         if (::poll(fds, nfds_t(nfds), buffered ? 0 : 100) < 0 && errno != EINTR)
             throw sys_error("poll");
+        // First: a migrator that was stopped wakes to clocks that jumped,
+        // and the source daemon's verdict is the reason.
+        check_source_daemon();
+        beat("the destination's restore");
         const auto looked = std::chrono::steady_clock::now();
         if (looked > until)
             throw error("the destination did not restore in time");

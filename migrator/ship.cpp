@@ -136,7 +136,11 @@ void migration::start_dump() {
     settings.criu = _opt.tools.criu;
     settings.log_level = _opt.tools.criu_log_level;
     settings.plugin_dir = _opt.tools.criu_plugin_dir;
-    settings.interrupted = [] { return interrupt_requested(); };
+    // Polled by every wait on CRIU: the heartbeat goes from there too.
+    settings.interrupted = [this] {
+        beat("CRIU's dump");
+        return interrupt_requested() || daemon_gave_up();
+    };
     settings.warm_destination = _opt.mode == migrate_mode::migrate && _destination_starts_warm;
     // The destination builds the mount tree while it waits, from the mount
     // namespace CRIU dumps before the freeze (early_mounts.hpp).
@@ -209,7 +213,15 @@ void migration::start_destination_warm(const std::vector<criu::engine_file>& fil
         return;
     const uint64_t t0 = monotonic_ns();
     send_whole_files(*_dest, FerryControl__IncomingWarm(FERRY_CONTROL__INCOMING_WARM__INIT), files);
-    auto e = control::receive(*_dest, net::after(warm_start_limit));
+    const auto until = net::after(warm_start_limit);
+    while (!_dest->buffered() &&
+           !net::wait_readable(_dest->fd(),
+                               std::min(until, net::after(control::migrator_heartbeat_interval))) &&
+           std::chrono::steady_clock::now() < until) {
+        beat("the destination's warm start");
+        check_source_daemon();
+    }
+    auto e = control::receive(*_dest, until);
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_WARM_READY,
                     "destination " + _opt.destination.to_string());
     const auto& ready = *e->warm_ready;
@@ -257,6 +269,9 @@ void migration::settle_vma_flags() {
 // Registration comes before the images leave, so the source can serve pages
 // as soon as the destination asks; its reply is read afterwards.
 void migration::register_with_source() {
+    if (fault_injected(fault::migrator_stop_before_register))
+        ::raise(SIGSTOP);
+    check_source_daemon();
     FerryControl__OutgoingRegister reg = FERRY_CONTROL__OUTGOING_REGISTER__INIT;
     const std::string dir = _dump->images_dir().string();
     reg.migration_id = const_cast<char*>(_r.id.c_str());
@@ -278,6 +293,7 @@ void migration::register_with_source() {
     reg.check_vma_flags =
         _r.criu_features.smaps_before_freeze && !_r.vma_flags_checked_because.empty();
     control::send_message(*_src, reg, net::after(control_timeout));
+    _src_answer_due = true; // outgoing_registered, or why not
 }
 
 image_list migration::collect_images() {
@@ -289,8 +305,10 @@ image_list migration::collect_images() {
         l.contents.push_back(criu::read_file(entry.path()));
     }
     const uint64_t t0 = monotonic_ns();
+    beat("the images");
     auto engine_files = _dump->engine_files();
     _r.engine_files_ns = monotonic_ns() - t0;
+    beat("the images");
     for (auto& f : engine_files) {
         l.names.push_back("engine." + f.name);
         l.contents.push_back(std::move(f.data));
@@ -313,6 +331,7 @@ void migration::send_images(const image_list& images) {
     std::vector<FerryControl__ImageFile> pieces;
     pieces.reserve(64);
     auto flush = [&](bool last) {
+        beat("sending the images");
         auto ptrs = piece_pointers(pieces);
         FerryControl__IncomingImages msg = FERRY_CONTROL__INCOMING_IMAGES__INIT;
         msg.n_files = ptrs.size();
@@ -346,6 +365,7 @@ void migration::send_images(const image_list& images) {
 void migration::wait_registered() {
     auto e = control::receive(*_src, net::after(control_timeout));
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTERED, "local daemon");
+    _src_answer_due = false;
     _registered = true;
     _r.source_pages_total = e->outgoing_registered->pages_total;
     if (const auto* m = e->outgoing_registered->moments) {

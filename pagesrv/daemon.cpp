@@ -3,7 +3,9 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/page.hpp"
+#include "criu/criu_deadlines.hpp"
 #include "criu/criu_rpc.hpp"
+#include "criu/workload_release.hpp"
 #include "engine_restore.hpp"
 #include "incoming.hpp"
 #include "outgoing_session.hpp"
@@ -302,7 +304,7 @@ void daemon::serve_authenticated(net::stream& conn) {
                 break;
             }
             case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
-                serve_outgoing(conn, {std::move(first), nullptr, nullptr});
+                serve_outgoing(conn, {std::move(first), nullptr, nullptr, std::nullopt});
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
                 if (_pool)
@@ -498,11 +500,52 @@ daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
     }
     FerryControl__OutgoingPrepared ok = FERRY_CONTROL__OUTGOING_PREPARED__INIT;
     ok.region_bytes = 0;
+    std::optional<std::chrono::milliseconds> silence;
+    if (prep.has_heartbeat_silence_ms) {
+        silence = std::max<std::chrono::milliseconds>(
+            std::chrono::milliseconds(prep.heartbeat_silence_ms), control::migrator_heartbeat_floor);
+        ok.has_watches_heartbeats = true;
+        ok.watches_heartbeats = true;
+    }
+    // Paused by someone else before the migration: a release leaves it so.
+    const bool frozen_before = silence && criu::cgroup_frozen(prep.root_pid);
     control::send_message(conn, ok, net::after(first_frame_timeout));
     // The dump runs meanwhile; registration follows once its images exist.
-    auto next = control::receive(conn, net::no_deadline);
-    control::expect(next.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER, "migrator");
-    return {std::move(next), std::move(state), nullptr};
+    for (;;) {
+        const auto until = silence ? net::after(*silence) : net::no_deadline;
+        if (silence && !conn.buffered() && !net::wait_readable(conn.fd(), until))
+            release_unregistered(conn, prep, frozen_before, *silence);
+        auto next = control::receive(conn, until);
+        if (next && next->body_case == FERRY_CONTROL__ENVELOPE__BODY_MIGRATOR_ALIVE)
+            continue;
+        control::expect(next.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER, "migrator");
+        return {std::move(next), std::move(state), nullptr, silence};
+    }
+}
+
+void daemon::release_unregistered(net::stream& conn, const FerryControl__OutgoingPrepare& prep,
+                                  bool frozen_before, std::chrono::milliseconds silence) {
+    const std::string why = fmt::format(
+        "the migrator sent nothing for {} s before it registered the migration (stopped or "
+        "hung; its host answers)",
+        std::chrono::duration_cast<std::chrono::seconds>(silence).count());
+    _log->error("migration {}: {}: releasing the source", prep.migration_id, why);
+    criu::release_request req;
+    req.root = pid_t(prep.root_pid);
+    req.migration_id = prep.migration_id;
+    req.was_frozen_before = frozen_before;
+    req.bound = criu::deadlines::for_memory(prep.has_workload_bytes ? prep.workload_bytes : 0,
+                                            prep.has_deadline_scale && prep.deadline_scale > 0
+                                                ? prep.deadline_scale
+                                                : 1.0)
+                    .release;
+    const auto res = criu::release_workload(req);
+    (res.ok ? _log->warn("migration {}: {}", prep.migration_id, res.summary)
+            : _log->error("migration {}: {}", prep.migration_id, res.summary));
+    (void)control::try_send_error(
+        conn, fmt::format("the source daemon released the source: {}: {}", why, res.summary),
+        net::after(std::chrono::seconds(5)));
+    throw error(why);
 }
 
 void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
@@ -556,7 +599,7 @@ void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
 
     std::exception_ptr failed;
     try {
-        outgoing_session(conn, *m, _criu_events).run();
+        outgoing_session(conn, *m, _criu_events, first.migrator_silence).run();
     } catch (...) {
         failed = std::current_exception();
     }

@@ -132,9 +132,18 @@ class daemon {
         control::envelope_ptr frame;
         std::unique_ptr<transport::source_state> fabric_state;
         std::unique_ptr<preparing_mark> preparing; // until registered
+        // The migrator sends migrator_alive until its commit: its silence
+        // for this long ends the migration (none: an older migrator).
+        std::optional<std::chrono::milliseconds> migrator_silence;
     };
     prepared_outgoing prepare_outgoing(net::stream& conn,
                                        const FerryControl__OutgoingPrepare& prep);
+    // The migrator fell silent before it registered: whatever CRIU it
+    // started is killed and the tree released, and the migrator told so
+    // (should it wake). Throws to end the connection.
+    [[noreturn]] void release_unregistered(net::stream& conn,
+                                           const FerryControl__OutgoingPrepare& prep,
+                                           bool frozen_before, std::chrono::milliseconds silence);
     void serve_outgoing(net::stream& conn, prepared_outgoing first);
 
     // The registered migration `id`. A destination opens its channels as

@@ -22,9 +22,17 @@ constexpr auto handoff_poll = std::chrono::milliseconds(20);
 
 void outgoing_session::run() {
     for (;;) {
+        // Until the commit a silent migrator's source is frozen for nothing.
+        const bool bounded =
+            _migrator_silence && _m.current_state() == outgoing_migration::state::registered;
+        const auto until = bounded ? net::after(*_migrator_silence) : net::no_deadline;
+        if (bounded && !_conn.buffered() && !net::wait_readable(_conn.fd(), until)) {
+            on_migrator_silent();
+            return;
+        }
         control::envelope_ptr e;
         try {
-            e = control::receive(_conn, net::no_deadline);
+            e = control::receive(_conn, until);
         } catch (const std::exception& ex) {
             log().warn("migrator connection: {}", ex.what());
         }
@@ -34,6 +42,8 @@ void outgoing_session::run() {
         }
         next n = next::more;
         switch (e->body_case) {
+        case FERRY_CONTROL__ENVELOPE__BODY_MIGRATOR_ALIVE:
+            break;
         case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_COMMIT:
             n = on_commit();
             break;
@@ -126,6 +136,8 @@ outgoing_session::next outgoing_session::on_handoff() {
             on_migrator_gone();
             return next::done;
         }
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_MIGRATOR_ALIVE)
+            continue;
         if (e->body_case != FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDOFF_CANCEL) {
             control::send_error(
                 _conn, fmt::format("unexpected {} during the hand-off", control::body_name(*e)),
@@ -184,6 +196,21 @@ void outgoing_session::on_migrator_gone() {
     } catch (const std::exception& ex) {
         log().error("{}", ex.what());
     }
+}
+
+// A migrator that is alive but silent (stopped, in a debugger, hung in the
+// kernel) keeps its connection open: without this the source would stay
+// frozen for as long as it does. The commit comes on this thread, so it
+// cannot cross the abort: after it, commit() refuses.
+void outgoing_session::on_migrator_silent() {
+    const std::string why = fmt::format(
+        "the migrator sent nothing for {} s before the commit (stopped or hung; its host answers)",
+        std::chrono::duration_cast<std::chrono::seconds>(*_migrator_silence).count());
+    if (!_m.abort(why))
+        return;
+    (void)control::try_send_error(
+        _conn, fmt::format("the source daemon aborted the migration and resumed the source: {}", why),
+        net::after(std::chrono::seconds(5)));
 }
 
 } // namespace ferry::pagesrv

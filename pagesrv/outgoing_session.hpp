@@ -8,12 +8,18 @@
 
 #include <spdlog/logger.h>
 
+#include <chrono>
+#include <optional>
+
 namespace ferry::pagesrv {
 
 class outgoing_session {
   public:
-    outgoing_session(net::stream& conn, outgoing_migration& m, criu_event_log& events)
-        : _conn(conn), _m(m), _events(events) {}
+    // `migrator_silence`: the migrator sends migrator_alive until its
+    // commit, and this much silence before it aborts the migration.
+    outgoing_session(net::stream& conn, outgoing_migration& m, criu_event_log& events,
+                     std::optional<std::chrono::milliseconds> migrator_silence)
+        : _conn(conn), _m(m), _events(events), _migrator_silence(migrator_silence) {}
     // Until the migration is finished or aborted, or the migrator is gone.
     void run();
 
@@ -24,10 +30,12 @@ class outgoing_session {
     next on_handoff();
     next on_abort(const FerryControl__OutgoingAbort& a);
     void on_migrator_gone();
+    void on_migrator_silent();
 
     net::stream& _conn;
     outgoing_migration& _m;
     criu_event_log& _events;
+    std::optional<std::chrono::milliseconds> _migrator_silence;
     spdlog::logger& log() const noexcept { return _m.log(); }
 };
 

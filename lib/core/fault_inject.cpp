@@ -46,6 +46,10 @@ unsigned parse_faults() {
             mask |= unsigned(fault::early_mounts_stale);
         else if (name == "dest-stall-before-restore")
             mask |= unsigned(fault::dest_stall_before_restore);
+        else if (name == "short-heartbeat-silence")
+            mask |= unsigned(fault::short_heartbeat_silence);
+        else if (name == "migrator-stop-before-register")
+            mask |= unsigned(fault::migrator_stop_before_register);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;

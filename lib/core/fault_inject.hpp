@@ -23,6 +23,10 @@ enum class fault : unsigned {
     criu_fail_before_post_restore = 1u << 12, // destination's CRIU fails just before post-restore
     early_mounts_stale = 1u << 13, // destination adds a file to the early /dev image: it is stale
     dest_stall_before_restore = 1u << 14, // destination sleeps 60 s once it has every image
+    // The migrator promises its heartbeats with the source daemon's
+    // shortest silence bound (10 s), not 60 s.
+    short_heartbeat_silence = 1u << 15,
+    migrator_stop_before_register = 1u << 16, // migrator SIGSTOPs itself once the tree is dumped
 };
 
 [[nodiscard]] bool fault_injected(fault f) noexcept;

@@ -150,18 +150,19 @@ class rpc_dump final : public dump_driver {
             return false;
         const auto until = std::chrono::steady_clock::now() + bound;
         while (!_ended) {
-            resp_ptr r;
             try {
-                r = next(until, "end its dump");
+                // A notification sent before CRIU was killed (by the source
+                // daemon, say) cannot be answered: that ends the wait too.
+                auto r = next(until, "end its dump");
+                if (r->type == CRIU_REQ_TYPE__NOTIFY) {
+                    _criu->ack_notify(true);
+                    continue;
+                }
+                end_with(*r);
             } catch (const std::exception& e) {
                 _end_error = e.what();
                 return false;
             }
-            if (r->type == CRIU_REQ_TYPE__NOTIFY) {
-                _criu->ack_notify(true);
-                continue;
-            }
-            end_with(*r);
         }
         // CRIU exits right after its answer; a bounded reap.
         _criu->reap(milliseconds(5000));

@@ -32,6 +32,13 @@ inline constexpr auto restore_progress_silence = std::chrono::seconds(25);
 // How long the migrator waits for the source daemon's answer to its commit;
 // the daemon's own checks before it answers stay well inside it.
 inline constexpr auto commit_answer_wait = std::chrono::seconds(30);
+// A migrator that asked sends migrator_alive this often until its commit;
+// the source daemon ends the migration after migrator_heartbeat_silence of
+// none (times --deadline-scale), never after less than the floor. Twice the
+// migrator's longest wait that cannot beat (one image frame's send, 30 s).
+inline constexpr auto migrator_heartbeat_interval = std::chrono::seconds(1);
+inline constexpr auto migrator_heartbeat_silence = std::chrono::seconds(60);
+inline constexpr auto migrator_heartbeat_floor = std::chrono::seconds(10);
 
 using envelope = FerryControl__Envelope;
 
@@ -97,7 +104,8 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__LazyAreasReady, LAZY_AREAS_READY, lazy_areas_ready)                            \
     X(FerryControl__PageHolesScan, PAGE_HOLES_SCAN, page_holes_scan)                               \
     X(FerryControl__LazyTasksRun, LAZY_TASKS_RUN, lazy_tasks_run)                                  \
-    X(FerryControl__RestoreProgress, RESTORE_PROGRESS, restore_progress)
+    X(FerryControl__RestoreProgress, RESTORE_PROGRESS, restore_progress)                           \
+    X(FerryControl__MigratorAlive, MIGRATOR_ALIVE, migrator_alive)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

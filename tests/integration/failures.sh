@@ -111,6 +111,80 @@ json "$work/dest-hung.json" error | grep -q 'its last report: none since the ima
 [ "$took" -lt 100 ] || fail "dest-hung: the migrator took $took s to give up on a hung destination"
 log "   gave up after $took s"
 
+# The migrator itself stops (SIGSTOP: a debugger, a stray signal) before the
+# commit. It keeps both connections open and its host answers, so nothing
+# closed and no keepalive failed: the source stayed frozen for as long as
+# it stayed stopped. Now its heartbeats to the source's daemon stop, and
+# the daemon gives up on it and resumes the source itself, while the
+# migrator is still stopped. Woken, the migrator fails with the daemon's
+# reason. short-heartbeat-silence has the migrator ask for the daemon's
+# shortest bound (10 s) rather than 60 s.
+# migrator_stopped NAME FAULTS DAEMON-LOG-PATTERN ERROR-PATTERN [STOP-AFTER-B-LOG-PATTERN]:
+# with no pattern the migrator stops itself (a fault), else the test stops
+# it once b's log shows the pattern.
+migrator_stopped() {
+  local name=$1 faults=$2 daemon_says=$3 error_says=$4 b_says=${5:-} amark bmark job mpid i rc stopped_at
+  log "case: $name"
+  amark=$(lines "$a_log")
+  bmark=$(lines "$b_log")
+  FERRY_FAULT=$faults on a migrator migrate --pid "$pid" --json --to "$(addr b)" \
+    >"$work/$name.json" 2>"$work/$name.err" &
+  job=$!
+  if [ -n "$b_says" ]; then
+    wait_for "$b_log" "$b_says" 60 "$bmark"
+  fi
+  mpid=""
+  for ((i = 0; i < 200; i++)); do
+    mpid=$(on a migrator status --json | python3 -c '
+import json, sys
+for m in json.load(sys.stdin)["migrations"]:
+    if m["source_pid"] == int(sys.argv[1]) and m["migrator_alive"]:
+        print(m["migrator_pid"])' "$pid")
+    [ -n "$mpid" ] && break
+    sleep 0.1
+  done
+  [ -n "$mpid" ] || fail "$name: no migration of pid $pid in 'migrator status'"
+  if [ -n "$b_says" ]; then
+    kill -STOP "$mpid"
+  else
+    for ((i = 0; i < 600; i++)); do
+      [ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] && break
+      sleep 0.1
+    done
+  fi
+  [ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] || fail "$name: the migrator did not stop"
+  stopped_at=$SECONDS
+  wait_for "$a_log" "$daemon_says" 40 "$amark"
+  # The daemon's abort is bounded by CRIU's abort deadline, then a release.
+  for ((i = 0; i < 900; i++)); do
+    running "$pid" && break
+    sleep 0.1
+  done
+  running "$pid" || fail "$name: the source did not run again while the migrator was stopped"
+  verify_workload "$pid" "$out" 8192 1024
+  [ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] ||
+    fail "$name: the migrator did not stay stopped: the daemon alone resumed nothing"
+  log "   the source ran again $((SECONDS - stopped_at)) s after the migrator stopped"
+  kill -CONT "$mpid"
+  rc=0
+  wait "$job" || rc=$?
+  cat "$work/$name.json" >&2
+  [ "$rc" != 0 ] || fail "$name: the migration succeeded"
+  grep -q -- "$error_says" "$work/$name.json" ||
+    fail "$name: unclear error: $(cat "$work/$name.json" "$work/$name.err")"
+  [ "$(json "$work/$name.json" source_running)" = true ] || fail "$name: the migrator says the source is not running"
+  running "$pid" || fail "$name: source pid $pid is not running"
+  verify_workload "$pid" "$out" 8192 1024
+}
+a_log="$("$testbed" dir a)/pagesrv.log"
+migrator_stopped "migrator stopped after registering" short-heartbeat-silence \
+  "aborting (the migrator sent nothing for 10 s before the commit" \
+  "the source daemon aborted the migration and resumed the source: the migrator sent nothing" \
+  "stalling for 60 s before restore"
+migrator_stopped "migrator stopped before registering" short-heartbeat-silence,migrator-stop-before-register \
+  "the migrator sent nothing for 10 s before it registered the migration" \
+  "the source daemon released the source: the migrator sent nothing"
+
 # criu restore fails on the destination.
 "$testbed" stop b
 FERRY_FAULT=restore-fail "$testbed" start b

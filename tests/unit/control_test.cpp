@@ -125,3 +125,37 @@ TEST_CASE("expect names what arrived", "[control]") {
     REQUIRE_THROWS_WITH(control::expect(nullptr, FERRY_CONTROL__ENVELOPE__BODY_PREPARE_OK, "peer"),
                         Catch::Contains("closed"));
 }
+
+// The heartbeat is negotiated: a migrator that promises nothing (an older
+// one) leaves the field unset, and the daemon then bounds nothing.
+TEST_CASE("the migrator's heartbeat promise and its beats cross the wire", "[control]") {
+    socket_pair s;
+    FerryControl__OutgoingPrepare old_prep = FERRY_CONTROL__OUTGOING_PREPARE__INIT;
+    old_prep.migration_id = const_cast<char*>("0123456789abcdef0123456789abcdef");
+    old_prep.root_pid = 42;
+    old_prep.fabric = const_cast<char*>("tcp");
+    FerryControl__OutgoingPrepare prep = old_prep;
+    prep.has_heartbeat_silence_ms = true;
+    prep.heartbeat_silence_ms = 60000;
+    prep.has_deadline_scale = true;
+    prep.deadline_scale = 2.5;
+    FerryControl__MigratorAlive alive = FERRY_CONTROL__MIGRATOR_ALIVE__INIT;
+    alive.step = const_cast<char*>("CRIU's dump");
+    const auto deadline = net::after(std::chrono::seconds(5));
+    control::send_message(s.a.get(), old_prep, deadline);
+    control::send_message(s.a.get(), prep, deadline);
+    control::send_message(s.a.get(), alive, deadline);
+
+    auto e = control::receive(s.b.get(), deadline);
+    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARE, "migrator");
+    REQUIRE_FALSE(e->outgoing_prepare->has_heartbeat_silence_ms);
+    e = control::receive(s.b.get(), deadline);
+    control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARE, "migrator");
+    REQUIRE(e->outgoing_prepare->has_heartbeat_silence_ms);
+    REQUIRE(e->outgoing_prepare->heartbeat_silence_ms == 60000);
+    REQUIRE(e->outgoing_prepare->deadline_scale == 2.5);
+    e = control::receive(s.b.get(), deadline);
+    REQUIRE(e);
+    REQUIRE(std::string(control::body_name(*e)) == "migrator_alive");
+    REQUIRE(std::string(e->migrator_alive->step) == "CRIU's dump");
+}
