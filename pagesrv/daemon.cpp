@@ -503,7 +503,8 @@ daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
     std::optional<std::chrono::milliseconds> silence;
     if (prep.has_heartbeat_silence_ms) {
         silence = std::max<std::chrono::milliseconds>(
-            std::chrono::milliseconds(prep.heartbeat_silence_ms), control::migrator_heartbeat_floor);
+            std::chrono::milliseconds(prep.heartbeat_silence_ms),
+            control::migrator_heartbeat_floor);
         ok.has_watches_heartbeats = true;
         ok.watches_heartbeats = true;
     }
@@ -534,10 +535,9 @@ void daemon::release_unregistered(net::stream& conn, const FerryControl__Outgoin
     req.root = pid_t(prep.root_pid);
     req.migration_id = prep.migration_id;
     req.was_frozen_before = frozen_before;
-    req.bound = criu::deadlines::for_memory(prep.has_workload_bytes ? prep.workload_bytes : 0,
-                                            prep.has_deadline_scale && prep.deadline_scale > 0
-                                                ? prep.deadline_scale
-                                                : 1.0)
+    req.bound = criu::deadlines::for_memory(
+                    prep.has_workload_bytes ? prep.workload_bytes : 0,
+                    prep.has_deadline_scale && prep.deadline_scale > 0 ? prep.deadline_scale : 1.0)
                     .release;
     const auto res = criu::release_workload(req);
     (res.ok ? _log->warn("migration {}: {}", prep.migration_id, res.summary)

@@ -209,7 +209,8 @@ void outgoing_session::on_migrator_silent() {
     if (!_m.abort(why))
         return;
     (void)control::try_send_error(
-        _conn, fmt::format("the source daemon aborted the migration and resumed the source: {}", why),
+        _conn,
+        fmt::format("the source daemon aborted the migration and resumed the source: {}", why),
         net::after(std::chrono::seconds(5)));
 }
 
