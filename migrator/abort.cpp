@@ -96,6 +96,13 @@ bool migration::abort_gracefully(const std::string& reason) {
                        std::chrono::steady_clock::now() < until)
                     _dump->answer_notifications();
                 auto e = control::receive(*_src, until);
+                // A pool push that ended as the abort went out: its answer
+                // comes first, and the daemon takes the abort after it.
+                if (_handoff_pending && e &&
+                    e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDED_OFF) {
+                    _handoff_pending = false;
+                    e = control::receive(*_src, until);
+                }
                 control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORTED,
                                 "local daemon");
                 _daemon_told_abort = true;

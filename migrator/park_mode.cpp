@@ -69,9 +69,14 @@ void migration::park() {
     _r.t_images_sent = monotonic_ns();
 
     request_handoff();
+    _handoff_pending = true; // an abort meanwhile may cross its answer
     // The push of the whole memory: as long as it takes (the pool client
-    // bounds every node's answer).
-    if (!receive_handoff(net::no_deadline))
+    // bounds every node's answer), but Ctrl-C or SIGTERM still aborts it.
+    while (!_src->buffered() && !net::wait_readable(_src->fd(), net::after(abort_poll * 10)))
+        check_interrupt();
+    const bool pushed = receive_handoff(net::after(control_timeout));
+    _handoff_pending = false;
+    if (!pushed)
         throw error("the pool did not take every page: " + _r.handoff_error);
     check_interrupt(); // the last moment at which the source can still resume
     commit_source();

@@ -138,6 +138,10 @@ outgoing_session::next outgoing_session::on_handoff() {
         }
         if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_MIGRATOR_ALIVE)
             continue;
+        // Parking, before the commit: the operator stopped the migrator.
+        // The abort stops the push and drops what reached the pool.
+        if (e->body_case == FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_ABORT)
+            return on_abort(*e->outgoing_abort);
         if (e->body_case != FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_HANDOFF_CANCEL) {
             control::send_error(
                 _conn, fmt::format("unexpected {} during the hand-off", control::body_name(*e)),

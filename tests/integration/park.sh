@@ -11,6 +11,8 @@
 #      is gone afterwards, so a second restore says nothing is parked.
 #   4. A checkpoint into a pool with an unreachable node fails, the workload
 #      keeps running, and nothing of it stays in the pool.
+#   5. The same for a checkpoint interrupted (SIGINT) while the pool takes
+#      its pages.
 source "$(dirname "$0")/lib.sh"
 
 mib=${FERRY_TEST_PARK_MIB:-32}
@@ -18,6 +20,23 @@ pages=$((mib * 256))
 "$testbed" up --pool 4 >&2
 pool=""
 for i in 1 2 3 4; do pool+="${pool:+,}$("$testbed" addr "p$i")"; done
+
+# pool_empty WHEN: no pool node holds a chunk.
+pool_empty() {
+  local i
+  for i in 1 2 3 4; do
+    on a migrator pool stats --node "$("$testbed" addr "p$i")" >"$work/s$i.json"
+  done
+  python3 - "$work"/s?.json <<'PY' || fail "pool nodes still hold chunks $1"
+import json, sys
+held = {}
+for f in sys.argv[1:]:
+    s = json.load(open(f))
+    held[f] = s["chunks_in_memory"] + s["chunks_on_disk"]
+print(held, file=sys.stderr)
+sys.exit(1 if any(held.values()) else 0)
+PY
+}
 
 # 1. Park.
 log "case: checkpoint --to-pool"
@@ -111,17 +130,53 @@ rc=0
 on b migrator restore --from-pool "$pool" --name w2 >"$work/w2.out" 2>&1 || rc=$?
 [ $rc != 0 ] && grep -q "no workload named 'w2'" "$work/w2.out" ||
   fail "a failed checkpoint left a record: $(cat "$work/w2.out")"
-for i in 1 2 3 4; do
-  on a migrator pool stats --node "$("$testbed" addr "p$i")" >"$work/s$i.json"
-done
-python3 - "$work"/s?.json <<'PY' || fail "pool nodes still hold chunks after every workload left"
-import json, sys
-held = {}
-for f in sys.argv[1:]:
-    s = json.load(open(f))
-    held[f] = s["chunks_in_memory"] + s["chunks_on_disk"]
-print(held, file=sys.stderr)
-sys.exit(1 if any(held.values()) else 0)
-PY
+pool_empty "after every workload left"
 kill -KILL "$pid2"
+
+# 5. Ctrl-C while the pool takes the pages (slowed to about 6 s here): the
+# migrator waited for the push with no way out, and the source's daemon
+# refused an abort until the push was over. Now the push stops, the
+# workload runs on, and neither its pages nor its record stay in the pool.
+log "case: checkpoint interrupted during the push"
+"$testbed" stop a
+FERRY_FAULT=slow-pool-push "$testbed" start a
+a_log="$("$testbed" dir a)/pagesrv.log"
+pid3=$(start_workload a w3 --mib 64 --child-mib 0 --threads 1)
+amark=$(lines "$a_log")
+on a migrator checkpoint --pid "$pid3" --to-pool "$pool" --raid 5 --name w3 --json \
+  >"$work/int.json" 2>"$work/int.err" &
+job=$!
+wait_for "$a_log" "serving .* lazy pages" 60 "$amark"
+sleep 1
+mpid=$(on a migrator status --json | python3 -c '
+import json, sys
+print(*[m["migrator_pid"] for m in json.load(sys.stdin)["migrations"] if m["source_pid"] == int(sys.argv[1])])' "$pid3")
+[ -n "$mpid" ] || fail "interrupted push: no migration of pid $pid3 in 'migrator status'"
+grep -q "pushed .* pages into the pool" <(tail -n +"$((amark + 1))" "$a_log") &&
+  fail "interrupted push: the push was over before the interrupt; slow it down more"
+kill -INT "$mpid"
+start=$SECONDS
+rc=0
+wait "$job" || rc=$?
+took=$((SECONDS - start))
+cat "$work/int.json" >&2
+[ $rc != 0 ] || fail "interrupted push: the checkpoint succeeded"
+grep -q interrupted "$work/int.json" || fail "interrupted push: unclear error: $(cat "$work/int.json" "$work/int.err")"
+[ "$(json "$work/int.json" source_running)" = true ] || fail "interrupted push: the migrator says the source is not running"
+running "$pid3" || fail "interrupted push: the workload does not run"
+verify_workload "$pid3" "$work/w3.out" $((64 * 256))
+# A functional bound, not a timing: the whole push takes about 6 s here.
+[ "$took" -lt 30 ] || fail "interrupted push: the migrator took $took s to stop"
+grep -q "aborting (.*interrupted" <(tail -n +"$((amark + 1))" "$a_log") ||
+  fail "interrupted push: the source's daemon did not abort the migration"
+# Stopped, not waited for: a push that ran to its end means the abort waited.
+grep -q "pushed .* pages into the pool" <(tail -n +"$((amark + 1))" "$a_log") &&
+  fail "interrupted push: the push ran to its end before the abort"
+rc=0
+on b migrator restore --from-pool "$pool" --name w3 >"$work/w3r.out" 2>&1 || rc=$?
+[ $rc != 0 ] && grep -q "no workload named 'w3'" "$work/w3r.out" ||
+  fail "interrupted push: a record stayed: $(cat "$work/w3r.out")"
+pool_empty "after the interrupted push"
+log "   stopped $took s after SIGINT"
+kill -KILL "$pid3"
 log "PASS"
