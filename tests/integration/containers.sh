@@ -28,7 +28,9 @@
 #      source's checkpoint is refused before anything froze, and the warm
 #      container on b is removed when its daemon is back; (2c) the warm start
 #      fails: the destination restores cold and the migration succeeds (and,
-#      with no TCP socket in the container, CRIU locks nothing);
+#      with no TCP socket in the container, CRIU locks nothing); (2e) the
+#      migrator stops once the container is dumped: the source's daemon
+#      releases it, and the engine has it running, its memory intact;
 #   3. a container of that name already exists on b: refused before the
 #      freeze, and neither container is touched;
 #   4. a container with a named volume (which Ferry does not move): refused
@@ -382,6 +384,37 @@ if mounts_early_here; then
   "$testbed" stop b
   "$testbed" start b
 fi
+
+log "2e. the migrator stops once the container is dumped: a's daemon releases it"
+# The migrator SIGSTOPs itself before it registers (a fault), with CRIU
+# holding the container frozen: a's daemon hears no heartbeat for 10 s,
+# kills the container's CRIU (runc's child) and releases the tasks while
+# the migrator is still stopped. The engine still has it running.
+a_log="/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.log"
+run_memload a m8
+amark=$(lines "$a_log")
+FERRY_FAULT=short-heartbeat-silence,migrator-stop-before-register migrate m8 \
+  >"$work/m8.json" 2>"$work/m8.err" &
+job=$!
+wait_for "$a_log" "the migrator sent nothing for 10 s before it registered" 120 "$amark"
+mpid=$(on a migrator status --json | python3 -c '
+import json, sys
+print(*[m["migrator_pid"] for m in json.load(sys.stdin)["migrations"] if m["container"] == "m8"])')
+[ -n "$mpid" ] || fail "m8: no migration of it in 'migrator status'"
+[ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] || fail "m8: the migrator is not stopped"
+verified a m8 || fail "m8 does not run (or verify) on a while the migrator is stopped"
+[ "$(state a m8)" = running ] || fail "$engine says m8 is $(state a m8) on a"
+kill -CONT "$mpid"
+rc=0
+wait "$job" || rc=$?
+[ "$rc" != 0 ] || fail "m8: the migration succeeded"
+grep -q "the source daemon released the source: the migrator sent nothing" "$work/m8.json" ||
+  fail "m8: unclear error: $(cat "$work/m8.json" "$work/m8.err")"
+[ "$(json "$work/m8.json" source_running)" = true ] || fail "the migrator says m8 is not running"
+[ "$(state a m8)" = running ] || fail "$engine says m8 is $(state a m8) on a after the migrator woke"
+verified a m8 || fail "m8's memory does not verify after the migrator woke"
+[ "$(state b m8)" = absent ] || fail "m8 was left on b: $(state b m8)"
+remove_now a m8 >/dev/null
 
 log "3. a container of the same name on b: refused before the freeze"
 run_memload b m2
