@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Failures before the destination resumes: each gets a clear error and the
 # source workload keeps running unharmed (among them VMA flags that changed
-# as the tree was frozen, which the source refuses to commit). Then a page corrupted in flight is
+# as the tree was frozen, which the source refuses to commit, and a migrator
+# stopped before its commit, whose source the source's daemon resumes while
+# it stays stopped). Then a page corrupted in flight is
 # caught by its checksum, refetched, and the migration completes. Last, the
 # source's daemon stops on SIGTERM, also mid post-copy with its migrator gone.
 source "$(dirname "$0")/lib.sh"
