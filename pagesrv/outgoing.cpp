@@ -259,8 +259,18 @@ void outgoing_migration::count_sent(uint64_t pages, uint64_t bytes) noexcept {
 
 void outgoing_migration::destination_done() {
     std::lock_guard lock(_mutex);
+    if (!_destination_done)
+        _destination_done_at = std::chrono::steady_clock::now();
     _destination_done = true;
     _changed.notify_all();
+}
+
+std::optional<std::chrono::steady_clock::time_point>
+outgoing_migration::destination_done_at() const {
+    std::lock_guard lock(_mutex);
+    if (!_destination_done)
+        return std::nullopt;
+    return _destination_done_at;
 }
 
 bool outgoing_migration::wait_destination_done(std::chrono::milliseconds timeout) {

@@ -92,6 +92,8 @@ class outgoing_migration final : public transport::page_source {
     // True once the destination reports every page installed, within
     // `timeout`; false at once after abandon().
     [[nodiscard]] bool wait_destination_done(std::chrono::milliseconds timeout);
+    // When the destination reported every page installed, if it has.
+    [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> destination_done_at() const;
     // The daemon stops: nothing waits for the destination any more (its
     // page channels are shut down, so its report can no longer come).
     void abandon();
@@ -208,6 +210,7 @@ class outgoing_migration final : public transport::page_source {
     std::unique_ptr<transport::source_state> _fabric_state;
     std::unique_ptr<pool_pusher> _pusher;
     bool _destination_done = false;
+    std::chrono::steady_clock::time_point _destination_done_at{};
     bool _abandoned = false;
 };
 

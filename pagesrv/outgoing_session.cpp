@@ -1,5 +1,6 @@
 #include "outgoing_session.hpp"
 
+#include "core/error.hpp"
 #include "sys/net.hpp"
 #include "wire/control.hpp"
 
@@ -17,6 +18,11 @@ constexpr auto orphaned_commit_wait = std::chrono::hours(1);
 constexpr auto dump_end_wait = std::chrono::seconds(2);
 // How often a pending hand-off looks for the migrator's cancel.
 constexpr auto handoff_poll = std::chrono::milliseconds(20);
+// How often a committed session looks whether its migrator is late to
+// finish a migration whose destination has every page.
+constexpr auto late_finish_poll = std::chrono::seconds(1);
+// How late a migrator that promised no heartbeats may be.
+constexpr auto late_finish_default = std::chrono::seconds(60);
 
 } // namespace
 
@@ -29,6 +35,11 @@ void outgoing_session::run() {
         if (bounded && !_conn.buffered() && !net::wait_readable(_conn.fd(), until)) {
             on_migrator_silent();
             return;
+        }
+        if (_m.current_state() == outgoing_migration::state::committed && !_conn.buffered() &&
+            !net::wait_readable(_conn.fd(), net::after(late_finish_poll))) {
+            finish_without_migrator();
+            continue;
         }
         control::envelope_ptr e;
         try {
@@ -95,7 +106,9 @@ outgoing_session::next outgoing_session::on_commit() {
 // Every page reached the destination: CLOSE ends the dump and the source.
 outgoing_session::next outgoing_session::on_finish() {
     try {
-        const std::string recovery = _m.finish();
+        if (!_finished_alone_error.empty())
+            throw error(_finished_alone_error);
+        const std::string recovery = _finished_alone ? _finished_alone_recovery : _m.finish();
         FerryControl__OutgoingFinished f = FERRY_CONTROL__OUTGOING_FINISHED__INIT;
         f.recovery = recovery.empty() ? nullptr : const_cast<char*>(recovery.c_str());
         f.pages_served = _m.pages_served();
@@ -200,6 +213,28 @@ void outgoing_session::on_migrator_gone() {
     } catch (const std::exception& ex) {
         log().error("{}", ex.what());
     }
+}
+
+// After the commit the source is of no use once the destination has every
+// page. A migrator that does not come to finish it (stopped, hung, with its
+// connection open) must not keep the frozen tree and its memory here: the
+// migration is finished without it, and its FINISH, should it come, is
+// answered as if it had been first.
+void outgoing_session::finish_without_migrator() {
+    const auto done_at = _m.destination_done_at();
+    const auto late = _migrator_silence.value_or(late_finish_default);
+    if (!done_at || std::chrono::steady_clock::now() - *done_at < late)
+        return;
+    log().warn("the destination has had every page for {} s and the migrator has not finished "
+               "the migration (stopped or hung; its host answers): finishing it here",
+               std::chrono::duration_cast<std::chrono::seconds>(late).count());
+    try {
+        _finished_alone_recovery = _m.finish();
+    } catch (const std::exception& ex) {
+        log().error("{}", ex.what());
+        _finished_alone_error = ex.what();
+    }
+    _finished_alone = true;
 }
 
 // A migrator that is alive but silent (stopped, in a debugger, hung in the

@@ -31,11 +31,17 @@ class outgoing_session {
     next on_abort(const FerryControl__OutgoingAbort& a);
     void on_migrator_gone();
     void on_migrator_silent();
+    void finish_without_migrator();
 
     net::stream& _conn;
     outgoing_migration& _m;
     criu_event_log& _events;
     std::optional<std::chrono::milliseconds> _migrator_silence;
+    // Finished here, the migrator being late (finish_without_migrator):
+    // what its FINISH is answered with.
+    bool _finished_alone = false;
+    std::string _finished_alone_recovery;
+    std::string _finished_alone_error;
     spdlog::logger& log() const noexcept { return _m.log(); }
 };
 

@@ -187,6 +187,46 @@ migrator_stopped "migrator stopped before registering" short-heartbeat-silence,m
   "the migrator sent nothing for 10 s before it registered the migration" \
   "the source daemon released the source: the migrator sent nothing"
 
+# The migrator stops after the commit, while the post-copy runs (slowed on
+# b). The copy needs no migrator, but the source's daemon waited for its
+# FINISH to end CRIU's dump: the frozen source tree and its memory stayed
+# for as long as the migrator was stopped. Now the daemon finishes the
+# migration itself once the destination has had every page for the
+# migrator's silence bound (10 s here), and answers the migrator's FINISH,
+# when it wakes, as if it had come first: the migration succeeds.
+log "case: migrator stopped after the commit"
+"$testbed" stop b
+FERRY_FAULT=slow-background "$testbed" start b
+late=$(start_workload a late --mib 64 --child-mib 4 --threads 2)
+amark=$(lines "$a_log")
+FERRY_FAULT=short-heartbeat-silence on a migrator migrate --pid "$late" --json --to "$(addr b)" \
+  >"$work/late.json" 2>"$work/late.err" &
+job=$!
+mpid=""
+for ((i = 0; i < 600; i++)); do
+  mpid=$(on a migrator status --json | python3 -c '
+import json, sys
+for m in json.load(sys.stdin)["migrations"]:
+    if m["source_pid"] == int(sys.argv[1]) and m["phase"] in ("committed", "post-copy"):
+        print(m["migrator_pid"])' "$late")
+  [ -n "$mpid" ] && break
+  sleep 0.05
+done
+[ -n "$mpid" ] || fail "late finish: the migration never reached its commit: $(cat "$work/late.json" "$work/late.err")"
+kill -STOP "$mpid"
+stopped_at=$SECONDS
+wait_for "$a_log" "the migrator has not finished the migration (stopped or hung; its host answers): finishing it here" 90 "$amark"
+wait_gone "$late" 30 || fail "late finish: the source tree is still there while the migrator is stopped"
+[ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] || fail "late finish: the migrator did not stay stopped"
+log "   the source ended $((SECONDS - stopped_at)) s after the migrator stopped"
+kill -CONT "$mpid"
+wait "$job" || fail "late finish: the migration failed once its migrator woke: $(cat "$work/late.json" "$work/late.err")"
+[ "$(json "$work/late.json" ok)" = true ] || fail "late finish: not ok"
+dpid=$(json "$work/late.json" destination_pid)
+running "$dpid" || fail "late finish: the copy (pid $dpid) does not run on b"
+verify_workload "$dpid" "$work/late.out" $((64 * 256)) 1024
+kill -KILL "$dpid"
+
 # criu restore fails on the destination.
 "$testbed" stop b
 FERRY_FAULT=restore-fail "$testbed" start b
