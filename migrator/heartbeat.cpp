@@ -11,18 +11,21 @@ namespace ferry::migrator {
 // Sent from the main thread's waits, at most once per interval: a migrator
 // whose main thread is stuck (stopped, traced, in D state) falls silent even
 // if another of its threads still runs. Never a short deadline on the send:
-// a TLS record abandoned half-way would leave the connection unusable.
+// a TLS record abandoned half-way would leave the connection unusable. The
+// daemon's verdict is read by the waits themselves (daemon_gave_up).
 void migration::beat(const char* step) noexcept {
     if (!_source_watches || _committing || !_daemon_verdict.empty() || !_src)
         return;
-    note_daemon_verdict();
     const auto now = std::chrono::steady_clock::now();
-    if (!_daemon_verdict.empty() || now - _last_beat < control::migrator_heartbeat_interval)
+    if (now - _last_beat < control::migrator_heartbeat_interval)
         return;
     _last_beat = now;
     FerryControl__MigratorAlive alive = FERRY_CONTROL__MIGRATOR_ALIVE__INIT;
     alive.step = const_cast<char*>(step);
-    if (!control::try_send_message(*_src, alive, net::after(control_timeout)))
+    if (control::try_send_message(*_src, alive, net::after(control_timeout)))
+        return;
+    note_daemon_verdict(); // a daemon that gave up said why before it closed
+    if (_daemon_verdict.empty())
         _daemon_verdict = "lost the connection to the local daemon (the source pagesrv)";
 }
 

@@ -138,8 +138,10 @@ void migration::start_dump() {
     settings.plugin_dir = _opt.tools.criu_plugin_dir;
     // Polled by every wait on CRIU: the heartbeat goes from there too.
     settings.interrupted = [this] {
+        if (daemon_gave_up())
+            return true;
         beat("CRIU's dump");
-        return interrupt_requested() || daemon_gave_up();
+        return interrupt_requested();
     };
     settings.warm_destination = _opt.mode == migrate_mode::migrate && _destination_starts_warm;
     // The destination builds the mount tree while it waits, from the mount
@@ -218,8 +220,8 @@ void migration::start_destination_warm(const std::vector<criu::engine_file>& fil
            !net::wait_readable(_dest->fd(),
                                std::min(until, net::after(control::migrator_heartbeat_interval))) &&
            std::chrono::steady_clock::now() < until) {
-        beat("the destination's warm start");
         check_source_daemon();
+        beat("the destination's warm start");
     }
     auto e = control::receive(*_dest, until);
     control::expect(e.get(), FERRY_CONTROL__ENVELOPE__BODY_WARM_READY,

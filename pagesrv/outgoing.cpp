@@ -259,24 +259,22 @@ void outgoing_migration::count_sent(uint64_t pages, uint64_t bytes) noexcept {
 
 void outgoing_migration::destination_done() {
     std::lock_guard lock(_mutex);
-    if (!_destination_done)
+    if (!_destination_done_at)
         _destination_done_at = std::chrono::steady_clock::now();
-    _destination_done = true;
     _changed.notify_all();
 }
 
 std::optional<std::chrono::steady_clock::time_point>
 outgoing_migration::destination_done_at() const {
     std::lock_guard lock(_mutex);
-    if (!_destination_done)
-        return std::nullopt;
     return _destination_done_at;
 }
 
 bool outgoing_migration::wait_destination_done(std::chrono::milliseconds timeout) {
     std::unique_lock lock(_mutex);
-    (void)_changed.wait_for(lock, timeout, [&] { return _destination_done || _abandoned; });
-    return _destination_done;
+    (void)_changed.wait_for(lock, timeout,
+                            [&] { return _destination_done_at.has_value() || _abandoned; });
+    return _destination_done_at.has_value();
 }
 
 void outgoing_migration::abandon() {

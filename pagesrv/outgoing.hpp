@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -209,8 +210,8 @@ class outgoing_migration final : public transport::page_source {
     std::thread _holes_thread;
     std::unique_ptr<transport::source_state> _fabric_state;
     std::unique_ptr<pool_pusher> _pusher;
-    bool _destination_done = false;
-    std::chrono::steady_clock::time_point _destination_done_at{};
+    // When the destination reported every page installed.
+    std::optional<std::chrono::steady_clock::time_point> _destination_done_at;
     bool _abandoned = false;
 };
 

@@ -108,7 +108,8 @@ outgoing_session::next outgoing_session::on_finish() {
     try {
         if (!_finished_alone_error.empty())
             throw error(_finished_alone_error);
-        const std::string recovery = _finished_alone ? _finished_alone_recovery : _m.finish();
+        const std::string recovery =
+            _finished_alone_recovery ? *_finished_alone_recovery : _m.finish();
         FerryControl__OutgoingFinished f = FERRY_CONTROL__OUTGOING_FINISHED__INIT;
         f.recovery = recovery.empty() ? nullptr : const_cast<char*>(recovery.c_str());
         f.pages_served = _m.pages_served();
@@ -234,7 +235,6 @@ void outgoing_session::finish_without_migrator() {
         log().error("{}", ex.what());
         _finished_alone_error = ex.what();
     }
-    _finished_alone = true;
 }
 
 // A migrator that is alive but silent (stopped, in a debugger, hung in the

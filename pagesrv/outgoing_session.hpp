@@ -39,8 +39,7 @@ class outgoing_session {
     std::optional<std::chrono::milliseconds> _migrator_silence;
     // Finished here, the migrator being late (finish_without_migrator):
     // what its FINISH is answered with.
-    bool _finished_alone = false;
-    std::string _finished_alone_recovery;
+    std::optional<std::string> _finished_alone_recovery;
     std::string _finished_alone_error;
     spdlog::logger& log() const noexcept { return _m.log(); }
 };

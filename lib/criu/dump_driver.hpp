@@ -57,8 +57,10 @@ struct dump_settings {
     // The destination can start its engine's restore before the freeze: an
     // engine dump that can holds before the freeze for it (wait_held).
     bool warm_destination = false;
-    // Whether the operator asked to stop (SIGINT/SIGTERM): waits on CRIU
-    // then end early, until ignore_interrupts().
+    // Whether the waits on CRIU should end early (the operator asked to stop,
+    // or the source daemon gave up on the migrator), until
+    // ignore_interrupts(). Polled at least every 200 ms by every wait, so
+    // the migrator's heartbeat goes from it too. Must not throw.
     std::function<bool()> interrupted = [] { return false; };
 };
 
