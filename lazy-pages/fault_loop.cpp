@@ -484,10 +484,11 @@ void fault_loop::handle_criu_socket() {
 }
 
 // The daemon says two short things, in order: the lazy areas are
-// registered, then the tasks run. Anything else on its socket is not ours
-// to read. A daemon gone changes nothing here: the transfer goes on (the
-// main pass after cfg.tasks_run_wait), and the daemon's uffd keeper is its
-// own affair.
+// registered, then the tasks run, or instead that the gate refused them and
+// the copy is killed, which the source hears from here (its tasks are then
+// the only copy). Anything else on its socket is not ours to read. A daemon
+// gone changes nothing here: the transfer goes on (the main pass after
+// cfg.tasks_run_wait), and the daemon's uffd keeper is its own affair.
 void fault_loop::handle_daemon_socket() {
     control::envelope_ptr e;
     try {
@@ -500,6 +501,15 @@ void fault_loop::handle_daemon_socket() {
     }
     if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_TASKS_RUN)
         _s.tasks_run = true;
+    if (e && e->body_case == FERRY_CONTROL__ENVELOPE__BODY_LAZY_COPY_DISCARDED) {
+        // Under the lock, as every other request on this channel is sent.
+        try {
+            _bg_chs.front()->send(
+                wire::page_request{wire::op::discarded, 0, 0, 0, _s.next_request_id++});
+        } catch (const std::exception&) {
+            // The source waits for its migrator, as before this notice.
+        }
+    }
     (void)::epoll_ctl(_epolls[0].get(), EPOLL_CTL_DEL, _daemon_sock, nullptr);
 }
 

@@ -44,6 +44,8 @@ void migration::handle_resume_request() {
         try {
             check_source_daemon(); // it may have aborted while this process was stopped
             commit_source();
+            if (fault_injected(fault::migrator_stop_after_commit))
+                ::raise(SIGSTOP);
         } catch (const std::exception& e) {
             // The destination's copy must not run: say so now rather than
             // let its gate run out of time.

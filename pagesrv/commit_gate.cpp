@@ -71,6 +71,7 @@ bool incoming_session::ask_to_resume() {
         refusal = ex.what();
     }
     _log->warn("resume refused ({}); CRIU kills the restored tasks", refusal);
+    tell_lazy_pages_discarded(refusal);
     return false;
 }
 

@@ -126,6 +126,7 @@ class incoming_session {
     bool start_lazy_pages();
     void let_lazy_pages_pull_ahead() noexcept;
     void tell_lazy_pages_tasks_run() noexcept;
+    void tell_lazy_pages_discarded(const std::string& why) noexcept;
     std::optional<std::string> relay_final_stats(const control::envelope& e);
     bool restore();
     bool restore_with_engine();

@@ -138,6 +138,20 @@ void incoming_session::tell_lazy_pages_tasks_run() noexcept {
         _log->warn("cannot tell lazy-pages that the tasks run");
 }
 
+// The gate refused the resume: the restored tasks are killed before they
+// run. lazy-pages tells the source, whose tasks are then the only copy: it
+// resumes them even after its commit, when the migrator that would have
+// said so is stopped or gone. Best effort: without it the source waits for
+// its migrator.
+void incoming_session::tell_lazy_pages_discarded(const std::string& why) noexcept {
+    if (!_lazy.report || _lazy.early_final)
+        return;
+    FerryControl__LazyCopyDiscarded d = FERRY_CONTROL__LAZY_COPY_DISCARDED__INIT;
+    d.reason = const_cast<char*>(why.c_str());
+    if (!control::try_send_message(_lazy.report.get(), d, net::after(control_timeout)))
+        _log->warn("cannot tell lazy-pages that the copy is discarded");
+}
+
 // A message from lazy-pages while restore runs. Returns a failure reason if
 // lazy-pages failed or died; progress reports are dropped.
 std::optional<std::string> incoming_session::lazy_report_before_resume() {

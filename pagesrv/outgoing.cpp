@@ -264,6 +264,14 @@ void outgoing_migration::destination_done() {
     _changed.notify_all();
 }
 
+// The destination's gate refused, or never heard, the resume: its copy is
+// killed before it ran. Committed or not, this source is the only copy, and
+// a migrator stopped or gone after its commit would otherwise leave it
+// frozen (the migrator's own abort, if it comes, finds it done).
+void outgoing_migration::destination_discarded() {
+    (void)abort("the destination killed its copy before it ran", true);
+}
+
 std::optional<std::chrono::steady_clock::time_point>
 outgoing_migration::destination_done_at() const {
     std::lock_guard lock(_mutex);
@@ -272,8 +280,9 @@ outgoing_migration::destination_done_at() const {
 
 bool outgoing_migration::wait_destination_done(std::chrono::milliseconds timeout) {
     std::unique_lock lock(_mutex);
-    (void)_changed.wait_for(lock, timeout,
-                            [&] { return _destination_done_at.has_value() || _abandoned; });
+    (void)_changed.wait_for(lock, timeout, [&] {
+        return _destination_done_at.has_value() || _abandoned || _state == state::aborted;
+    });
     return _destination_done_at.has_value();
 }
 
@@ -364,6 +373,7 @@ bool outgoing_migration::abort(const std::string& reason, bool destination_never
         for (const int fd : _channel_fds)
             ::shutdown(fd, SHUT_RDWR);
     }
+    _changed.notify_all(); // a wait for the destination's "done" ends
     _log->warn("aborting ({}); the source resumes", reason);
     {
         // No scan will come: a HOLES channel waiting for either part gets an

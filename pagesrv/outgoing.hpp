@@ -65,6 +65,7 @@ class outgoing_migration final : public transport::page_source {
     void count_cpu(uint64_t ns) noexcept override { _serve_cpu_ns += ns; }
     // The destination reported every page installed.
     void destination_done() override;
+    void destination_discarded() override;
     [[nodiscard]] double deadline_scale() const noexcept override { return _deadline_scale; }
 
     // CRIU read the VMA flags before the freeze: `reader` reads them from
@@ -91,7 +92,7 @@ class outgoing_migration final : public transport::page_source {
 
     [[nodiscard]] state current_state() const;
     // True once the destination reports every page installed, within
-    // `timeout`; false at once after abandon().
+    // `timeout`; false at once after abandon() or an abort.
     [[nodiscard]] bool wait_destination_done(std::chrono::milliseconds timeout);
     // When the destination reported every page installed, if it has.
     [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> destination_done_at() const;

@@ -204,6 +204,8 @@ void outgoing_session::on_migrator_gone() {
     log().warn("the migrator left after commit; finishing when the destination is "
                "done");
     if (!_m.wait_destination_done(orphaned_commit_wait)) {
+        if (_m.current_state() == outgoing_migration::state::aborted)
+            return; // the destination killed its copy before it ran: the source runs
         log().error("{}; the source stays frozen",
                     _m.abandoned() ? "the daemon stops before the destination finished"
                                    : "the destination never finished");

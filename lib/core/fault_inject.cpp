@@ -50,6 +50,8 @@ unsigned parse_faults() {
             mask |= unsigned(fault::short_heartbeat_silence);
         else if (name == "migrator-stop-before-register")
             mask |= unsigned(fault::migrator_stop_before_register);
+        else if (name == "migrator-stop-after-commit")
+            mask |= unsigned(fault::migrator_stop_after_commit);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;

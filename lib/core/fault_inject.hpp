@@ -27,6 +27,9 @@ enum class fault : unsigned {
     // shortest silence bound (10 s), not 60 s.
     short_heartbeat_silence = 1u << 15,
     migrator_stop_before_register = 1u << 16, // migrator SIGSTOPs itself once the tree is dumped
+    // The migrator SIGSTOPs itself once the source committed, before it
+    // tells the destination to resume.
+    migrator_stop_after_commit = 1u << 17,
 };
 
 [[nodiscard]] bool fault_injected(fault f) noexcept;

@@ -11,7 +11,7 @@ namespace {
 
 // Best effort: the source may have ended after the hand-off (the pool
 // holds every page), and no longer waits for "done".
-void try_send_done(page_channel& source, const wire::page_request& r) noexcept {
+void try_send_notice(page_channel& source, const wire::page_request& r) noexcept {
     try {
         source.send(r);
     } catch (const std::exception&) {
@@ -41,10 +41,10 @@ uint64_t pool_channel::bytes_received() const noexcept {
 }
 
 void pool_channel::send(const wire::page_request& r) {
-    if (r.operation == wire::op::done) {
+    if (wire::is_notice(r.operation)) {
         // The source may have ended after the hand-off; it no longer waits.
         if (_source)
-            try_send_done(*_source, r);
+            try_send_notice(*_source, r);
         return;
     }
     if (_count == _queue.size())

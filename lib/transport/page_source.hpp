@@ -28,6 +28,9 @@ class page_source {
     virtual void count_cpu(uint64_t /*ns*/) noexcept {}
     // The destination reported every page installed.
     virtual void destination_done() = 0;
+    // The destination killed its restored copy before it ran: this source
+    // is the only copy. Sources that hold no tasks have nothing to do.
+    virtual void destination_discarded() {}
     // The migration's --deadline-scale: how much longer than on real hosts
     // a silent destination is waited for.
     [[nodiscard]] virtual double deadline_scale() const noexcept { return 1.0; }

@@ -55,6 +55,11 @@ void serve_requests(net::stream& conn, page_source& src) {
             src.destination_done();
             continue;
         }
+        if (req.operation == wire::op::discarded) {
+            log->warn("the destination killed its copy before it ran");
+            src.destination_discarded();
+            continue;
+        }
         const wire::status st = src.read_pages(req, pages, checksums.data());
         wire::page_reply rep{st, req.pid, st == wire::status::ok ? req.nr_pages : 0, req.vaddr,
                              req.request_id};

@@ -105,7 +105,8 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__PageHolesScan, PAGE_HOLES_SCAN, page_holes_scan)                               \
     X(FerryControl__LazyTasksRun, LAZY_TASKS_RUN, lazy_tasks_run)                                  \
     X(FerryControl__RestoreProgress, RESTORE_PROGRESS, restore_progress)                           \
-    X(FerryControl__MigratorAlive, MIGRATOR_ALIVE, migrator_alive)
+    X(FerryControl__MigratorAlive, MIGRATOR_ALIVE, migrator_alive)                                 \
+    X(FerryControl__LazyCopyDiscarded, LAZY_COPY_DISCARDED, lazy_copy_discarded)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

@@ -84,14 +84,14 @@ decode_error decode(const header_bytes& b, page_request& out) noexcept {
         return e;
     const uint16_t operation = load_le<uint16_t>(&b[6]);
     if (operation != uint16_t(op::get) && operation != uint16_t(op::done) &&
-        operation != uint16_t(op::refetch))
+        operation != uint16_t(op::refetch) && operation != uint16_t(op::discarded))
         return decode_error::bad_op;
     out.operation = op(operation);
     out.pid = load_le<uint32_t>(&b[8]);
     out.nr_pages = load_le<uint32_t>(&b[12]);
     out.vaddr = load_le<uint64_t>(&b[16]);
     out.request_id = load_le<uint64_t>(&b[24]);
-    if (out.operation != op::done && (out.nr_pages == 0 || out.nr_pages > max_pages_per_request))
+    if (!is_notice(out.operation) && (out.nr_pages == 0 || out.nr_pages > max_pages_per_request))
         return decode_error::bad_length;
     if (out.vaddr & page_mask)
         return decode_error::unaligned;

@@ -32,7 +32,15 @@ enum class op : uint16_t {
     get = 1,     // send nr_pages pages starting at vaddr
     done = 2,    // the destination has installed every page
     refetch = 3, // like get, after a copy failed its checksum: read the source again
+    // The destination killed its restored copy before it ran (its gate was
+    // refused or never answered): the source is the only copy and may run.
+    discarded = 4,
 };
+
+// A notice carries no pages and wants no reply.
+[[nodiscard]] constexpr bool is_notice(op o) noexcept {
+    return o == op::done || o == op::discarded;
+}
 
 enum class status : uint16_t {
     ok = 0,

@@ -31,6 +31,8 @@
 #      with no TCP socket in the container, CRIU locks nothing); (2e) the
 #      migrator stops once the container is dumped: the source's daemon
 #      releases it, and the engine has it running, its memory intact;
+#      (2f) the migrator is killed between the commit and its word to
+#      resume: b kills its copy, tells a, and a resumes the container;
 #   3. a container of that name already exists on b: refused before the
 #      freeze, and neither container is touched;
 #   4. a container with a named volume (which Ferry does not move): refused
@@ -415,6 +417,38 @@ grep -q "the source daemon released the source: the migrator sent nothing" "$wor
 verified a m8 || fail "m8's memory does not verify after the migrator woke"
 [ "$(state b m8)" = absent ] || fail "m8 was left on b: $(state b m8)"
 remove_now a m8 >/dev/null
+
+log "2f. the migrator is killed between the commit and the resume: a resumes the container"
+# The migrator SIGSTOPs itself once a's daemon committed, before it tells
+# b to resume, and is then killed: b's gate (the runc shim's question)
+# goes unanswered, b kills its copy before it ran and its lazy-pages tells
+# a, whose daemon resumes the committed container.
+run_memload a m9
+amark=$(lines "$a_log")
+FERRY_FAULT=migrator-stop-after-commit migrate m9 >"$work/m9.json" 2>"$work/m9.err" &
+job=$!
+mpid=""
+for ((i = 0; i < 600; i++)); do
+  mpid=$(on a migrator status --json | python3 -c '
+import json, sys
+print(*[m["migrator_pid"] for m in json.load(sys.stdin)["migrations"]
+        if m["container"] == "m9" and m["migrator_alive"] and m["phase"] == "committing"])')
+  [ -n "$mpid" ] && [ "$(awk '{print $3}' /proc/"$mpid"/stat 2>/dev/null)" = T ] && break
+  sleep 0.1
+done
+[ -n "$mpid" ] && [ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] ||
+  fail "m9: the migrator did not stop after the commit: $(cat "$work/m9.json" "$work/m9.err")"
+kill -KILL "$mpid"
+wait "$job" && fail "m9: a killed migrator's migration succeeded"
+wait_for "$a_log" "aborting (the destination killed its copy before it ran); the source resumes" 60 "$amark"
+verified a m9 || fail "m9 does not run (or verify) on a once b killed its copy"
+[ "$(state a m9)" = running ] || fail "$engine says m9 is $(state a m9) on a"
+for ((i = 0; i < 300; i++)); do
+  [ "$(state b m9)" = absent ] && break
+  sleep 0.1
+done
+[ "$(state b m9)" = absent ] || fail "m9 was left on b: $(state b m9)"
+remove_now a m9 >/dev/null
 
 log "3. a container of the same name on b: refused before the freeze"
 run_memload b m2

@@ -3,7 +3,9 @@
 # source workload keeps running unharmed (among them VMA flags that changed
 # as the tree was frozen, which the source refuses to commit, and a migrator
 # stopped before its commit, whose source the source's daemon resumes while
-# it stays stopped). Then a page corrupted in flight is
+# it stays stopped, and one killed between the commit and its word to
+# resume, whose source resumes when the destination says it killed its
+# copy). Then a page corrupted in flight is
 # caught by its checksum, refetched, and the migration completes. Last, the
 # source's daemon stops on SIGTERM, also mid post-copy with its migrator gone.
 source "$(dirname "$0")/lib.sh"
@@ -226,6 +228,52 @@ dpid=$(json "$work/late.json" destination_pid)
 running "$dpid" || fail "late finish: the copy (pid $dpid) does not run on b"
 verify_workload "$dpid" "$work/late.out" $((64 * 256)) 1024
 kill -KILL "$dpid"
+
+# The migrator stops after the source committed, before it tells the
+# destination to resume, and is then killed. b's gate hears it go and kills
+# its copy before the copy ran; the committed source once waited an hour
+# for a destination that would never finish, then stayed frozen. Now b's
+# lazy-pages tells the source its copy is gone, and the source resumes.
+log "case: migrator killed between the commit and the resume"
+"$testbed" stop b
+"$testbed" start b
+amark=$(lines "$a_log")
+bmark=$(lines "$b_log")
+FERRY_FAULT=migrator-stop-after-commit on a migrator migrate --pid "$pid" --json --to "$(addr b)" \
+  >"$work/gap.json" 2>"$work/gap.err" &
+job=$!
+mpid=""
+phase=""
+for ((i = 0; i < 600; i++)); do
+  read -r mpid phase < <(on a migrator status --json | python3 -c '
+import json, sys
+for m in json.load(sys.stdin)["migrations"]:
+    if m["source_pid"] == int(sys.argv[1]) and m["migrator_alive"]:
+        print(m["migrator_pid"], m["phase"])' "$pid") || true
+  [ -n "$mpid" ] && [ "$(awk '{print $3}' /proc/"$mpid"/stat 2>/dev/null)" = T ] && break
+  sleep 0.1
+done
+[ -n "$mpid" ] && [ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] ||
+  fail "commit gap: the migrator did not stop after the commit: $(cat "$work/gap.json" "$work/gap.err")"
+# The record says "committing" from just before the commit until the
+# destination has its answer.
+[ "$phase" = committing ] || fail "commit gap: the migrator stopped in phase '$phase', not after its commit"
+tail -n +"$((amark + 1))" "$a_log" | grep -q "aborting" &&
+  fail "commit gap: the source aborted before the migrator was killed"
+running "$pid" && fail "commit gap: the source runs while its migration is committed"
+kill -KILL "$mpid"
+killed_at=$SECONDS
+wait "$job" && fail "commit gap: a killed migrator's migration succeeded"
+wait_for "$b_log" "resume refused (.*); CRIU kills the restored tasks" 30 "$bmark"
+wait_for "$a_log" "the destination killed its copy before it ran" 30 "$amark"
+wait_for "$a_log" "aborting (the destination killed its copy before it ran); the source resumes" 30 "$amark"
+for ((i = 0; i < 300; i++)); do
+  running "$pid" && break
+  sleep 0.1
+done
+running "$pid" || fail "commit gap: the source did not run again once b killed its copy"
+verify_workload "$pid" "$out" 8192 1024
+log "   the source ran again $((SECONDS - killed_at)) s after its migrator was killed"
 
 # criu restore fails on the destination.
 "$testbed" stop b

@@ -67,6 +67,17 @@ TEST_CASE("malformed page frames are rejected", "[wire]") {
     REQUIRE(decode(rb, rep) == decode_error::bad_status);
 }
 
+TEST_CASE("the destination's notices carry no pages", "[wire]") {
+    page_request out;
+    REQUIRE(decode(encode(page_request{op::discarded, 0, 0, 0, 5}), out) == decode_error::none);
+    REQUIRE(out.operation == op::discarded);
+    REQUIRE(decode(encode(page_request{op::done, 0, 0, 0, 6}), out) == decode_error::none);
+    REQUIRE(is_notice(op::discarded));
+    REQUIRE(is_notice(op::done));
+    REQUIRE_FALSE(is_notice(op::get));
+    REQUIRE_FALSE(is_notice(op::refetch));
+}
+
 TEST_CASE("page checksums detect a single flipped bit", "[checksum]") {
     std::vector<unsigned char> page(ferry::page_size);
     for (size_t i = 0; i < page.size(); i++)

@@ -37,10 +37,12 @@ class patterned_source final : public transport::page_source {
     }
     void count_cpu(uint64_t ns) noexcept override { cpu_ns += ns; }
     void destination_done() override { done = true; }
+    void destination_discarded() override { discarded = true; }
     std::atomic<uint64_t> cpu_ns{0};     // serving threads' CPU, as they report it
     std::atomic<uint64_t> sent{0};       // pages
     std::atomic<uint64_t> sent_bytes{0}; // as the source counts them
     std::atomic<bool> done{false};
+    std::atomic<bool> discarded{false};
 
   private:
     std::string _id = "patterned-source";

@@ -89,3 +89,21 @@ TEST_CASE("a page channel's source sends what is asked and counts every byte it 
     CHECK(src.sent_bytes ==
           2 * wire::page_header_size + (3 + pages) * (sizeof(uint64_t) + page_size));
 }
+
+TEST_CASE("a page channel's source hears that the destination killed its copy, and sends nothing") {
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    net::socket_stream server{unique_fd(sv[0])};
+    net::socket_stream client{unique_fd(sv[1])};
+    test::patterned_source src(base, pages);
+    std::thread serving([&] { serve_requests(server, src); });
+    const auto discarded = wire::encode(wire::page_request{wire::op::discarded, 0, 0, 0, 1});
+    net::write_full(client, discarded, net::no_deadline, "discarded");
+    // A page asked after the notice is still served: the notice is no reply.
+    CHECK(fetch(client, base, 1, 2) == std::vector<uint64_t>{base});
+    client.shutdown();
+    serving.join();
+    CHECK(src.discarded);
+    CHECK_FALSE(src.done);
+    CHECK(src.sent == 1);
+}

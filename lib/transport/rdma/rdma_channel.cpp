@@ -156,9 +156,9 @@ void rdma_channel::start(pending& p) {
 }
 
 void rdma_channel::send(const wire::page_request& r) {
-    if (r.operation == wire::op::done) {
+    if (wire::is_notice(r.operation)) {
         auto bytes = wire::encode(r);
-        net::write_full(*_control, bytes, net::after(std::chrono::seconds(10)), "send done");
+        net::write_full(*_control, bytes, net::after(std::chrono::seconds(10)), "send a notice");
         return;
     }
     if (_count == _queue.size())

@@ -61,9 +61,9 @@ void shm_channel::post(const stage_request& r) {
 }
 
 void shm_channel::send(const wire::page_request& r) {
-    if (r.operation == wire::op::done) {
+    if (wire::is_notice(r.operation)) {
         auto bytes = wire::encode(r);
-        net::write_full(*_control, bytes, net::after(std::chrono::seconds(10)), "send done");
+        net::write_full(*_control, bytes, net::after(std::chrono::seconds(10)), "send a notice");
         return;
     }
     if (_count == _queue.size())
