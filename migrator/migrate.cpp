@@ -424,6 +424,13 @@ migration_result migration::run() {
                 release_source(false);
             }
             _r.source_running = criu::inspect_workload(_opt.pid).running();
+        } else {
+            // The source's daemon resumes a committed source itself once
+            // the destination says it killed its copy before it ran (this
+            // migrator may have been stopped past the gate's patience).
+            _r.source_running = criu::inspect_workload(_opt.pid).running();
+            if (_r.source_running)
+                _log->warn("the source runs again: the destination killed its copy before it ran");
         }
         release_idle_poll();
         if (_record_stored && !_r.committed)
@@ -494,10 +501,33 @@ bool interrupt_requested() noexcept {
     return interrupted.load();
 }
 
+migration_result migration::escaped(const std::string& what) noexcept {
+    _log->error("the migration failed unexpectedly: {}", what);
+    try {
+        if (_r.error.empty())
+            _r.error = what;
+        else
+            _r.error += fmt::format(" (then: {})", what);
+        _r.ok = false;
+        if (_opt.mode != migrate_mode::unpark)
+            _r.source_running = criu::inspect_workload(_opt.pid).running();
+    } catch (const std::exception& e) {
+        _log->error("cannot look at the source: {}", e.what());
+    }
+    return _r;
+}
+
 migration_result migrate(const migrate_options& opt,
                          const std::function<void(const migration_result&)>& report) {
     auto m = std::make_unique<migration>(opt);
-    auto result = m->run();
+    // Every path inside run() ends the migration; one that throws anyway
+    // must still report, not end the process with std::terminate.
+    migration_result result;
+    try {
+        result = m->run();
+    } catch (const std::exception& e) {
+        result = m->escaped(e.what());
+    }
     if (report)
         report(result);
     const uint64_t t0 = monotonic_ns();

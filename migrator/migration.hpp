@@ -87,6 +87,9 @@ class migration {
     ~migration() { records::remove(_r.id); }
 
     migration_result run();
+    // What run() had when something escaped it (its own failure path
+    // threw): said as the error, with whether the source runs.
+    migration_result escaped(const std::string& what) noexcept;
 
   private:
     void check_source();

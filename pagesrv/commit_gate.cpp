@@ -67,10 +67,16 @@ bool incoming_session::ask_to_resume() {
                 return true;
             refusal = d->resume_decision->reason ? d->resume_decision->reason : "refused";
         }
+    } catch (const std::system_error& ex) {
+        refusal =
+            ex.code().value() == ETIMEDOUT
+                ? fmt::format("the migrator did not answer within {} s", control_timeout.count())
+                : ex.what();
     } catch (const std::exception& ex) {
         refusal = ex.what();
     }
     _log->warn("resume refused ({}); CRIU kills the restored tasks", refusal);
+    _resume_refused = refusal;
     tell_lazy_pages_discarded(refusal);
     return false;
 }

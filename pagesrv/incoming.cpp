@@ -41,8 +41,13 @@ bool valid_migration_id(const std::string& id) {
 
 } // namespace
 
-void incoming_session::send_restore_failure(const std::string& why) {
+void incoming_session::send_restore_failure(const std::string& failure) {
     _progress_asked = false; // nothing follows the result
+    const std::string why =
+        _resume_refused.empty()
+            ? failure
+            : fmt::format("the resume was refused ({}), and the copy killed: {}", _resume_refused,
+                          failure);
     _log->error("{}", why);
     FerryControl__RestoreResult r = FERRY_CONTROL__RESTORE_RESULT__INIT;
     r.ok = false;

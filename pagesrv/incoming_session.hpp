@@ -225,6 +225,9 @@ class incoming_session {
     unique_fd _criu_go; // a byte lets the waiting CRIU restore; closing it calls CRIU off
     pid_t _root_pid = -1;
     bool _resumed = false;
+    // Why the gate refused the resume, if it did: the restore's failure
+    // that follows says so first.
+    std::string _resume_refused;
     bool _transferred = false;
     criu::deadlines _deadlines;         // the restore's, grown with the workload
     double _deadline_scale = 1.0;       // the migration's --deadline-scale

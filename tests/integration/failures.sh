@@ -229,6 +229,47 @@ running "$dpid" || fail "late finish: the copy (pid $dpid) does not run on b"
 verify_workload "$dpid" "$work/late.out" $((64 * 256)) 1024
 kill -KILL "$dpid"
 
+# gap_migrator NAME: starts a migration of $pid whose migrator stops itself
+# once the source committed, and sets $job and $mpid.
+gap_migrator() {
+  local name=$1 phase i
+  FERRY_FAULT=migrator-stop-after-commit on a migrator migrate --pid "$pid" --json --to "$(addr b)" \
+    >"$work/$name.json" 2>"$work/$name.err" &
+  job=$!
+  mpid=""
+  phase=""
+  for ((i = 0; i < 600; i++)); do
+    read -r mpid phase < <(on a migrator status --json | python3 -c '
+import json, sys
+for m in json.load(sys.stdin)["migrations"]:
+    if m["source_pid"] == int(sys.argv[1]) and m["migrator_alive"]:
+        print(m["migrator_pid"], m["phase"])' "$pid") || true
+    [ -n "$mpid" ] && [ "$(awk '{print $3}' /proc/"$mpid"/stat 2>/dev/null)" = T ] && break
+    sleep 0.1
+  done
+  [ -n "$mpid" ] && [ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] ||
+    fail "$name: the migrator did not stop after the commit: $(cat "$work/$name.json" "$work/$name.err")"
+  # The record says "committing" from just before the commit until the
+  # destination has its answer.
+  [ "$phase" = committing ] || fail "$name: the migrator stopped in phase '$phase', not after its commit"
+  running "$pid" && fail "$name: the source runs while its migration is committed"
+  return 0
+}
+# gap_source_resumes NAME SECS: b refuses the resume, and a resumes the
+# committed source once b says its copy is gone.
+gap_source_resumes() {
+  local name=$1 secs=$2 i
+  wait_for "$b_log" "resume refused (.*); CRIU kills the restored tasks" "$secs" "$bmark"
+  wait_for "$a_log" "the destination killed its copy before it ran" 30 "$amark"
+  wait_for "$a_log" "aborting (the destination killed its copy before it ran); the source resumes" 30 "$amark"
+  for ((i = 0; i < 300; i++)); do
+    running "$pid" && break
+    sleep 0.1
+  done
+  running "$pid" || fail "$name: the source did not run again once b killed its copy"
+  verify_workload "$pid" "$out" 8192 1024
+}
+
 # The migrator stops after the source committed, before it tells the
 # destination to resume, and is then killed. b's gate hears it go and kills
 # its copy before the copy ran; the committed source once waited an hour
@@ -239,41 +280,34 @@ log "case: migrator killed between the commit and the resume"
 "$testbed" start b
 amark=$(lines "$a_log")
 bmark=$(lines "$b_log")
-FERRY_FAULT=migrator-stop-after-commit on a migrator migrate --pid "$pid" --json --to "$(addr b)" \
-  >"$work/gap.json" 2>"$work/gap.err" &
-job=$!
-mpid=""
-phase=""
-for ((i = 0; i < 600; i++)); do
-  read -r mpid phase < <(on a migrator status --json | python3 -c '
-import json, sys
-for m in json.load(sys.stdin)["migrations"]:
-    if m["source_pid"] == int(sys.argv[1]) and m["migrator_alive"]:
-        print(m["migrator_pid"], m["phase"])' "$pid") || true
-  [ -n "$mpid" ] && [ "$(awk '{print $3}' /proc/"$mpid"/stat 2>/dev/null)" = T ] && break
-  sleep 0.1
-done
-[ -n "$mpid" ] && [ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] ||
-  fail "commit gap: the migrator did not stop after the commit: $(cat "$work/gap.json" "$work/gap.err")"
-# The record says "committing" from just before the commit until the
-# destination has its answer.
-[ "$phase" = committing ] || fail "commit gap: the migrator stopped in phase '$phase', not after its commit"
-tail -n +"$((amark + 1))" "$a_log" | grep -q "aborting" &&
-  fail "commit gap: the source aborted before the migrator was killed"
-running "$pid" && fail "commit gap: the source runs while its migration is committed"
+gap_migrator gap-killed
 kill -KILL "$mpid"
-killed_at=$SECONDS
-wait "$job" && fail "commit gap: a killed migrator's migration succeeded"
-wait_for "$b_log" "resume refused (.*); CRIU kills the restored tasks" 30 "$bmark"
-wait_for "$a_log" "the destination killed its copy before it ran" 30 "$amark"
-wait_for "$a_log" "aborting (the destination killed its copy before it ran); the source resumes" 30 "$amark"
-for ((i = 0; i < 300; i++)); do
-  running "$pid" && break
-  sleep 0.1
-done
-running "$pid" || fail "commit gap: the source did not run again once b killed its copy"
+stopped_at=$SECONDS
+wait "$job" && fail "gap-killed: a killed migrator's migration succeeded"
+gap_source_resumes gap-killed 30
+log "   the source ran again $((SECONDS - stopped_at)) s after its migrator was killed"
+
+# The same gap with the migrator only stopped: b's gate waits 30 s for its
+# answer, then kills its copy and tells a, which resumes the source while
+# the migrator is still stopped. Woken, the migrator fails, and says the
+# source runs.
+log "case: migrator stopped between the commit and the resume"
+amark=$(lines "$a_log")
+bmark=$(lines "$b_log")
+gap_migrator gap-stopped
+stopped_at=$SECONDS
+gap_source_resumes gap-stopped 60
+[ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] || fail "gap-stopped: the migrator did not stay stopped"
+log "   the source ran again $((SECONDS - stopped_at)) s after its migrator stopped"
+kill -CONT "$mpid"
+wait "$job" && fail "gap-stopped: the migration succeeded after its destination killed the copy"
+cat "$work/gap-stopped.json" >&2
+grep -q "restore failed on the destination: the resume was refused (the migrator did not answer within 30 s)" "$work/gap-stopped.json" ||
+  fail "gap-stopped: the error does not say the destination refused the resume"
+[ "$(json "$work/gap-stopped.json" source_running)" = true ] ||
+  fail "gap-stopped: the migrator says the source is not running: $(cat "$work/gap-stopped.err")"
+running "$pid" || fail "gap-stopped: source pid $pid is not running"
 verify_workload "$pid" "$out" 8192 1024
-log "   the source ran again $((SECONDS - killed_at)) s after its migrator was killed"
 
 # criu restore fails on the destination.
 "$testbed" stop b
