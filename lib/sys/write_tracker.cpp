@@ -110,6 +110,15 @@ write_tracker::write_tracker(pid_t pid, std::chrono::milliseconds bound)
         written(area.start, area.end, ignored);
 }
 
+write_tracker::~write_tracker() {
+    for (const page_run& area : _tracked)
+        for (uint64_t at = area.start; at < area.end; at += bytes_per_call) {
+            uffdio_range range{at, std::min(area.end, at + bytes_per_call) - at};
+            if (::ioctl(_uffd.get(), UFFDIO_UNREGISTER, &range) != 0)
+                break; // unmapped meanwhile, or the process is gone: closing does the rest
+        }
+}
+
 void write_tracker::written(uint64_t start, uint64_t end, std::vector<page_run>& out) {
     using namespace pagemap_abi;
     while (start < end) {

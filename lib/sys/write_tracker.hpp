@@ -37,8 +37,10 @@ class write_tracker {
     // WP_ASYNC in this kernel, the process traced by another, stopped, or
     // not stopping within `bound`).
     write_tracker(pid_t pid, std::chrono::milliseconds bound);
-    // Closing the uffd unregisters it: the process runs on as before.
-    ~write_tracker() = default;
+    // Unregisters in slices, then closes the uffd: the process runs on as
+    // before. (Closing alone unprotects every tracked page under the
+    // process's mmap lock in one go: a Redis of 1.2 GiB stalled 22 ms.)
+    ~write_tracker();
     write_tracker(const write_tracker&) = delete;
     write_tracker& operator=(const write_tracker&) = delete;
 
