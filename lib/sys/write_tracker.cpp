@@ -21,6 +21,7 @@ namespace ferry::proc {
 namespace {
 
 // Kernel ABI absent from Debian 12's headers (6.7's uapi).
+constexpr uint64_t uffd_user_mode_only = 1; // UFFD_USER_MODE_ONLY, 5.11
 constexpr uint64_t uffd_feature_wp_unpopulated = 1u << 13;
 constexpr uint64_t uffd_feature_wp_async = 1u << 15;
 constexpr uint64_t pm_scan_wp_matching = 1u << 0;
@@ -59,7 +60,13 @@ std::vector<page_run> private_anonymous_areas(pid_t pid) {
 // A uffd watching `pid`'s memory: made by `pid` itself, the copy it holds
 // closed again.
 unique_fd uffd_of(pid_t pid, std::chrono::milliseconds bound) {
-    const long made = remote_syscall(pid, SYS_userfaultfd, {O_CLOEXEC | O_NONBLOCK}, bound);
+    // User-mode faults only: what a process without CAP_SYS_PTRACE may
+    // ask for (vm.unprivileged_userfaultfd is 0), as a container's is.
+    // Asynchronous write-protect faults never reach the uffd anyway: the
+    // kernel resolves them, a kernel-mode write (read() into the page)
+    // included, and the page shows as written.
+    const long made =
+        remote_syscall(pid, SYS_userfaultfd, {O_CLOEXEC | O_NONBLOCK | uffd_user_mode_only}, bound);
     if (made < 0)
         throw sys_error(fmt::format("userfaultfd() in process {}", pid), int(-made));
     const unique_fd pidfd(int(::syscall(SYS_pidfd_open, pid, 0)));

@@ -33,6 +33,8 @@
 #      releases it, and the engine has it running, its memory intact;
 #      (2f) the migrator is killed between the commit and its word to
 #      resume: b kills its copy, tells a, and a resumes the container;
+#      (2g) dirty-rate tracks the container's writes through the engine's
+#      seccomp filter, and leaves it as it was;
 #   3. a container of that name already exists on b: refused before the
 #      freeze, and neither container is touched;
 #   4. a container with a named volume (which Ferry does not move): refused
@@ -449,6 +451,31 @@ for ((i = 0; i < 300; i++)); do
 done
 [ "$(state b m9)" = absent ] || fail "m9 was left on b: $(state b m9)"
 remove_now a m9 >/dev/null
+
+log "2g. dirty-rate tracks the container's writes through its seccomp filter"
+# write_tracker makes a userfaultfd inside each of the container's
+# processes, which the engine's seccomp profile refuses them; the ptrace
+# that makes it suspends the filter (lib/sys/remote_syscall). The container
+# runs on, its memory intact, and no uffd is left in it.
+run_memload a m10
+cpid=$(ctr a inspect m10 --format '{{.State.Pid}}')
+grep -q "^Seccomp:[[:space:]]*2" "/proc/$cpid/status" || fail "m10 runs without a seccomp filter: the case proves nothing"
+fds_before=$(ls "/proc/$cpid/fd" | wc -l)
+"$FERRY_BUILD/examples/dirty-rate" --pid "$cpid" --seconds 2.5 --interval-ms 250 \
+  >"$work/m10-rate.json" 2>"$work/m10-rate.err" || fail "dirty-rate failed on m10: $(cat "$work/m10-rate.err")"
+cat "$work/m10-rate.json" >&2
+[ "$(json "$work/m10-rate.json" processes)" -ge 2 ] || fail "dirty-rate did not track m10's parent and child"
+python3 - "$work/m10-rate.json" <<'PY' || fail "dirty-rate's figures are wrong: $(cat "$work/m10-rate.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["tracked_mib"] >= 80, r  # 64 MiB in the parent, 16 in the child
+assert r["looks"] >= 5, r
+assert r["written_mib_s_max"] > 0, r  # its once-a-second ticks write
+PY
+[ "$(ls "/proc/$cpid/fd" | wc -l)" = "$fds_before" ] || fail "dirty-rate left an fd in m10"
+! grep -q " uw" "/proc/$cpid/smaps" || fail "m10's memory is still registered with a uffd"
+verified a m10 || fail "m10 does not verify after dirty-rate"
+remove_now a m10 >/dev/null
 
 log "3. a container of the same name on b: refused before the freeze"
 run_memload b m2

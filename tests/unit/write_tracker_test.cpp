@@ -8,6 +8,7 @@
 #include "sys/write_tracker.hpp"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
@@ -33,7 +34,14 @@ namespace {
 constexpr size_t area_pages = 2048; // 8 MiB
 constexpr uint64_t quit = ~uint64_t(0);
 
-void refuse_userfaultfd() {
+// As a container's process: no capabilities (userfaultfd() without
+// CAP_SYS_PTRACE gets user-mode faults only), and a seccomp filter that
+// refuses userfaultfd outright.
+void sandbox() {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[2]{};
+    if (::syscall(SYS_capset, &header, none) != 0)
+        ::_exit(4);
     sock_filter code[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_userfaultfd, 0, 1),
@@ -44,7 +52,7 @@ void refuse_userfaultfd() {
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
         ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
         ::_exit(4);
-    if (::syscall(SYS_userfaultfd, 0) != -1 || errno != EPERM)
+    if (::syscall(SYS_userfaultfd, 1) != -1 || errno != EPERM)
         ::_exit(5); // the filter must refuse it here
 }
 
@@ -57,7 +65,7 @@ void refuse_userfaultfd() {
         ::_exit(2);
     std::memset(area, 1, area_pages * page_size);
     if (sandboxed)
-        refuse_userfaultfd();
+        sandbox();
     const uint64_t addr = reinterpret_cast<uint64_t>(area);
     if (::write(answers, &addr, sizeof addr) != sizeof addr)
         ::_exit(2);
@@ -165,7 +173,8 @@ TEST_CASE("a write tracker reports exactly the pages a process wrote since it la
     check_tracking(false);
 }
 
-TEST_CASE("a write tracker attaches to a process whose seccomp filter refuses userfaultfd",
+TEST_CASE("a write tracker attaches to a process without capabilities whose seccomp filter "
+          "refuses userfaultfd",
           "[write_tracker]") {
     check_tracking(true);
 }
