@@ -256,7 +256,10 @@ std::vector<criu::engine_file> engine_dump::writable_layer_files(const layer_dif
                                                                  const fs::path& shm) const {
     std::vector<criu::engine_file> files;
     std::vector<std::string> deleted;
-    diff(_dir / "rootfs-diff.tar", deleted);
+    // interrupted() is what every wait of a dump polls: the migrator's
+    // heartbeat goes from it. Its answer waits for the next wait.
+    const std::function<void()> progress = [this] { (void)interrupted(); };
+    diff(_dir / "rootfs-diff.tar", deleted, progress);
     files.push_back({"rootfs-diff.tar", criu::read_file(_dir / "rootfs-diff.tar")});
     const auto list = nlohmann::json(deleted).dump();
     files.push_back({"deleted.files", {list.begin(), list.end()}});
@@ -264,6 +267,7 @@ std::vector<criu::engine_file> engine_dump::writable_layer_files(const layer_dif
     // CRIU leaves alone as an external mount.
     if (!shm.empty() && fs::is_directory(shm)) {
         tar_writer t(_dir / "devshm-checkpoint.tar");
+        t.on_progress(progress);
         t.add_tree("", shm);
         t.close();
         files.push_back({"devshm-checkpoint.tar", criu::read_file(_dir / "devshm-checkpoint.tar")});

@@ -77,10 +77,13 @@ class engine_dump : public criu::dump_driver {
     // Removes the source container through its engine; throws on failure.
     virtual void remove_container() = 0;
     // The writable layer's changes as the destination applies them:
-    // `diff(tar, deleted)` writes what was added or changed and lists what
-    // was deleted; with the container's /dev/shm if `shm` is a directory.
+    // `diff(tar, deleted, progress)` writes what was added or changed and
+    // lists what was deleted, calling `progress` as the tar grows (the
+    // migrator's heartbeat goes from there: a large layer takes long,
+    // frozen); with the container's /dev/shm if `shm` is a directory.
     using layer_diff =
-        std::function<void(const std::filesystem::path& tar, std::vector<std::string>& deleted)>;
+        std::function<void(const std::filesystem::path& tar, std::vector<std::string>& deleted,
+                           const std::function<void()>& progress)>;
     [[nodiscard]] std::vector<criu::engine_file>
     writable_layer_files(const layer_diff& diff, const std::filesystem::path& shm) const;
 

@@ -124,8 +124,10 @@ std::vector<fs::path> split_lower_dirs(const std::string& s) {
 }
 
 void overlay_diff(const fs::path& upper, const std::vector<fs::path>& lowers,
-                  const fs::path& tar_out, std::vector<std::string>& deleted) {
+                  const fs::path& tar_out, std::vector<std::string>& deleted,
+                  const std::function<void()>& progress) {
     tar_writer tar(tar_out);
+    tar.on_progress(progress);
     walk(upper, [&](const std::string& rel, const char* path, const struct stat& st) {
         if (engine_init_path(rel))
             return true; // the entry is the engine's; what is below it is not
@@ -173,8 +175,9 @@ const tree_index::entry* tree_index::find(const std::string& rel) const {
 }
 
 void tree_diff(const fs::path& layer, const tree_index& base, const fs::path& tar_out,
-               std::vector<std::string>& deleted) {
+               std::vector<std::string>& deleted, const std::function<void()>& progress) {
     tar_writer tar(tar_out);
+    tar.on_progress(progress);
     std::unordered_set<std::string> present;
     present.reserve(base.entries().size());
     walk(layer, [&](const std::string& rel, const char* path, const struct stat& st) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -14,9 +15,11 @@ namespace ferry::engines {
 
 // An overlay upper dir over its lower dirs (topmost first): whiteouts and
 // what opaque directories hide are the deletions. Podman, docker's overlay2.
+// `progress` is called as the tar grows (tar_writer::on_progress).
 void overlay_diff(const std::filesystem::path& upper,
                   const std::vector<std::filesystem::path>& lowers,
-                  const std::filesystem::path& tar_out, std::vector<std::string>& deleted);
+                  const std::filesystem::path& tar_out, std::vector<std::string>& deleted,
+                  const std::function<void()>& progress = {});
 
 // What a tree held when it was scanned: per path (relative), the metadata a
 // change shows in. Scanned before the freeze: the tree a container was copied
@@ -46,7 +49,8 @@ class tree_index {
 // (docker's vfs driver): what differs in type, mode, owner, size, mtime,
 // link target or device is changed; what is gone from `layer` is deleted.
 void tree_diff(const std::filesystem::path& layer, const tree_index& base,
-               const std::filesystem::path& tar_out, std::vector<std::string>& deleted);
+               const std::filesystem::path& tar_out, std::vector<std::string>& deleted,
+               const std::function<void()>& progress = {});
 
 // "a:b:c" -> {a, b, c}, as engines list overlay lower dirs.
 std::vector<std::filesystem::path> split_lower_dirs(const std::string& s);

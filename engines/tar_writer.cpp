@@ -42,6 +42,7 @@ void tar_writer::add_bytes(const std::string& name, std::span<const uint8_t> dat
         (!data.empty() && archive_write_data(_a, data.data(), data.size()) < 0))
         throw error(
             fmt::format("{}: writing {}: {}", _out.string(), name, archive_error_string(_a)));
+    progress();
 }
 
 void tar_writer::add_path(const std::string& name, const std::filesystem::path& src) {
@@ -66,6 +67,7 @@ void tar_writer::add_path(const std::string& name, const std::filesystem::path& 
     if (archive_write_header(_a, e.get()) != ARCHIVE_OK)
         throw error(
             fmt::format("{}: writing {}: {}", _out.string(), name, archive_error_string(_a)));
+    progress();
     if (!S_ISREG(st.st_mode))
         return;
     unique_fd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -81,6 +83,7 @@ void tar_writer::add_path(const std::string& name, const std::filesystem::path& 
         if (archive_write_data(_a, buf.data(), size_t(n)) < 0)
             throw error(
                 fmt::format("{}: writing {}: {}", _out.string(), name, archive_error_string(_a)));
+        progress();
     }
 }
 

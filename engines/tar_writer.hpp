@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -26,9 +27,18 @@ class tar_writer {
     // `dir`'s whole tree under `prefix` ("" for the top).
     void add_tree(const std::string& prefix, const std::filesystem::path& dir);
     void close();
+    // Called after each entry and each MiB of a file's data: a long tar
+    // (a container's writable layer, frozen) lets its caller show it is
+    // alive, as the migrator's heartbeat must.
+    void on_progress(std::function<void()> fn) { _progress = std::move(fn); }
 
   private:
+    void progress() const {
+        if (_progress)
+            _progress();
+    }
     std::filesystem::path _out;
+    std::function<void()> _progress;
     struct archive* _a = nullptr;
 };
 

@@ -159,11 +159,12 @@ class docker_dump final : public engine_dump {
         std::error_code ec;
         const bool shm_has_files = !_c.shm_dir.empty() && !fs::is_empty(_c.shm_dir, ec) && !ec;
         return writable_layer_files(
-            [&](const fs::path& tar, std::vector<std::string>& deleted) {
+            [&](const fs::path& tar, std::vector<std::string>& deleted,
+                const std::function<void()>& progress) {
                 if (_c.storage_driver == "overlay2")
-                    overlay_diff(_c.upper_dir, _c.lower_dirs, tar, deleted);
+                    overlay_diff(_c.upper_dir, _c.lower_dirs, tar, deleted, progress);
                 else
-                    tree_diff(_c.layer_dir, _base, tar, deleted);
+                    tree_diff(_c.layer_dir, _base, tar, deleted, progress);
             },
             shm_has_files ? _c.shm_dir : fs::path());
     }

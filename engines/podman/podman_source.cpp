@@ -117,8 +117,9 @@ class podman_dump final : public engine_dump {
         std::error_code ec;
         const bool shm_has_files = !shm.empty() && !fs::is_empty(shm, ec) && !ec;
         auto layer = writable_layer_files(
-            [&](const fs::path& tar, std::vector<std::string>& deleted) {
-                overlay_diff(_c.upper_dir, _c.lower_dirs, tar, deleted);
+            [&](const fs::path& tar, std::vector<std::string>& deleted,
+                const std::function<void()>& progress) {
+                overlay_diff(_c.upper_dir, _c.lower_dirs, tar, deleted, progress);
             },
             shm_has_files ? shm : fs::path());
         files.insert(files.end(), std::make_move_iterator(layer.begin()),

@@ -176,6 +176,22 @@ TEST_CASE("an overlay upper dir: whiteouts are deletions, the rest is the tar") 
     CHECK(got.count("etc/issue.net") == 0);
 }
 
+TEST_CASE("an overlay diff says it is alive as its tar grows, per entry and per MiB") {
+    // The migrator's heartbeat goes from this while the container is frozen:
+    // a layer that takes longer than the source daemon's patience must not
+    // look like a migrator that hangs.
+    temp_dir t;
+    const auto upper = t.path / "upper", lower = t.path / "lower";
+    fs::create_directories(lower);
+    write(upper / "a/small", "x\n");
+    write(upper / "a/big", std::string(3u << 20, 'b'));
+    std::vector<std::string> deleted;
+    size_t calls = 0;
+    engines::overlay_diff(upper, {lower}, t.path / "diff.tar", deleted, [&] { calls++; });
+    // Headers of a/, a/small and a/big, then a/big's 3 MiB a MiB at a time.
+    CHECK(calls >= 3 + 3);
+}
+
 TEST_CASE("deleting a container path resolves its symlinks inside the container") {
     temp_dir t;
     const auto root = t.path / "root";
