@@ -50,7 +50,7 @@ void fault_state::issue(request_kind kind, lazy_process& p, uint64_t addr, uint6
 void fault_state::process_gone(lazy_process& p) {
     if (p.exited)
         return;
-    const quiet_copies quiet(p); // no copy may use the uffd once it is closed
+    const quiet_copies quiet(p, cfg.copy_quiet_wait); // no copy may use the uffd once it is closed
     p.exited = true;
     if (!p.forked)
         stats.pages_dropped += pages_in(p.lazy.bytes());

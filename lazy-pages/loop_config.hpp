@@ -38,6 +38,10 @@ struct loop_config {
     // after "restore finished" anyway.
     std::chrono::milliseconds tasks_run_wait{200};
     std::chrono::milliseconds fetch_deadline{10'000};
+    // How long a handler waits for a background copy of a few pages to end
+    // before it takes the process's uffd: longer means the copier is not
+    // scheduled at all (times --deadline-scale: an emulated host is slow).
+    std::chrono::milliseconds copy_quiet_wait{2'000};
     std::chrono::milliseconds progress_interval{200};
     std::chrono::microseconds spin{200}; // a handler polls a tcp channel this long for a reply
     uint32_t handlers = 0;               // handler threads (0: one per allowed CPU)

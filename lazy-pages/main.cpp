@@ -649,6 +649,8 @@ int main(int argc, char** argv) {
     opt.loop.fetch_deadline =
         std::chrono::milliseconds(int64_t(double(deadline_ms) * std::max(1.0, opt.deadline_scale)));
     opt.loop.tasks_run_wait = std::chrono::milliseconds(tasks_run_wait_ms);
+    opt.loop.copy_quiet_wait = std::chrono::milliseconds(
+        int64_t(double(opt.loop.copy_quiet_wait.count()) * std::max(1.0, opt.deadline_scale)));
     opt.loop.spin = std::chrono::microseconds(spin_us);
 
     // No parent-death signal: if the daemon dies, the restored tasks still

@@ -154,7 +154,7 @@ void handle_remove(fault_state& s, lazy_process& p, const uffd_msg& msg) {
 void drain_uffd(fault_state& s, lazy_process& p, const uffd_fn& new_uffd) {
     // A read lets a discard or a move go ahead in the kernel before the
     // handler below changes the lazy map: no copy may run across it.
-    const quiet_copies quiet(p);
+    const quiet_copies quiet(p, s.cfg.copy_quiet_wait);
     std::array<uffd_msg, events_per_read> msgs;
     // A bounded number of batches, so one busy process cannot starve others.
     for (int batch = 0; batch < 4 && !p.exited; batch++) {

@@ -47,18 +47,19 @@ void copy_without_lock(lazy_process& p, std::span<unlocked_run> runs) noexcept {
     p.unlocked_copies.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-quiet_copies::quiet_copies(lazy_process& p) : _p(p) {
+quiet_copies::quiet_copies(lazy_process& p, std::chrono::milliseconds wait) : _p(p) {
     _p.quiet_wanted.fetch_add(1, std::memory_order_seq_cst);
     if (_p.unlocked_copies.load(std::memory_order_seq_cst) == 0)
         return;
     // The copier is at the normal policy and stops after its current copy
-    // of a few pages; 2 s means it is not being scheduled at all.
-    const uint64_t give_up = monotonic_ns() + 2'000'000'000;
+    // of a few pages; `wait` (2 s on real hosts) means it is not being
+    // scheduled at all.
+    const uint64_t give_up = monotonic_ns() + uint64_t(wait.count()) * 1'000'000;
     while (_p.unlocked_copies.load(std::memory_order_seq_cst) != 0) {
         if (monotonic_ns() > give_up) {
             _p.quiet_wanted.fetch_sub(1, std::memory_order_seq_cst);
-            throw error(
-                fmt::format("a background copy into pid {} did not end within 2 s", _p.image_pid));
+            throw error(fmt::format("a background copy into pid {} did not end within {} ms",
+                                    _p.image_pid, wait.count()));
         }
         ::sched_yield();
     }

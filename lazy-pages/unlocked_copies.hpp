@@ -58,7 +58,7 @@ void copy_without_lock(lazy_process& p, std::span<unlocked_run> runs) noexcept;
 // this lives. Throws if the copy in progress does not end within 2 s.
 class quiet_copies {
   public:
-    explicit quiet_copies(lazy_process& p);
+    quiet_copies(lazy_process& p, std::chrono::milliseconds wait);
     ~quiet_copies();
     quiet_copies(const quiet_copies&) = delete;
     quiet_copies& operator=(const quiet_copies&) = delete;

@@ -1,5 +1,6 @@
 #include "sys/write_tracker.hpp"
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "sys/remote_syscall.hpp"
 
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -22,7 +24,6 @@ namespace {
 
 // Kernel ABI absent from Debian 12's headers (6.7's uapi).
 constexpr uint64_t uffd_user_mode_only = 1; // UFFD_USER_MODE_ONLY, 5.11
-constexpr uint64_t uffd_feature_wp_unpopulated = 1u << 13;
 constexpr uint64_t uffd_feature_wp_async = 1u << 15;
 constexpr uint64_t pm_scan_wp_matching = 1u << 0;
 constexpr uint64_t pm_scan_check_wpasync = 1u << 1;
@@ -30,29 +31,72 @@ constexpr uint64_t page_is_written = 1u << 1;
 // _IOWR('f', 16, struct pm_scan_arg)
 constexpr unsigned long pagemap_scan = (3ul << 30) | (96ul << 16) | ('f' << 8) | 16;
 constexpr size_t regions_per_call = 1024;
-// As page_presence: one call's walk has no preemption point on this
-// PREEMPT_NONE kernel; 16 MiB is ~50 us.
-constexpr uint64_t bytes_per_call = 16ull << 20;
+// One call's page-table walk has no preemption point on this PREEMPT_NONE
+// kernel, and holds the process's mmap lock: ~3 ms per populated GiB. A
+// slice starts at 16 MiB (~50 us populated) and doubles while calls stay
+// short, so that a sparse area (a runtime's reserved heap; ASan's shadow,
+// terabytes) is crossed in few calls, and halves when one takes long.
+constexpr uint64_t first_slice = 16ull << 20;
+constexpr uint64_t largest_slice = 1ull << 40;
+constexpr uint64_t short_call_ns = 100'000;
+
+class slicer {
+  public:
+    // The end of the next slice from `at`, at most `end`.
+    [[nodiscard]] uint64_t next(uint64_t at, uint64_t end) const {
+        return end - at > _bytes ? at + _bytes : end;
+    }
+    // After a call that took `ns`.
+    void took(uint64_t ns) {
+        if (ns < short_call_ns)
+            _bytes = std::min(largest_slice, _bytes * 2);
+        else if (ns > 4 * short_call_ns)
+            _bytes = std::max(first_slice, _bytes / 2);
+    }
+
+  private:
+    uint64_t _bytes = first_slice;
+};
 
 // The writable private anonymous areas: where a process's own data is.
+// Not a MAP_NORESERVE area (VmFlags "nr") larger than 64 GiB: address space
+// reserved rather than memory, as ASan's 20 TiB shadow, whose walks took
+// minutes of kernel time. (jemalloc maps Redis's heap MAP_NORESERVE too,
+// in extents far below that.) A caller treats their pages as written.
 std::vector<page_run> private_anonymous_areas(pid_t pid) {
-    std::ifstream maps(fmt::format("/proc/{}/maps", pid));
-    if (!maps)
+    std::ifstream smaps(fmt::format("/proc/{}/smaps", pid));
+    if (!smaps)
         throw error(fmt::format("no process {}", pid));
     std::vector<page_run> out;
+    std::optional<page_run> candidate;
     std::string line;
-    while (std::getline(maps, line)) {
+    while (std::getline(smaps, line)) {
+        if (line.rfind("VmFlags:", 0) == 0) {
+            const bool reservation = (line + " ").find(" nr ") != std::string::npos && candidate &&
+                                     candidate->end - candidate->start > (64ull << 30);
+            if (candidate && !reservation)
+                out.push_back(*candidate);
+            candidate.reset();
+            continue;
+        }
+        // An area's first line: "start-end perms offset dev inode [path]";
+        // the others are "Key: value".
+        const auto colon = line.find(':');
+        const auto dash = line.find('-');
+        if (dash == std::string::npos || (colon != std::string::npos && colon < dash))
+            continue;
         std::istringstream in(line);
         uint64_t start = 0, end = 0;
-        char dash = 0;
+        char sep = 0;
         std::string perms, offset, dev, inode, path;
-        in >> std::hex >> start >> dash >> end >> perms >> offset >> dev >> inode;
+        in >> std::hex >> start >> sep >> end >> perms >> offset >> dev >> inode;
         std::getline(in >> std::ws, path);
+        candidate.reset();
         if (perms != "rw-p" || inode != "0")
             continue;
         if (!path.empty() && path != "[heap]" && path != "[stack]")
             continue;
-        out.push_back({start, end});
+        candidate = page_run{start, end};
     }
     return out;
 }
@@ -93,7 +137,11 @@ write_tracker::write_tracker(pid_t pid, std::chrono::milliseconds bound)
     _uffd = uffd_of(pid, bound);
     uffdio_api api{};
     api.api = UFFD_API;
-    api.features = uffd_feature_wp_async | uffd_feature_wp_unpopulated;
+    // Not WP_UNPOPULATED: it marks every absent page, and the page tables
+    // for that took 24 GB for ASan's shadow (the OOM killer ended the
+    // process). Without it a page that comes into being later has no mark
+    // and shows as written, which is what a pre-copy needs anyway.
+    api.features = uffd_feature_wp_async;
     if (::ioctl(_uffd.get(), UFFDIO_API, &api) != 0)
         throw sys_error("UFFDIO_API with WP_ASYNC (Linux 6.7+)");
     for (const page_run& area : private_anonymous_areas(pid)) {
@@ -118,30 +166,38 @@ write_tracker::write_tracker(pid_t pid, std::chrono::milliseconds bound)
 }
 
 write_tracker::~write_tracker() {
+    slicer slices;
     for (const page_run& area : _tracked)
-        for (uint64_t at = area.start; at < area.end; at += bytes_per_call) {
-            uffdio_range range{at, std::min(area.end, at + bytes_per_call) - at};
+        for (uint64_t at = area.start; at < area.end;) {
+            const uint64_t to = slices.next(at, area.end);
+            uffdio_range range{at, to - at};
+            const uint64_t t0 = monotonic_ns();
             if (::ioctl(_uffd.get(), UFFDIO_UNREGISTER, &range) != 0)
                 break; // unmapped meanwhile, or the process is gone: closing does the rest
+            slices.took(monotonic_ns() - t0);
+            at = to;
         }
 }
 
 void write_tracker::written(uint64_t start, uint64_t end, std::vector<page_run>& out) {
     using namespace pagemap_abi;
+    slicer slices;
     while (start < end) {
         pm_scan_arg arg{};
         arg.size = sizeof arg;
         arg.flags = pm_scan_wp_matching | pm_scan_check_wpasync;
         arg.start = start;
-        arg.end = std::min(end, start + bytes_per_call);
+        arg.end = slices.next(start, end);
         arg.vec = reinterpret_cast<uint64_t>(_regions.data());
         arg.vec_len = _regions.size();
         arg.category_mask = page_is_written;
         arg.return_mask = page_is_written;
+        const uint64_t t0 = monotonic_ns();
         const int n = ::ioctl(_pagemap.get(), pagemap_scan, &arg);
         if (n < 0)
             throw sys_error(fmt::format("PAGEMAP_SCAN of written pages, pid {} [{:#x}, {:#x})",
                                         _pid, start, arg.end));
+        slices.took(monotonic_ns() - t0);
         for (int i = 0; i < n; i++) {
             const auto& r = _regions[size_t(i)];
             if (!out.empty() && out.back().end == r.start)

@@ -12,9 +12,12 @@
 // would refuse to dump a uffd it finds there). Everything else, the
 // registration and the scans, is done from here.
 //
+// Pages that come into being after the attach (first touched, or dropped
+// and touched again) show as written.
 // Tracked: the writable private anonymous areas present at attach
-// (heap, stack, anonymous mmaps) that no other uffd watches. Areas mapped
-// later are not: a caller treats their pages as written. A page dropped
+// (heap, stack, anonymous mmaps) that no other uffd watches and that are
+// not MAP_NORESERVE reservations over 64 GiB. Areas mapped later are not: a caller
+// treats their pages as written. A page dropped
 // with MADV_DONTNEED is a hole afterwards, not "written": a caller that sent
 // it must see it gone (proc::page_presence).
 #pragma once

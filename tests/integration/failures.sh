@@ -250,7 +250,13 @@ for m in json.load(sys.stdin)["migrations"]:
   [ -n "$mpid" ] && [ "$(awk '{print $3}' /proc/"$mpid"/stat)" = T ] ||
     fail "$name: the migrator did not stop after the commit: $(cat "$work/$name.json" "$work/$name.err")"
   # The record says "committing" from just before the commit until the
-  # destination has its answer.
+  # destination has its answer. Read again now that the migrator is
+  # stopped: the look above may have come before it got there.
+  phase=$(on a migrator status --json | python3 -c '
+import json, sys
+for m in json.load(sys.stdin)["migrations"]:
+    if m["migrator_pid"] == int(sys.argv[1]):
+        print(m["phase"])' "$mpid")
   [ "$phase" = committing ] || fail "$name: the migrator stopped in phase '$phase', not after its commit"
   running "$pid" && fail "$name: the source runs while its migration is committed"
   return 0
