@@ -222,10 +222,7 @@ log "4. a memload tree migrates from VM a to VM b over rdma (one page corrupted 
 # refetched, never installed, and the tree verifies.
 "$testbed" stop a
 FERRY_FAULT=corrupt-page-once "$testbed" start a
-# The guests are emulated (TCG): once, under CI's load, a background copy
-# of a few pages went unscheduled past lazy-pages' 2 s bound. The scale is
-# what a slow host's migrations pass.
-migrate_tree rdma 64 16 --fabric rdma --deadline-scale 4
+migrate_tree rdma 64 16 --fabric rdma
 verify_on_b rdma
 [ "$(json "$work/rdma.json" pages_refetched)" -ge 1 ] ||
   fail "no page was refetched after the source corrupted one: $(cat "$work/rdma.json")"
