@@ -60,9 +60,11 @@ class slicer {
 
 // The writable private anonymous areas: where a process's own data is.
 // Not a MAP_NORESERVE area (VmFlags "nr") larger than 64 GiB: address space
-// reserved rather than memory, as ASan's 20 TiB shadow, whose walks took
-// minutes of kernel time. (jemalloc maps Redis's heap MAP_NORESERVE too,
-// in extents far below that.) A caller treats their pages as written.
+// reserved rather than memory, as ASan's 20 TiB shadow, whose protection
+// took minutes of kernel time and 24 GB of page tables (the OOM killer
+// ended the process). Below the bound, page tables cost at most 128 MiB.
+// (jemalloc maps Redis's heap MAP_NORESERVE too, in extents far below it.)
+// A caller treats their pages as written.
 std::vector<page_run> private_anonymous_areas(pid_t pid) {
     std::ifstream smaps(fmt::format("/proc/{}/smaps", pid));
     if (!smaps)
@@ -137,10 +139,9 @@ write_tracker::write_tracker(pid_t pid, std::chrono::milliseconds bound)
     _uffd = uffd_of(pid, bound);
     uffdio_api api{};
     api.api = UFFD_API;
-    // Not WP_UNPOPULATED: it marks every absent page, and the page tables
-    // for that took 24 GB for ASan's shadow (the OOM killer ended the
-    // process). Without it a page that comes into being later has no mark
-    // and shows as written, which is what a pre-copy needs anyway.
+    // Not WP_UNPOPULATED: it would mark every absent page, page tables and
+    // all. Without it a page that comes into being later has no mark and
+    // shows as written, which is what a pre-copy needs anyway.
     api.features = uffd_feature_wp_async;
     if (::ioctl(_uffd.get(), UFFDIO_API, &api) != 0)
         throw sys_error("UFFDIO_API with WP_ASYNC (Linux 6.7+)");
