@@ -412,7 +412,8 @@ migration_result migration::run() {
         }
         _log->warn("the migration failed ({}): {}", _rec.phase, _r.error);
         stop_mounts_early(); // its thread may be using _dest
-        if (!_r.committed || _destination_never_ran) {
+        const bool may_abort = !_r.committed || _destination_never_ran;
+        if (may_abort) {
             // Whatever the destination restored must not resume: without its
             // migrator it refuses, and kills the copy, at once.
             _dest.reset();
@@ -423,15 +424,13 @@ migration_result migration::run() {
                 _log->error("the abort failed ({}): releasing the source", ex.what());
                 release_source(false);
             }
-            _r.source_running = criu::inspect_workload(_opt.pid).running();
-        } else {
-            // The source's daemon resumes a committed source itself once
-            // the destination says it killed its copy before it ran (this
-            // migrator may have been stopped past the gate's patience).
-            _r.source_running = criu::inspect_workload(_opt.pid).running();
-            if (_r.source_running)
-                _log->warn("the source runs again: the destination killed its copy before it ran");
         }
+        // Committed, the source's daemon resumes it itself once the
+        // destination says it killed its copy before it ran (this migrator
+        // may have been stopped past the gate's patience).
+        _r.source_running = criu::inspect_workload(_opt.pid).running();
+        if (!may_abort && _r.source_running)
+            _log->warn("the source runs again: the destination killed its copy before it ran");
         release_idle_poll();
         if (_record_stored && !_r.committed)
             drop_record(*_opt.pool, _opt.park_name);

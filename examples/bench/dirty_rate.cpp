@@ -6,6 +6,7 @@
 // times, and the per-interval write rate (p50, p99, max) in MiB/s and as
 // distinct pages. The tree runs on meanwhile; it is let go at the end.
 #include "core/clock.hpp"
+#include "core/latency_recorder.hpp"
 #include "core/page.hpp"
 #include "sys/proc.hpp"
 #include "sys/write_tracker.hpp"
@@ -14,7 +15,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -22,17 +22,6 @@
 #include <vector>
 
 using namespace ferry;
-
-namespace {
-
-double percentile(std::vector<double> v, double p) {
-    if (v.empty())
-        return 0;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
-}
-
-} // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"dirty-rate: how fast a running process tree writes its memory"};
@@ -62,7 +51,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "tracking %zu processes, %.1f MiB, attached in %.1f ms\n",
                      procs.size(), double(tracked_bytes) / (1 << 20), attach_ms);
 
-        std::vector<double> rates_mib_s, pages_per_look, scan_ms;
+        // Per look: bytes written per second, distinct pages, scan time.
+        latency_recorder rates, pages_per_look, scan_ns;
         std::vector<proc::page_run> written;
         const auto interval = std::chrono::milliseconds(interval_ms);
         const uint64_t end_ns = monotonic_ns() + uint64_t(seconds * 1e9);
@@ -82,24 +72,25 @@ int main(int argc, char** argv) {
             const double span_s = double(t1 - last) / 1e9;
             last = t1;
             const double mib_s = double(pages * page_size) / (1 << 20) / span_s;
-            rates_mib_s.push_back(mib_s);
-            pages_per_look.push_back(double(pages));
-            scan_ms.push_back(ns_to_ms(t1 - t0));
+            rates.record(uint64_t(double(pages * page_size) / span_s));
+            pages_per_look.record(pages);
+            scan_ns.record(t1 - t0);
             std::fprintf(stderr, "%8llu pages written (%.1f MiB/s), scan %.2f ms\n",
                          (unsigned long long)pages, mib_s, ns_to_ms(t1 - t0));
         }
+        const auto mib = [](uint64_t bytes) { return double(bytes) / (1 << 20); };
         const nlohmann::json out = {
             {"processes", procs.size()},
             {"tracked_mib", double(tracked_bytes) / (1 << 20)},
             {"attach_ms", attach_ms},
             {"interval_ms", interval_ms},
-            {"looks", rates_mib_s.size()},
-            {"written_mib_s_p50", percentile(rates_mib_s, 0.5)},
-            {"written_mib_s_p99", percentile(rates_mib_s, 0.99)},
-            {"written_mib_s_max", percentile(rates_mib_s, 1.0)},
-            {"written_pages_per_look_p50", percentile(pages_per_look, 0.5)},
-            {"scan_ms_p50", percentile(scan_ms, 0.5)},
-            {"scan_ms_p99", percentile(scan_ms, 0.99)},
+            {"looks", rates.count()},
+            {"written_mib_s_p50", mib(rates.percentile(50))},
+            {"written_mib_s_p99", mib(rates.percentile(99))},
+            {"written_mib_s_max", mib(rates.max())},
+            {"written_pages_per_look_p50", pages_per_look.percentile(50)},
+            {"scan_ms_p50", ns_to_ms(scan_ns.percentile(50))},
+            {"scan_ms_p99", ns_to_ms(scan_ns.percentile(99))},
         };
         std::printf("%s\n", out.dump().c_str());
         return 0;

@@ -12,9 +12,6 @@ namespace ferry::proc {
 
 namespace {
 
-// _IOWR('f', 16, struct pm_scan_arg)
-constexpr unsigned long pagemap_scan = (3ul << 30) | (96ul << 16) | ('f' << 8) | 16;
-constexpr size_t regions_per_call = 1024;
 // The kernel walks a call's range without a preemption point (this VM's
 // kernel is PREEMPT_NONE), ~3 ms per GiB: a 4 GiB range in one call kept a
 // CPU from the destination's resume on the same machine. 16 MiB is ~50 us.
@@ -24,7 +21,7 @@ constexpr uint64_t bytes_per_call = 16ull << 20;
 
 page_presence::page_presence(pid_t pid)
     : _pid(pid), _fd(::open(fmt::format("/proc/{}/pagemap", pid).c_str(), O_RDONLY | O_CLOEXEC)),
-      _regions(regions_per_call) {
+      _regions(pagemap_abi::regions_per_call) {
     if (!_fd)
         throw sys_error(fmt::format("open /proc/{}/pagemap", pid));
 }
@@ -50,14 +47,8 @@ std::optional<bool> page_presence::existing(uint64_t start, uint64_t end,
                 return std::nullopt;
             throw sys_error(fmt::format("PAGEMAP_SCAN pid {} [{:#x}, {:#x})", _pid, start, end));
         }
-        for (int i = 0; i < n; i++) {
-            const auto& r = _regions[size_t(i)];
-            // Adjacent regions differ only in present/swapped: one run.
-            if (!out.empty() && out.back().end == r.start)
-                out.back().end = r.end;
-            else
-                out.push_back({r.start, r.end});
-        }
+        // Adjacent regions differ only in present/swapped: one run.
+        append_runs(std::span(_regions).first(size_t(n)), out);
         // walk_end says how far the kernel got: the end, or where the
         // output filled up.
         if (arg.walk_end <= start)
@@ -65,6 +56,15 @@ std::optional<bool> page_presence::existing(uint64_t start, uint64_t end,
         start = arg.walk_end;
     }
     return true;
+}
+
+void append_runs(std::span<const pagemap_abi::page_region> regions, std::vector<page_run>& out) {
+    for (const auto& r : regions) {
+        if (!out.empty() && out.back().end == r.start)
+            out.back().end = r.end;
+        else
+            out.push_back({r.start, r.end});
+    }
 }
 
 std::vector<page_run> holes_in(uint64_t start, uint64_t end, const std::vector<page_run>& present) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace ferry::proc {
@@ -24,15 +25,26 @@ struct pm_scan_arg {
     uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
 };
 static_assert(sizeof(pm_scan_arg) == 96);
+// _IOWR('f', 16, struct pm_scan_arg)
+inline constexpr unsigned long pagemap_scan = (3ul << 30) | (96ul << 16) | ('f' << 8) | 16;
+inline constexpr uint64_t pm_scan_wp_matching = 1u << 0;
+inline constexpr uint64_t pm_scan_check_wpasync = 1u << 1;
+inline constexpr uint64_t page_is_written = 1u << 1;
 inline constexpr uint64_t page_is_present = 1u << 3;
 inline constexpr uint64_t page_is_swapped = 1u << 4;
 inline constexpr uint64_t page_is_pfnzero = 1u << 5;
+// How many regions one PAGEMAP_SCAN call may return.
+inline constexpr size_t regions_per_call = 1024;
 } // namespace pagemap_abi
 
 struct page_run {
     uint64_t start = 0, end = 0;
     bool operator==(const page_run&) const = default;
 };
+
+// Appends a PAGEMAP_SCAN call's output to `out`: regions that touch (they
+// differ only in a category not asked for) become one run.
+void append_runs(std::span<const pagemap_abi::page_region> regions, std::vector<page_run>& out);
 
 class page_presence {
   public:

@@ -1,6 +1,7 @@
 #include "sys/remote_syscall.hpp"
 
 #include "core/error.hpp"
+#include "sys/proc.hpp"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -205,17 +206,13 @@ long inject(injection& j, tracee& t) {
 
 long remote_syscall(pid_t tid, long nr, const std::array<uint64_t, 6>& args,
                     std::chrono::milliseconds bound) {
-    {
-        std::ifstream stat(fmt::format("/proc/{}/stat", tid));
-        std::string line;
-        if (!std::getline(stat, line))
-            throw error(fmt::format("no task {}", tid));
-        const auto state = line.rfind(')') + 2 < line.size() ? line[line.rfind(')') + 2] : '?';
-        if (state == 'T' || state == 't')
-            throw error(fmt::format("task {} is stopped or traced", tid));
-        if (state == 'Z' || state == 'X')
-            throw error(fmt::format("task {} has exited", tid));
-    }
+    const auto state = proc::state(tid);
+    if (!state)
+        throw error(fmt::format("no task {}", tid));
+    if (*state == 'T' || *state == 't')
+        throw error(fmt::format("task {} is stopped or traced", tid));
+    if (*state == 'Z' || *state == 'X')
+        throw error(fmt::format("task {} has exited", tid));
     auto j = std::make_shared<injection>();
     j->tid = tid;
     j->nr = nr;

@@ -25,12 +25,6 @@ namespace {
 // Kernel ABI absent from Debian 12's headers (6.7's uapi).
 constexpr uint64_t uffd_user_mode_only = 1; // UFFD_USER_MODE_ONLY, 5.11
 constexpr uint64_t uffd_feature_wp_async = 1u << 15;
-constexpr uint64_t pm_scan_wp_matching = 1u << 0;
-constexpr uint64_t pm_scan_check_wpasync = 1u << 1;
-constexpr uint64_t page_is_written = 1u << 1;
-// _IOWR('f', 16, struct pm_scan_arg)
-constexpr unsigned long pagemap_scan = (3ul << 30) | (96ul << 16) | ('f' << 8) | 16;
-constexpr size_t regions_per_call = 1024;
 // One call's page-table walk has no preemption point on this PREEMPT_NONE
 // kernel, and holds the process's mmap lock: ~3 ms per populated GiB. A
 // slice starts at 16 MiB (~50 us populated) and doubles while calls stay
@@ -132,7 +126,7 @@ unique_fd uffd_of(pid_t pid, std::chrono::milliseconds bound) {
 } // namespace
 
 write_tracker::write_tracker(pid_t pid, std::chrono::milliseconds bound)
-    : _pid(pid), _regions(regions_per_call) {
+    : _pid(pid), _regions(pagemap_abi::regions_per_call) {
     _pagemap.reset(::open(fmt::format("/proc/{}/pagemap", pid).c_str(), O_RDONLY | O_CLOEXEC));
     if (!_pagemap)
         throw sys_error(fmt::format("open /proc/{}/pagemap", pid));
@@ -199,13 +193,7 @@ void write_tracker::written(uint64_t start, uint64_t end, std::vector<page_run>&
             throw sys_error(fmt::format("PAGEMAP_SCAN of written pages, pid {} [{:#x}, {:#x})",
                                         _pid, start, arg.end));
         slices.took(monotonic_ns() - t0);
-        for (int i = 0; i < n; i++) {
-            const auto& r = _regions[size_t(i)];
-            if (!out.empty() && out.back().end == r.start)
-                out.back().end = r.end;
-            else
-                out.push_back({r.start, r.end});
-        }
+        append_runs(std::span(_regions).first(size_t(n)), out);
         // A full vector stops the walk early: go on from where it stopped.
         start = arg.walk_end > start ? arg.walk_end : arg.end;
     }

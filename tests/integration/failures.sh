@@ -115,6 +115,15 @@ json "$work/dest-hung.json" error | grep -q 'its last report: none since the ima
 [ "$took" -lt 100 ] || fail "dest-hung: the migrator took $took s to give up on a hung destination"
 log "   gave up after $took s"
 
+# migration_of PID: "MIGRATOR_PID PHASE" of the live migrator moving PID, if any.
+migration_of() {
+  on a migrator status --json | python3 -c '
+import json, sys
+for m in json.load(sys.stdin)["migrations"]:
+    if m["source_pid"] == int(sys.argv[1]) and m["migrator_alive"]:
+        print(m["migrator_pid"], m["phase"])' "$1"
+}
+
 # The migrator itself stops (SIGSTOP: a debugger, a stray signal) before the
 # commit. It keeps both connections open and its host answers, so nothing
 # closed and no keepalive failed: the source stayed frozen for as long as
@@ -139,11 +148,7 @@ migrator_stopped() {
   fi
   mpid=""
   for ((i = 0; i < 200; i++)); do
-    mpid=$(on a migrator status --json | python3 -c '
-import json, sys
-for m in json.load(sys.stdin)["migrations"]:
-    if m["source_pid"] == int(sys.argv[1]) and m["migrator_alive"]:
-        print(m["migrator_pid"])' "$pid")
+    mpid=$(migration_of "$pid" | cut -d' ' -f1)
     [ -n "$mpid" ] && break
     sleep 0.1
   done
@@ -239,11 +244,7 @@ gap_migrator() {
   mpid=""
   phase=""
   for ((i = 0; i < 600; i++)); do
-    read -r mpid phase < <(on a migrator status --json | python3 -c '
-import json, sys
-for m in json.load(sys.stdin)["migrations"]:
-    if m["source_pid"] == int(sys.argv[1]) and m["migrator_alive"]:
-        print(m["migrator_pid"], m["phase"])' "$pid") || true
+    read -r mpid phase < <(migration_of "$pid") || true
     [ -n "$mpid" ] && [ "$(awk '{print $3}' /proc/"$mpid"/stat 2>/dev/null)" = T ] && break
     sleep 0.1
   done
