@@ -38,6 +38,7 @@
 #include "core/page.hpp"
 #include "holes.hpp"
 #include "replies.hpp"
+#include "staged_installs.hpp"
 #include "wire/control.hpp"
 
 #include <fmt/format.h>
@@ -241,6 +242,15 @@ void fault_loop::run() {
                 stop_with(std::current_exception()); // rethrown by run(), once every thread ended
             }
         });
+    if (_s.staged)
+        threads.emplace_back([this] {
+            name_thread("staged", 0);
+            try {
+                staged_main();
+            } catch (...) {
+                stop_with(std::current_exception());
+            }
+        });
     for (size_t k = 1; k < _bg_chs.size(); k++)
         threads.emplace_back([this, k] {
             name_thread("background", k);
@@ -385,6 +395,56 @@ void fault_loop::background_main(uint8_t stream) {
             struct timespec ts = {0, slowed ? 10'000'000 : 1'000'000};
             ::nanosleep(&ts, nullptr);
         }
+    }
+}
+
+// The pre-copy's staged pages, once published and the lazy areas
+// registered: slices claimed under the lock and copied without it, as the
+// background does, yielding between slices. Nothing here waits on the
+// network, so the pass ends by itself; the background streams then stop
+// leaving staged pages to it.
+void fault_loop::staged_main() {
+    for (;;) {
+        {
+            std::lock_guard lock(_mu);
+            if (_stop)
+                return;
+            if (_s.staged->abandoned()) {
+                _s.staged_pass_over = true;
+                return;
+            }
+            if (_s.staged->ready() && _s.lazy_areas_ready())
+                break;
+        }
+        struct timespec ts = {0, 1'000'000};
+        ::nanosleep(&ts, nullptr);
+    }
+    struct normal_policy_on_return {
+        ~normal_policy_on_return() { set_idle_policy(false); }
+    } restore_policy;
+    background_slice slice;
+    for (;;) {
+        std::unique_lock lock(_mu, std::defer_lock);
+        lock_as_background(lock);
+        if (_stop)
+            return;
+        lazy_process* p = claim_staged_slice(_s, slice);
+        if (!p) {
+            _s.staged_pass_over = true;
+            return;
+        }
+        lock.unlock();
+        copy_without_lock(*p, slice.claimed());
+        lock_as_background(lock);
+        commit_staged_slice(_s, *p, slice);
+        if (_s.finished()) {
+            _stop = true;
+            wake_all();
+            return;
+        }
+        lock.unlock();
+        set_idle_policy(true);
+        ::sched_yield(); // the workload and the handlers first
     }
 }
 

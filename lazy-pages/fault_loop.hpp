@@ -52,6 +52,10 @@ class fault_loop {
     // The source's holes (transport/page_holes.hpp): applied once restore
     // has finished, a slice per background turn. Thread-safe.
     void post_holes(std::vector<page_hole> holes);
+    // Before run(): the pre-copy's staged pages (staged_pages.hpp), which a
+    // thread of its own installs once they are published and the lazy
+    // areas registered, and faults take before fetching.
+    void use_staged(const staged_pages& staged) noexcept { _s.staged = &staged; }
     void on_progress(progress_fn fn) { _progress = std::move(fn); }
     // Called with every uffd created by a FORK event.
     void on_new_uffd(uffd_fn fn) { _new_uffd = std::move(fn); }
@@ -89,6 +93,8 @@ class fault_loop {
     void poll_fault_replies(std::unique_lock<std::mutex>& lock);
     void lock_as_handler(std::unique_lock<std::mutex>& lock);
     void background_main(uint8_t stream);
+    // The local pass over the staged pages (staged_installs.hpp).
+    void staged_main();
     void receive_background(uint8_t stream);
     void lock_as_background(std::unique_lock<std::mutex>& lock);
     bool background_turn(uint8_t stream);

@@ -9,6 +9,7 @@
 #include "lazy_process.hpp"
 #include "loop_config.hpp"
 #include "request_ring.hpp"
+#include "staged_pages.hpp"
 #include "transport/page_channel.hpp"
 #include "transport/page_holes.hpp"
 
@@ -46,6 +47,17 @@ struct fault_state {
     std::vector<background_stream> bg;
     std::vector<std::unique_ptr<lazy_process>> procs;
     size_t bg_next_proc = 0;
+    // The pre-copy's staged pages (null without one), and the local pass
+    // over them: the next process it looks at, and whether it is over (the
+    // background streams then stop skipping staged pages).
+    const staged_pages* staged = nullptr;
+    size_t staged_next_proc = 0;
+    bool staged_pass_over = false;
+    // What the background streams leave to the local pass: null once it is
+    // over, or while nothing staged is published.
+    [[nodiscard]] const staged_pages* staged_for_background() const noexcept {
+        return staged && !staged_pass_over && staged->ready() ? staged : nullptr;
+    }
     uint64_t next_request_id = 1;
     bool restore_finished = false;
     uint64_t restore_finished_ns = 0;

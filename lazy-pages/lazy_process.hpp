@@ -29,6 +29,10 @@ struct lazy_process {
     std::vector<address_range> early;
     size_t early_next = 0;
     uint64_t bg_cursor = 0;
+    // The local pass over the pre-copy's staged pages (staged_installs.hpp):
+    // where it goes on, and whether it has passed the last lazy page.
+    uint64_t staged_cursor = 0;
+    bool staged_done = false;
     uint32_t bg_outstanding = 0;
     bool exited = false;
     bool forked = false; // created by a FORK event; not part of pages_total

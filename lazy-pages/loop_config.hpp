@@ -58,11 +58,16 @@ struct loop_stats {
     uint64_t pages_forked = 0;  // installed into children forked after restore
     uint64_t pages_refetched = 0;
     uint64_t pages_duplicate = 0; // arrived after the page was already installed
+    // Installed from the pre-copy's staged copy, not fetched: by the local
+    // pass (and a fault's successors), and for faults.
+    uint64_t pages_precopied = 0;
+    uint64_t pages_precopy_faulted = 0;
     uint64_t faults = 0;
     uint64_t events = 0;
     uint32_t processes = 0;
     [[nodiscard]] uint64_t pages_done() const noexcept {
-        return pages_faulted + pages_prefetched + pages_background + pages_dropped + pages_absent;
+        return pages_faulted + pages_prefetched + pages_background + pages_dropped + pages_absent +
+               pages_precopied + pages_precopy_faulted;
     }
 };
 

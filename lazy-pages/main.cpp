@@ -11,6 +11,7 @@
 #include "fault_loop.hpp"
 #include "pool/pool_channel.hpp"
 #include "pool/pool_rebuild.hpp"
+#include "precopy_receiver.hpp"
 #include "sys/host_tools.hpp"
 #include "sys/net.hpp"
 #include "tls/credentials.hpp"
@@ -42,6 +43,7 @@ struct options {
     std::string fabric = "tcp";
     std::string pool; // pool_spec text: read pages from the pool
     bool keep_pool = false;
+    bool precopy = false;        // stage the source's pre-copy (migrator --precopy)
     double deadline_scale = 1.0; // the migration's; lengthens the pool's failure detector
     std::string credentials_dir;
     tls::credentials_ptr credentials; // loaded from credentials_dir in main
@@ -247,7 +249,7 @@ class reporter {
         send(m);
     }
     void final_stats(const lazy::fault_loop* loop, uint64_t transfer_ns, const std::string& err,
-                     pool_source* pool) {
+                     pool_source* pool, const lazy::precopy_receiver* precopy) {
         FerryControl__TransferStats t = FERRY_CONTROL__TRANSFER_STATS__INIT;
         std::vector<uint64_t> fault_buckets; // t points into it until sent
         t.ok = err.empty();
@@ -281,6 +283,19 @@ class reporter {
             t.fault_latency_buckets = fault_buckets.data();
             t.has_fault_latency_sum_ns = true;
             t.fault_latency_sum_ns = loop->fault_latency().sum();
+            t.has_pages_precopied = t.has_pages_precopy_faulted = true;
+            t.pages_precopied = s.pages_precopied;
+            t.pages_precopy_faulted = s.pages_precopy_faulted;
+        }
+        std::string precopy_unused; // t points into it until sent
+        if (precopy) {
+            t.has_precopy_pages_staged = t.has_precopy_pages_valid = true;
+            t.precopy_pages_staged = precopy->staged().pages_staged();
+            t.precopy_pages_valid = precopy->staged().pages_valid();
+            precopy_unused = precopy->unused();
+            if (precopy_unused.empty() && !precopy->staged().ready())
+                precopy_unused = "the source's last scan did not arrive before the transfer ended";
+            t.precopy_unused = precopy_unused.empty() ? nullptr : precopy_unused.data();
         }
         t.transfer_ns = transfer_ns;
         t.has_cpu_ns = true;
@@ -466,6 +481,12 @@ class holes_fetch {
 };
 
 int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> log) {
+    // Staged before the freeze, so from the start; destroyed after the loop.
+    std::unique_ptr<lazy::precopy_receiver> precopy;
+    if (opt.precopy && !opt.source.empty() && opt.pool.empty())
+        precopy = std::make_unique<lazy::precopy_receiver>(
+            net::parse_endpoint(opt.source), opt.credentials, opt.migration_id,
+            std::chrono::seconds(10), early_acceptance_wait, *log);
     std::unique_ptr<pool_source> pool;
     std::unique_ptr<lazy::fault_loop> loop;
     uint64_t start_ns = monotonic_ns();
@@ -511,6 +532,8 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
                 pool->channel(std::move(bg_chs.front()), wire::max_pages_per_request, "background");
         }
         loop = std::make_unique<lazy::fault_loop>(opt.loop, std::move(fault_ch), std::move(bg_chs));
+        if (precopy)
+            loop->use_staged(precopy->staged());
 
         unique_fd listener = lazy::listen_lazy_socket(opt.images_dir);
         report.ready();
@@ -544,16 +567,18 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
             pool->finish(*log);
         const auto& s = loop->stats();
         log->info("done: {} faulted, {} prefetched, {} background, {} zero, {} holes, {} dropped, "
-                  "{} forked, {} refetched",
+                  "{} forked, {} refetched, {} from the pre-copy ({} for faults)",
                   s.pages_faulted, s.pages_prefetched, s.pages_background, s.pages_zero,
-                  s.pages_absent, s.pages_dropped, s.pages_forked, s.pages_refetched);
+                  s.pages_absent, s.pages_dropped, s.pages_forked, s.pages_refetched,
+                  s.pages_precopied + s.pages_precopy_faulted, s.pages_precopy_faulted);
         log->info("first {}", loop->first().describe());
-        report.final_stats(loop.get(), monotonic_ns() - start_ns, "", pool.get());
+        report.final_stats(loop.get(), monotonic_ns() - start_ns, "", pool.get(), precopy.get());
         holes.deliver_to(nullptr);
         return 0;
     } catch (const std::exception& e) {
         log->error("{}", e.what());
-        report.final_stats(loop.get(), monotonic_ns() - start_ns, e.what(), pool.get());
+        report.final_stats(loop.get(), monotonic_ns() - start_ns, e.what(), pool.get(),
+                           precopy.get());
         holes.deliver_to(nullptr);
         return 1;
     }
@@ -576,6 +601,9 @@ int main(int argc, char** argv) {
     app.add_option("--pool", opt.pool,
                    "read pages from this pool: \"raid=5 layout=whole nodes=IP:PORT,... "
                    "[spares=IP:PORT,...]\"");
+    app.add_flag("--precopy", opt.precopy,
+                 "stage the pages the source streams before the freeze (migrator --precopy) "
+                 "and install those still valid at the freeze without fetching them");
     app.add_flag("--keep-pool", opt.keep_pool,
                  "leave the pages in the pool at the end (for inspection)");
     app.add_option("--report-fd", opt.report_fd, "socket to the parent daemon");
@@ -662,7 +690,7 @@ int main(int argc, char** argv) {
         opt.credentials = tls::credentials::load(tls::credentials_dir(opt.credentials_dir));
     } catch (const std::exception& e) {
         log->error("{}", e.what());
-        report.final_stats(nullptr, 0, e.what(), nullptr);
+        report.final_stats(nullptr, 0, e.what(), nullptr, nullptr);
         return 1;
     }
     return run(opt, report, log);

@@ -27,32 +27,6 @@ void note_fault_served(fault_state& s, const outstanding_request& req, uint64_t 
     s.first.record(req.fault_addr, req.fault_ns, now);
 }
 
-// After a UFFDIO_COPY that ended with `result`, [at, at + bytes_left) not
-// yet installed: true if installing may go on (done, or one page found
-// present). Otherwise handles the outcome, and the caller installs no more
-// of its range.
-bool copy_may_go_on(fault_state& s, lazy_process& p, uffd::outcome result, int err, uint64_t at,
-                    uint64_t bytes_left) {
-    switch (result) {
-    case uffd::outcome::done:
-    case uffd::outcome::exists:
-        return true;
-    case uffd::outcome::retry:
-        // The address space is changing (fork, mremap): leave the rest lazy
-        // and let blocked threads fault again once events are read.
-        (void)uffd::wake(p.uffd.get(), at, bytes_left);
-        return false;
-    case uffd::outcome::target_gone:
-        s.process_gone(p);
-        return false;
-    case uffd::outcome::fatal:
-        throw sys_error(fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid, at,
-                                    pages_in(bytes_left)),
-                        err);
-    }
-    return false;
-}
-
 // Installs verified pages [first, first + count) of `req` whose data starts
 // at `data`. Each page is checked against the process's current lazy map:
 // pages unmapped, removed or already installed meanwhile are skipped.
@@ -151,6 +125,32 @@ void finish_request(fault_state& s, const outstanding_request& req) {
 }
 
 } // namespace
+
+// After a UFFDIO_COPY that ended with `result`, [at, at + bytes_left) not
+// yet installed: true if installing may go on (done, or one page found
+// present). Otherwise handles the outcome, and the caller installs no more
+// of its range.
+bool copy_may_go_on(fault_state& s, lazy_process& p, uffd::outcome result, int err, uint64_t at,
+                    uint64_t bytes_left) {
+    switch (result) {
+    case uffd::outcome::done:
+    case uffd::outcome::exists:
+        return true;
+    case uffd::outcome::retry:
+        // The address space is changing (fork, mremap): leave the rest lazy
+        // and let blocked threads fault again once events are read.
+        (void)uffd::wake(p.uffd.get(), at, bytes_left);
+        return false;
+    case uffd::outcome::target_gone:
+        s.process_gone(p);
+        return false;
+    case uffd::outcome::fatal:
+        throw sys_error(fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid, at,
+                                    pages_in(bytes_left)),
+                        err);
+    }
+    return false;
+}
 
 void check_reply(const outstanding_request& req, const incoming_reply& reply) {
     const auto& h = reply.header;

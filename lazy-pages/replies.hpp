@@ -23,6 +23,14 @@ namespace ferry::lazy {
 // or a page corrupt twice.
 void drain_fault_replies(fault_state& s, page_channel& ch);
 
+// After a UFFDIO_COPY into `p` that ended with `result`, [at, at +
+// bytes_left) not yet installed: true if installing may go on (done, or one
+// page found present). Otherwise handles the outcome (wakes the range on a
+// retry, drops a process that is gone, throws on anything else), and the
+// caller installs no more of its range. Under the state lock.
+bool copy_may_go_on(fault_state& s, lazy_process& p, uffd::outcome result, int err, uint64_t at,
+                    uint64_t bytes_left);
+
 // Throws unless `reply` answers `req` with pages.
 void check_reply(const outstanding_request& req, const incoming_reply& reply);
 

@@ -8,6 +8,7 @@
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/page.hpp"
+#include "staged_installs.hpp"
 #include "sys/net.hpp"
 #include "uffd_ops.hpp"
 #include "unlocked_copies.hpp"
@@ -67,6 +68,8 @@ void handle_pagefault(fault_state& s, lazy_process& p, const uffd_msg& msg) {
         zero_fill(s, p, addr);
         return;
     }
+    if (install_staged_fault(s, p, addr, *range, fault_ns))
+        return; // the pre-copy had it: no fetch
     // The faulting page and its lazy successors in the same range, as many
     // as the access pattern suggests, stopping at pages another fault
     // already asked for.
@@ -110,6 +113,8 @@ void handle_remap(lazy_process& p, const uffd_msg& msg) {
         busy->erase(to, to + len);
     }
     p.bg_cursor = 0; // ranges may now lie behind the cursor
+    p.staged_cursor = 0;
+    p.staged_done = false;
     // Threads blocked on the old range retry their access and see the move.
     (void)uffd::wake(p.uffd.get(), from, len);
 }

@@ -38,6 +38,8 @@ struct run_args {
     std::string container, engine = engines::names().front();
     pool_args pool;
     bool json = false, keep_images = false, tcp_close = false, plaintext_pages = false;
+    bool precopy = false;
+    double precopy_wait_s = 30;
     std::string credentials;                // --credentials
     std::vector<std::string> restorable_by; // checkpoint
     double deadline_scale = 1.0;
@@ -118,6 +120,8 @@ int run_migrate(const run_args& a) {
     opt.keep_images = a.keep_images;
     opt.tcp_close = a.tcp_close;
     opt.insecure_plaintext_pages = a.plaintext_pages;
+    opt.precopy = a.precopy;
+    opt.precopy_wait = std::chrono::milliseconds(int64_t(a.precopy_wait_s * 1000));
     opt.restorable_by = a.restorable_by;
     opt.show_progress = !a.json && ::isatty(STDERR_FILENO);
     const auto result = migrator::migrate(opt, [&](const migrator::migration_result& r) {
@@ -380,6 +384,15 @@ int main(int argc, char** argv) {
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
 
+    mig->add_flag("--precopy", a.precopy,
+                  "before the freeze, stream the workload's memory to the destination, then "
+                  "what it writes, round after round; after the freeze only what it wrote in "
+                  "the last round is fetched");
+    mig->add_option("--precopy-wait", a.precopy_wait_s,
+                    "with --precopy: freeze once the rounds stop shrinking, or after this many "
+                    "seconds")
+        ->check(CLI::Range(0.0, 600.0))
+        ->capture_default_str();
     mig->add_flag("--insecure-plaintext-pages", a.plaintext_pages,
                   "page data crosses the network unencrypted (authentication stays on): "
                   "only inside a trusted network");

@@ -252,6 +252,8 @@ void migration::connect_destination(const std::string& source_addr) {
     prep.idle_poll = _opt.idle_poll;
     prep.has_restore_progress = true;
     prep.restore_progress = true;
+    prep.has_precopy = true;
+    prep.precopy = _opt.precopy && _opt.mode == migrate_mode::migrate;
     netlink::moving_link_messages links(_r.moving_links);
     prep.n_moving_links = links.pointers.size();
     prep.moving_links = links.pointers.data();
@@ -329,10 +331,34 @@ void migration::connect_local_daemon() {
         prep_src.has_workload_bytes = true;
         prep_src.workload_bytes = _r.workload_bytes;
     }
+    const std::string reader = _dest ? _dest->peer_identity() : "";
+    if (_opt.precopy && _opt.mode == migrate_mode::migrate) {
+        prep_src.has_precopy = prep_src.has_precopy_wait_ms = true;
+        prep_src.precopy = true;
+        prep_src.precopy_wait_ms = uint32_t(_opt.precopy_wait.count());
+        prep_src.destination_identity = const_cast<char*>(reader.c_str());
+        _r.precopy.asked = true;
+    }
     control::send_message(*_src, prep_src, net::after(control_timeout));
-    auto prepared = control::receive(*_src, net::after(std::chrono::minutes(2)));
+    auto prepared =
+        control::receive(*_src, net::after(std::chrono::minutes(2) + _opt.precopy_wait));
     control::expect(prepared.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_PREPARED,
                     "local daemon");
+    if (_r.precopy.asked) {
+        const auto& p = *prepared->outgoing_prepared;
+        auto& pc = _r.precopy;
+        pc.wait_ns = monotonic_ns() - t0;
+        pc.error = p.precopy_error        ? p.precopy_error
+                   : p.has_precopy_rounds ? ""
+                                          : "the source daemon predates the pre-copy";
+        pc.rounds = p.precopy_rounds;
+        pc.tracked_pages = p.precopy_tracked_pages;
+        pc.pages_sent = p.precopy_pages_sent;
+        pc.last_round_pages = p.precopy_last_round_pages;
+        pc.converged = p.precopy_converged;
+        if (!pc.error.empty())
+            _log->warn("no pre-copy: {}", pc.error);
+    }
     _source_watches = prepared->outgoing_prepared->has_watches_heartbeats &&
                       prepared->outgoing_prepared->watches_heartbeats;
     _r.prepare_ns = monotonic_ns() - t0;

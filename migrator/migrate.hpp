@@ -24,6 +24,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -76,6 +77,22 @@ struct migrate_options {
     tls::credentials_ptr credentials;
     // Page channels leave TLS after authenticating (a trusted network only).
     bool insecure_plaintext_pages = false;
+    // Pre-copy: the source streams the running tree's memory to the
+    // destination, round after round, before the freeze; the freeze waits
+    // up to precopy_wait for the rounds to stop shrinking
+    // (pagesrv/precopy_source.hpp).
+    bool precopy = false;
+    std::chrono::milliseconds precopy_wait{30'000};
+};
+
+// The source's pre-copy before the freeze, as it answered the prepare.
+struct precopy_report {
+    bool asked = false;
+    std::string error; // why there was none
+    uint32_t rounds = 0;
+    uint64_t tracked_pages = 0, pages_sent = 0, last_round_pages = 0;
+    bool converged = false;
+    uint64_t wait_ns = 0; // from the prepare to its answer
 };
 
 // lazy-pages' final account, as the destination relayed it.
@@ -86,7 +103,7 @@ struct transfer_summary {
     // are cleared, as the envelope they pointed into is freed.
     FerryControl__TransferStats stats = FERRY_CONTROL__TRANSFER_STATS__INIT;
     // The message's strings, copied.
-    std::string pool_lost_nodes, pool_members, pool_scrub_error;
+    std::string pool_lost_nodes, pool_members, pool_scrub_error, precopy_unused;
 };
 
 struct migration_result {
@@ -95,6 +112,7 @@ struct migration_result {
     uint64_t park_record_bytes = 0; // the parked workload's record (its images) in the pool
     std::string id;
     std::string fabric;
+    precopy_report precopy;
     bool ok = false;
     std::string error;
     bool committed = false;

@@ -127,6 +127,23 @@ nlohmann::json to_json(const migration_result& r) {
     j["pages_dropped"] = t.pages_dropped;
     j["pages_forked"] = t.pages_forked;
     j["pages_refetched"] = t.pages_refetched;
+    if (r.precopy.asked) {
+        const auto& pc = r.precopy;
+        nlohmann::json p;
+        p["error"] = pc.error;
+        p["rounds"] = pc.rounds;
+        p["tracked_pages"] = pc.tracked_pages;
+        p["pages_sent"] = pc.pages_sent;
+        p["last_round_pages"] = pc.last_round_pages;
+        p["converged"] = pc.converged;
+        p["wait_ms"] = ns_to_ms(pc.wait_ns);
+        p["pages_staged"] = t.precopy_pages_staged;
+        p["pages_valid"] = t.precopy_pages_valid;
+        p["pages_installed"] = t.pages_precopied + t.pages_precopy_faulted;
+        p["pages_for_faults"] = t.pages_precopy_faulted;
+        p["unused"] = r.transfer.precopy_unused;
+        j["precopy"] = p;
+    }
     j["pages_served_by_source"] = r.source_pages_served;
     j["bytes_sent"] = r.source_bytes_sent + r.images_bytes;
     j["image_bytes"] = r.images_bytes;
@@ -268,6 +285,21 @@ std::string human_summary(const migration_result& r) {
             "                {} dropped (unmapped/exited), {} into forked children, {} refetched "
             "after a checksum mismatch\n",
             t.pages_dropped, t.pages_forked, t.pages_refetched);
+    if (r.precopy.asked) {
+        const auto& pc = r.precopy;
+        if (!pc.error.empty())
+            s += fmt::format("  pre-copy      none: {}\n", pc.error);
+        else
+            s += fmt::format(
+                "  pre-copy      {} pages sent in {} rounds over {:.1f} ms before the freeze "
+                "({}, last round {} pages); {} of {} staged pages valid at the freeze, {} "
+                "installed from them ({} at a fault){}\n",
+                pc.pages_sent, pc.rounds + 1, ns_to_ms(pc.wait_ns),
+                pc.converged ? "converged" : "not converged", pc.last_round_pages,
+                t.precopy_pages_valid, t.precopy_pages_staged,
+                t.pages_precopied + t.pages_precopy_faulted, t.pages_precopy_faulted,
+                r.transfer.precopy_unused.empty() ? "" : "; unused: " + r.transfer.precopy_unused);
+    }
     s += fmt::format("  sent          {:.1f} MiB ({} image files, {:.1f} KiB)\n",
                      double(r.source_bytes_sent + r.images_bytes) / (1 << 20), r.image_files,
                      double(r.images_bytes) / 1024);

@@ -294,8 +294,10 @@ void migration::wait_transfer() {
         t.pool_lost_nodes = s.pool_lost_nodes ? s.pool_lost_nodes : "";
         t.pool_members = s.pool_members ? s.pool_members : "";
         t.pool_scrub_error = s.pool_scrub_error ? s.pool_scrub_error : "";
+        t.precopy_unused = s.precopy_unused ? s.precopy_unused : "";
         t.stats.error = nullptr; // pointers into the envelope, which is freed
         t.stats.pool_lost_nodes = t.stats.pool_members = t.stats.pool_scrub_error = nullptr;
+        t.stats.precopy_unused = nullptr;
         t.stats.base.n_unknown_fields = 0;
         t.stats.base.unknown_fields = nullptr;
         _r.t_transferred = monotonic_ns();

@@ -304,7 +304,7 @@ void daemon::serve_authenticated(net::stream& conn) {
                 break;
             }
             case FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER:
-                serve_outgoing(conn, {std::move(first), nullptr, nullptr, std::nullopt});
+                serve_outgoing(conn, {std::move(first), nullptr, nullptr, std::nullopt, nullptr});
                 break;
             case FERRY_CONTROL__ENVELOPE__BODY_POOL_OPEN:
                 if (_pool)
@@ -361,6 +361,10 @@ daemon::preparing_mark::~preparing_mark() {
 // over tcp; only "done" over one-sided fabrics) until the destination
 // closes it.
 void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChannelOpen& open) {
+    if (open.kind == FERRY_CONTROL__CHANNEL_KIND__PRECOPY) {
+        serve_precopy_channel(conn, open);
+        return;
+    }
     auto m = find_outgoing(open.migration_id, channel_registration_wait,
                            channel_registration_wait_while_preparing);
     if (!m) {
@@ -420,6 +424,52 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
     if (!hold)
         return; // aborted as it was accepted: closing it is the answer
     transport::serve_requests(channel, *m);
+}
+
+// A PRECOPY channel: the destination's lazy-pages opens it at its start,
+// ahead of the source's prepare, so the pre-copy is waited for while the
+// migrator prepares (its attach takes tens of milliseconds).
+void daemon::serve_precopy_channel(net::stream& conn, const FerryControl__PageChannelOpen& open) {
+    std::shared_ptr<precopy_source> p;
+    {
+        std::unique_lock lock(_mutex);
+        _registry_changed.wait_for(lock, channel_registration_wait,
+                                   [&] { return _precopies.contains(open.migration_id); });
+        if (auto it = _precopies.find(open.migration_id); it != _precopies.end())
+            p = it->second;
+    }
+    if (!p) {
+        control::send_error(conn, fmt::format("no pre-copy for migration {}", open.migration_id),
+                            net::after(first_frame_timeout));
+        return;
+    }
+    if (conn.peer_identity() != p->destination_identity()) {
+        _log->warn("migration {}: refused a pre-copy channel from {}: the destination is {}",
+                   open.migration_id, conn.peer_identity(), p->destination_identity());
+        control::send_error(
+            conn,
+            fmt::format("{} is not part of migration {}", conn.peer_identity(), open.migration_id),
+            net::after(first_frame_timeout));
+        return;
+    }
+    p->serve(conn);
+}
+
+daemon::precopy_mark::precopy_mark(daemon& d, std::shared_ptr<precopy_source> p)
+    : _d(d), _p(std::move(p)) {
+    {
+        std::lock_guard lock(_d._mutex);
+        _d._precopies[_p->id()] = _p;
+    }
+    _d._registry_changed.notify_all();
+}
+
+daemon::precopy_mark::~precopy_mark() {
+    {
+        std::lock_guard lock(_d._mutex);
+        _d._precopies.erase(_p->id());
+    }
+    _p->stop();
 }
 
 // A HOLES channel: the small areas' holes (scanned from the commit), in
@@ -510,6 +560,24 @@ daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
     }
     // Paused by someone else before the migration: a release leaves it so.
     const bool frozen_before = silence && criu::cgroup_frozen(prep.root_pid);
+    std::unique_ptr<precopy_mark> precopy;
+    std::string precopy_error;
+    if (prep.has_precopy && prep.precopy) {
+        precopy = start_precopy(prep);
+        const auto sum = precopy->source().wait_converged(
+            std::chrono::milliseconds(prep.has_precopy_wait_ms ? prep.precopy_wait_ms : 30'000));
+        precopy_error = !sum.error.empty() ? sum.error
+                        : !sum.connected   ? "the destination's pre-copy channel did not come"
+                                           : "";
+        ok.precopy_error = precopy_error.empty() ? nullptr : precopy_error.data();
+        ok.has_precopy_rounds = ok.has_precopy_pages_sent = ok.has_precopy_last_round_pages =
+            ok.has_precopy_converged = ok.has_precopy_tracked_pages = true;
+        ok.precopy_rounds = sum.rounds;
+        ok.precopy_pages_sent = sum.pages_sent;
+        ok.precopy_last_round_pages = sum.last_round_pages;
+        ok.precopy_converged = sum.converged;
+        ok.precopy_tracked_pages = sum.tracked_pages;
+    }
     control::send_message(conn, ok, net::after(first_frame_timeout));
     // The dump runs meanwhile; registration follows once its images exist.
     for (;;) {
@@ -520,8 +588,18 @@ daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
         if (next && next->body_case == FERRY_CONTROL__ENVELOPE__BODY_MIGRATOR_ALIVE)
             continue;
         control::expect(next.get(), FERRY_CONTROL__ENVELOPE__BODY_OUTGOING_REGISTER, "migrator");
-        return {std::move(next), std::move(state), nullptr, silence};
+        return {std::move(next), std::move(state), nullptr, silence, std::move(precopy)};
     }
+}
+
+std::unique_ptr<daemon::precopy_mark>
+daemon::start_precopy(const FerryControl__OutgoingPrepare& prep) {
+    // Each process is stopped for one injected system call.
+    constexpr auto attach_bound = std::chrono::seconds(5);
+    const std::string reader = prep.destination_identity ? prep.destination_identity : "";
+    auto source = std::make_shared<precopy_source>(prep.migration_id, pid_t(prep.root_pid), reader,
+                                                   attach_bound);
+    return std::make_unique<precopy_mark>(*this, std::move(source));
 }
 
 void daemon::release_unregistered(net::stream& conn, const FerryControl__OutgoingPrepare& prep,
@@ -576,6 +654,8 @@ void daemon::serve_outgoing(net::stream& conn, prepared_outgoing first) {
     }
     first.preparing.reset();
     _registry_changed.notify_all();
+    if (first.precopy)
+        first.precopy->source().freeze(); // the tasks are frozen: the last scan goes
     if (_metrics)
         _metrics->migration_started(daemon_metrics::role::source);
     if (reg.pool && *reg.pool) {

@@ -13,6 +13,7 @@
 #include "outgoing.hpp"
 #include "pool_rdma.hpp"
 #include "pool_store.hpp"
+#include "precopy_source.hpp"
 #include "sys/expedited_rcu.hpp"
 #include "sys/host_tools.hpp"
 #include "sys/hw_breakpoints.hpp"
@@ -113,6 +114,21 @@ class daemon {
     void serve_authenticated(net::stream& conn);
     void serve_page_channel(net::stream& conn, const FerryControl__PageChannelOpen& open);
     void serve_page_holes(net::stream& conn, outgoing_migration& m);
+    void serve_precopy_channel(net::stream& conn, const FerryControl__PageChannelOpen& open);
+    // A migration's pre-copy, findable by its destination's PRECOPY channel
+    // for the lifetime of this mark; at its end the pre-copy stops.
+    class precopy_mark {
+      public:
+        precopy_mark(daemon& d, std::shared_ptr<precopy_source> p);
+        ~precopy_mark();
+        precopy_mark(const precopy_mark&) = delete;
+        precopy_mark& operator=(const precopy_mark&) = delete;
+        [[nodiscard]] precopy_source& source() const noexcept { return *_p; }
+
+      private:
+        daemon& _d;
+        std::shared_ptr<precopy_source> _p;
+    };
     enum class hole_part { small, last };
     void send_holes(net::stream& conn, const outgoing_migration::holes_result& r, hole_part part);
     // Marks a migration as prepared but not yet registered, for its lifetime.
@@ -135,6 +151,7 @@ class daemon {
         // The migrator sends migrator_alive until its commit: its silence
         // for this long ends the migration (none: an older migrator).
         std::optional<std::chrono::milliseconds> migrator_silence;
+        std::unique_ptr<precopy_mark> precopy; // --precopy: frozen at the registration
     };
     prepared_outgoing prepare_outgoing(net::stream& conn,
                                        const FerryControl__OutgoingPrepare& prep);
@@ -144,6 +161,7 @@ class daemon {
     [[noreturn]] void release_unregistered(net::stream& conn,
                                            const FerryControl__OutgoingPrepare& prep,
                                            bool frozen_before, std::chrono::milliseconds silence);
+    std::unique_ptr<precopy_mark> start_precopy(const FerryControl__OutgoingPrepare& prep);
     void serve_outgoing(net::stream& conn, prepared_outgoing first);
 
     // The registered migration `id`. A destination opens its channels as
@@ -174,6 +192,7 @@ class daemon {
     std::condition_variable _registry_changed;
     std::map<std::string, std::shared_ptr<outgoing_migration>> _outgoing;
     std::multiset<std::string> _preparing; // prepared, registration awaited
+    std::map<std::string, std::shared_ptr<precopy_source>> _precopies;
     std::list<connection> _connections;
     uint64_t _refused_connections = 0;
 };

@@ -79,6 +79,7 @@ class incoming_session {
           _log(make_logger("pagesrv", _id)) {
         _idle_poll_asked = prepare.has_idle_poll && prepare.idle_poll;
         _progress_asked = prepare.has_restore_progress && prepare.restore_progress;
+        _precopy = prepare.has_precopy && prepare.precopy;
         _deadline_scale =
             prepare.has_deadline_scale && prepare.deadline_scale > 0 ? prepare.deadline_scale : 1.0;
         _deadlines = criu::deadlines::for_memory(
@@ -231,6 +232,7 @@ class incoming_session {
     bool _transferred = false;
     criu::deadlines _deadlines;         // the restore's, grown with the workload
     double _deadline_scale = 1.0;       // the migration's --deadline-scale
+    bool _precopy = false;              // lazy-pages stages the source's pre-copy
     std::vector<std::string> _criu_env; // CRIU_FAULT=130 where breakpoints do not trap
     uint64_t _images_check_ns = 0;
     uint64_t _lazy_start_ns = 0;

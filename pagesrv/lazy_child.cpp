@@ -77,6 +77,8 @@ void incoming_session::spawn_lazy_pages() {
     }
     args.push_back("--deadline-scale");
     args.push_back(fmt::format("{}", _deadline_scale));
+    if (_precopy)
+        args.push_back("--precopy");
     // Extra options for tuning experiments, e.g. FERRY_LAZY_PAGES_ARGS="--window 16".
     args.insert(args.end(), tools.lazy_pages_args.begin(), tools.lazy_pages_args.end());
     child_process::options o;

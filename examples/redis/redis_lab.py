@@ -172,11 +172,11 @@ class Lab:
         self.where = other
         return m, c
 
-    def ferry(self, src, dst, fabric="tcp"):
+    def ferry(self, src, dst, fabric="tcp", extra=()):
         t0 = time.monotonic()
         tcp_close = ["--tcp-close"] if self.host_network else []
         r = self.on(src, "migrator", "migrate", "--engine", self.engine, "--container", "redis",
-                    *tcp_close, "--to", self.tb("addr", dst).stdout.strip(), "--fabric", fabric, "--json",
+                    *tcp_close, "--to", self.tb("addr", dst).stdout.strip(), "--fabric", fabric, *extra, "--json",
                     check=False, timeout=900)
         wall = time.monotonic() - t0
         try:
@@ -192,6 +192,7 @@ class Lab:
                 "network_lock": j.get("criu_network_lock", ""),
                 "network": j.get("network", ""), "held_packets": j.get("held_packets", 0),
                 "engine_restore": j.get("engine_restore", ""),
+                "precopy": j.get("precopy"),
                 **{k: j.get(k) for k in MIGRATION_FIGURES},
                 "restore_log": os.path.join("/tmp/ferry-testbed", self.env["FERRY_TESTBED"], dst, "incoming",
                                             j.get("migration_id", ""), "restore.log")}

@@ -106,7 +106,9 @@ envelope_ptr receive(int fd, net::deadline until);
     X(FerryControl__LazyTasksRun, LAZY_TASKS_RUN, lazy_tasks_run)                                  \
     X(FerryControl__RestoreProgress, RESTORE_PROGRESS, restore_progress)                           \
     X(FerryControl__MigratorAlive, MIGRATOR_ALIVE, migrator_alive)                                 \
-    X(FerryControl__LazyCopyDiscarded, LAZY_COPY_DISCARDED, lazy_copy_discarded)
+    X(FerryControl__LazyCopyDiscarded, LAZY_COPY_DISCARDED, lazy_copy_discarded)                   \
+    X(FerryControl__PrecopyPlan, PRECOPY_PLAN, precopy_plan)                                       \
+    X(FerryControl__PrecopyValid, PRECOPY_VALID, precopy_valid)
 
 #define FERRY_CONTROL_WRAP(type, upper, field)                                                     \
     inline envelope wrap(type& m) {                                                                \

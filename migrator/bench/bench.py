@@ -72,8 +72,10 @@ METHODS = ("ferry", "stop_and_copy", "criu_lazy_dump")
 CONTAINER_METHODS = {"podman": ("ferry", "bare_process", "podman_checkpoint"),
                      "docker": ("ferry", "bare_process", "docker_checkpoint")}
 # For Redis every method moves the container back and forth; "ferry_idle" is
-# Ferry with no client, "ferry" and "podman_checkpoint" run under a client.
-REDIS_METHODS = {"podman": ("ferry_idle", "ferry", "podman_checkpoint"), "docker": ("ferry_idle", "ferry")}
+# Ferry with no client, "ferry", "ferry_precopy" (Ferry with --precopy) and
+# "podman_checkpoint" run under a client.
+REDIS_METHODS = {"podman": ("ferry_idle", "ferry", "ferry_precopy", "podman_checkpoint"),
+                 "docker": ("ferry_idle", "ferry", "ferry_precopy")}
 
 
 def plan(a):
@@ -125,7 +127,8 @@ def measure(kind, name, mib, ctr=None, fabric="tcp"):
         in_lab = isinstance(ctr, redis.RedisBench)
         return methods.raw_link(mib, ctr.lab.env if in_lab else methods.ENV, fabric=fabric, fill_source=not in_lab)
     if isinstance(ctr, redis.RedisBench):
-        return {"ferry_idle": ctr.ferry_idle, "ferry": ctr.ferry, "podman_checkpoint": ctr.podman_checkpoint}[name](mib)
+        return {"ferry_idle": ctr.ferry_idle, "ferry": ctr.ferry, "ferry_precopy": ctr.ferry_precopy,
+                "podman_checkpoint": ctr.podman_checkpoint}[name](mib)
     if ctr and kind == "downtime":
         return {"ferry": ctr.ferry, "bare_process": ctr.bare, "podman_checkpoint": ctr.podman_checkpoint,
                 "docker_checkpoint": ctr.docker_checkpoint}[name](mib)

@@ -35,7 +35,7 @@ def link_for(links, mib):
     return links.get(str(mib)) or links.get("any")
 
 
-def moved_over_raw(runs, raw_link):
+def moved_over_raw(runs, raw_link, with_precopy=False):
     """Goal 3's total time: the downtime plus the post-copy (resume to the
     last page) over the time the bare link takes to carry the memory moved
     (`raw_link`'s p50 over the repetitions, into fresh memory, at the size
@@ -47,7 +47,8 @@ def moved_over_raw(runs, raw_link):
         moved = r.get("moved_bytes", r.get("pages_total", 0) * 4096)
         post_copy = r.get("post_copy_ms", r.get("phases_ms", {}).get("post_copy"))
         if moved and post_copy is not None:
-            ratios.append((r["downtime_ms"] + post_copy) / 1e3 / (moved / (raw_link["p50"] * 1e9)))
+            ms = r["downtime_ms"] + post_copy + (r.get("precopy_ms", 0.0) if with_precopy else 0.0)
+            ratios.append(ms / 1e3 / (moved / (raw_link["p50"] * 1e9)))
     return p50_p99(ratios) if ratios else None
 
 
@@ -64,13 +65,17 @@ def redis_summary(raw, links=None):
             row = {}
             for key in ("client_gap_ms", "client_gap_over_downtime_ms", "downtime_ms", "reply_p99_before_us",
                         "reply_p99_preparing_us", "reply_p99_after_us", "post_copy_ms", "background_mib_per_s", "total_ms",
-                        "failovers", "fault_fetch_p50_us", "fault_fetch_p99_us"):
+                        "failovers", "fault_fetch_p50_us", "fault_fetch_p99_us", "precopy_ms",
+                        "precopy_pages_installed", "total_with_precopy_ms"):
                 vals = [r[key] for r in ok if key in r]
                 if vals:
                     row[key] = p50_p99(vals)
             over = moved_over_raw(ok, link_for(links, mib))
             if over:
                 row["total_over_raw_link"] = over
+            with_precopy = moved_over_raw(ok, link_for(links, mib), with_precopy=True)
+            if with_precopy and any("precopy_ms" in r for r in ok):
+                row["total_with_precopy_over_raw_link"] = with_precopy
             cpu = cpu_per_gib(ok)
             if cpu:
                 row["source_cpu_ms_per_gib"] = cpu["source"]
@@ -87,6 +92,13 @@ def redis_summary(raw, links=None):
         out["baseline_client_gap_over_ferry_p50"] = base["client_gap_ms"]["p50"] / f["client_gap_ms"]["p50"]
     if "reply_p99_after_us" in f and "reply_p99_before_us" in f and f["reply_p99_before_us"]["p50"]:
         out["reply_p99_during_over_before_p50"] = f["reply_p99_after_us"]["p50"] / f["reply_p99_before_us"]["p50"]
+    pc = m.get("ferry_precopy", {})
+    if "reply_p99_after_us" in pc and "reply_p99_before_us" in pc and pc["reply_p99_before_us"]["p50"]:
+        out["precopy_reply_p99_during_over_before_p50"] = (pc["reply_p99_after_us"]["p50"]
+                                                           / pc["reply_p99_before_us"]["p50"])
+    idle_total = m.get("ferry_idle", {}).get("total_ms")
+    if idle_total and "total_ms" in pc and pc["total_ms"]["p50"]:
+        out["precopy_loaded_total_over_idle_total_p50"] = pc["total_ms"]["p50"] / idle_total["p50"]
     return out
 
 

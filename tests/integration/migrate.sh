@@ -7,11 +7,16 @@
 # FERRY_TEST_FABRIC picks the fabric (default tcp). FERRY_TEST_CORRUPT=1 makes
 # the source corrupt one page after checksumming it: the destination must
 # refetch it, and the pattern must still be intact.
+# FERRY_TEST_PRECOPY=1 migrates with --precopy: the source streams the
+# running tree's memory to b before the freeze, and b installs the pages
+# still valid at the freeze from its copy; the pattern must still be intact.
 # FERRY_TEST_CRIU_WITHOUT_WAIT=1 gives host b a CRIU that refuses
 # --restore-wait-fd (as one without criu-patches/0015 does): its daemon
 # sends the restore request only once the images are there.
 source "$(dirname "$0")/lib.sh"
 fabric=${FERRY_TEST_FABRIC:-tcp}
+precopy=()
+[ "${FERRY_TEST_PRECOPY:-0}" = 1 ] && precopy=(--precopy --precopy-wait 20)
 
 # The fallback's evidence is in CRIU's debug lines, the patches' (0026's
 # /proc opened before the freeze) in its info lines; Ferry's default, 2,
@@ -47,7 +52,7 @@ mark=$(lines "$out") # what the workload prints from here on comes after the fre
 
 latency_before=$(cpu_latency_target)
 # --keep-images: for CRIU's dump log, checked below.
-on a migrator migrate --pid "$pid" --to "$(addr b)" --fabric "$fabric" --json --keep-images >"$work/result.json" || {
+on a migrator migrate --pid "$pid" --to "$(addr b)" --fabric "$fabric" "${precopy[@]}" --json --keep-images >"$work/result.json" || {
   cat "$work/result.json"
   fail "migrator exited non-zero"
 }
@@ -85,20 +90,32 @@ dropped=$(json "$work/result.json" pages_dropped)
 absent=$(json "$work/result.json" pages_absent)
 forked=$(json "$work/result.json" pages_forked)
 served=$(json "$work/result.json" pages_served_by_source)
+precopied=0
+if [ "${FERRY_TEST_PRECOPY:-0}" = 1 ]; then
+  pc() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["precopy"][sys.argv[2]])' "$work/result.json" "$1"; }
+  [ -z "$(pc error)" ] || fail "no pre-copy: $(pc error)"
+  [ -z "$(pc unused)" ] || fail "the pre-copy went unused: $(pc unused)"
+  precopied=$(pc pages_installed)
+  log "pre-copy: $(pc pages_sent) pages sent in $(pc rounds) rounds after the first, $(pc pages_valid) of $(pc pages_staged) staged valid at the freeze, $precopied installed from them ($(pc pages_for_faults) at faults)"
+  # Nearly all of the 272 MiB of pattern were read only: staged, still
+  # valid at the freeze, and installed without a fetch.
+  [ "$(pc pages_valid)" -ge $((200 * 256)) ] || fail "only $(pc pages_valid) staged pages valid"
+  [ "$precopied" -ge $((200 * 256)) ] || fail "only $precopied pages installed from the pre-copy"
+fi
 downtime=$(json "$work/result.json" downtime_ms)
 log "downtime ${downtime} ms; pages total=$total faulted=$faulted prefetched=$prefetched background=$background dropped=$dropped absent=$absent forked=$forked served=$served"
 
 [ "$(json "$work/result.json" image_bytes)" -gt $((40 << 20)) ] || fail "the shared memory was not in the images"
 # Every lazy page is accounted for, and the source served at least them all.
 [ "$total" -ge $((256 * 256 + 16 * 256)) ] || fail "only $total lazy pages for 272 MiB of pattern"
-[ $((faulted + prefetched + background + dropped + absent)) -eq "$total" ] || fail "pages do not add up"
+[ $((faulted + prefetched + background + dropped + absent + precopied)) -eq "$total" ] || fail "pages do not add up"
 [ "$dropped" -gt 0 ] || fail "the churn's MADV_DONTNEED/munmap dropped no lazy pages"
 [ "$forked" -gt 0 ] || fail "no pages went to the child forked after resume"
 # The sparse region's 14336 unwritten pages, and the untouched parts of
 # thread stacks, are holes on the source (a few may have gone as faults or
 # background before the destination heard of them).
 [ "$absent" -ge 14000 ] || fail "only $absent lazy pages were found to be holes"
-[ "$served" -ge $((total - dropped - absent)) ] || fail "the source served $served pages, fewer than installed"
+[ "$served" -ge $((total - dropped - absent - precopied)) ] || fail "the source served $served pages, fewer than installed"
 awk -v d="$downtime" 'BEGIN { exit !(d > 0) }' || fail "no downtime measured"
 # What the move cost each host's CPU: moving 272 MiB is never free, and
 # the source's serving threads, which live within the migration, cannot

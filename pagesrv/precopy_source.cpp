@@ -1,0 +1,339 @@
+#include "precopy_source.hpp"
+
+#include "core/checksum.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/page.hpp"
+#include "sys/page_presence.hpp"
+#include "sys/proc.hpp"
+#include "wire/control.hpp"
+#include "wire/page_wire.hpp"
+
+#include <fmt/format.h>
+#include <sched.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+
+namespace ferry::pagesrv {
+
+namespace {
+
+constexpr uint32_t pages_per_frame = 256;
+constexpr uint64_t end_of_data = ~0ull; // request_id of the empty reply that ends the rounds
+constexpr size_t runs_per_valid_frame = 16384;
+// Rounds come at most this often: each scans every tracked page (~1 ms per
+// GiB) and sends what was written meanwhile.
+constexpr auto round_interval = std::chrono::milliseconds(20);
+// The rounds have converged when one sends at most this many pages, when
+// three in a row shrink by less than a fifth, or after this many rounds.
+constexpr uint64_t converged_pages = 1024;
+constexpr uint32_t converged_rounds = 30;
+constexpr auto send_bound = std::chrono::seconds(30);
+
+// The pages of `present` that `clean` holds too, in address order.
+std::vector<proc::page_run> clean_and_present(const range_map& clean,
+                                              const std::vector<proc::page_run>& present) {
+    std::vector<proc::page_run> out;
+    for (const auto& run : present) {
+        uint64_t at = run.start;
+        while (at < run.end) {
+            const auto r = clean.first_ending_after(at);
+            if (!r || r->start >= run.end)
+                break;
+            const uint64_t s = std::max(at, r->start), e = std::min(run.end, r->end);
+            if (s < e) {
+                if (!out.empty() && out.back().end == s)
+                    out.back().end = e;
+                else
+                    out.push_back({s, e});
+            }
+            at = e;
+        }
+    }
+    return out;
+}
+
+uint64_t pages_of(const std::vector<proc::page_run>& runs) {
+    uint64_t n = 0;
+    for (const auto& r : runs)
+        n += pages_in(r.end - r.start);
+    return n;
+}
+
+} // namespace
+
+precopy_source::precopy_source(std::string id, pid_t root, std::string destination_identity,
+                               std::chrono::milliseconds bound)
+    : _id(std::move(id)), _reader(std::move(destination_identity)),
+      _log(make_logger("pagesrv", _id)), _buffer(size_t(pages_per_frame) * page_size),
+      _checksums(pages_per_frame) {
+    // In image pid order, as the destination's processes are.
+    std::vector<std::pair<uint32_t, pid_t>> tree;
+    for (const pid_t pid : proc::tree(root))
+        if (const auto ns = proc::ns_pids(pid); !ns.empty()) // else gone meanwhile
+            tree.emplace_back(uint32_t(ns.back()), pid);
+    std::sort(tree.begin(), tree.end());
+    std::string failures;
+    for (const auto& [image_pid, pid] : tree) {
+        try {
+            process p;
+            p.host_pid = pid;
+            p.image_pid = image_pid;
+            p.tracker = std::make_unique<proc::write_tracker>(pid, bound);
+            _procs.push_back(std::move(p));
+        } catch (const std::exception& e) {
+            // Its pages are fetched after the freeze, as without a pre-copy.
+            failures += fmt::format("{}pid {}: {}", failures.empty() ? "" : "; ", pid, e.what());
+        }
+    }
+    if (!failures.empty())
+        _log->warn("pre-copy: not tracked: {}", failures);
+    if (_procs.empty())
+        _summary.error =
+            failures.empty() ? "no process to track" : "no process could be tracked: " + failures;
+}
+
+precopy_source::~precopy_source() {
+    detach();
+}
+
+void precopy_source::detach() noexcept {
+    for (auto& p : _procs)
+        p.tracker.reset(); // unregisters in slices: the task runs on as before
+}
+
+precopy_summary precopy_source::summary() const {
+    std::lock_guard lock(_mu);
+    return _summary;
+}
+
+precopy_source::phase precopy_source::current() const {
+    std::lock_guard lock(_mu);
+    return _phase;
+}
+
+precopy_summary precopy_source::wait_converged(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(_mu);
+    _changed.wait_for(lock, timeout, [&] {
+        return _summary.converged || !_summary.error.empty() || _phase != phase::rounds ||
+               (_served && !_serving);
+    });
+    return _summary;
+}
+
+void precopy_source::freeze() noexcept {
+    {
+        std::lock_guard lock(_mu);
+        if (_phase == phase::rounds)
+            _phase = phase::frozen;
+    }
+    _changed.notify_all();
+}
+
+void precopy_source::stop() noexcept {
+    {
+        std::lock_guard lock(_mu);
+        _phase = phase::stopped;
+        if (_conn)
+            _conn->shutdown();
+    }
+    _changed.notify_all();
+}
+
+void precopy_source::note_round(uint64_t pages) {
+    {
+        std::lock_guard lock(_mu);
+        const uint64_t before = _summary.last_round_pages;
+        _summary.rounds++;
+        _summary.last_round_pages = pages;
+        _slow_shrinks = _summary.rounds > 1 && pages * 5 > before * 4 ? _slow_shrinks + 1 : 0;
+        if (!_summary.converged &&
+            (pages <= converged_pages || _slow_shrinks >= 3 || _summary.rounds >= converged_rounds))
+            _summary.converged = true;
+    }
+    _changed.notify_all();
+}
+
+bool precopy_source::send_runs(net::stream& conn, process& p,
+                               const std::vector<proc::page_run>& runs, uint32_t round,
+                               uint64_t& sent) {
+    for (const auto& run : runs) {
+        for (uint64_t at = run.start; at < run.end;) {
+            if (current() != phase::rounds)
+                return false;
+            const auto want = uint32_t(std::min<uint64_t>(pages_in(run.end - at), pages_per_frame));
+            iovec local{_buffer.data(), size_t(want) * page_size};
+            iovec remote{reinterpret_cast<void*>(at), local.iov_len};
+            const ssize_t got = ::process_vm_readv(p.host_pid, &local, 1, &remote, 1, 0);
+            // Unmapped meanwhile (or the task gone): what was read goes, the
+            // rest of the frame is skipped and fetched after the freeze.
+            const auto n = got > 0 ? uint32_t(size_t(got) / page_size) : 0u;
+            if (n == 0) {
+                at += uint64_t(want) * page_size;
+                continue;
+            }
+            for (uint32_t i = 0; i < n; i++)
+                _checksums[i] = page_checksum(_buffer.data() + size_t(i) * page_size);
+            const auto h =
+                wire::encode(wire::page_reply{wire::status::ok, p.image_pid, n, at, round});
+            iovec iov[3] = {{const_cast<std::byte*>(h.data()), h.size()},
+                            {_checksums.data(), size_t(n) * sizeof(uint64_t)},
+                            {_buffer.data(), size_t(n) * page_size}};
+            net::writev_full(conn, iov, 3, net::after(send_bound), "send pre-copy pages");
+            p.clean.insert_identity(at, at + uint64_t(n) * page_size);
+            sent += n;
+            at += uint64_t(want) * page_size;
+        }
+    }
+    return true;
+}
+
+void precopy_source::take_written(process& p, std::vector<proc::page_run>& out) {
+    out.clear();
+    if (!p.tracker)
+        return;
+    std::vector<proc::page_run> dropped;
+    for (const auto& area : p.tracker->tracked()) {
+        try {
+            p.tracker->written(area.start, area.end, out);
+        } catch (const std::exception& e) {
+            // Unmapped or replaced: nothing staged there can be trusted.
+            _log->debug("pre-copy: pid {} [{:#x}, {:#x}) no longer tracked: {}", p.host_pid,
+                        area.start, area.end, e.what());
+            p.clean.erase(area.start, area.end);
+        }
+    }
+    for (const auto& r : out)
+        p.clean.erase(r.start, r.end);
+}
+
+void precopy_source::serve(net::stream& conn) {
+    {
+        std::lock_guard lock(_mu);
+        if (_serving || _served)
+            throw error("a second pre-copy channel for the migration");
+        if (_phase == phase::stopped)
+            throw error("the migration ended before its pre-copy channel came");
+        _serving = true;
+        _conn = &conn;
+        _summary.connected = true;
+    }
+    struct end_serving {
+        precopy_source& s;
+        ~end_serving() {
+            s.detach();
+            {
+                std::lock_guard lock(s._mu);
+                s._serving = false;
+                s._served = true;
+                s._conn = nullptr;
+            }
+            s._changed.notify_all();
+        }
+    } ending{*this};
+
+    if (const auto why = summary().error; !why.empty()) {
+        control::send_error(conn, "no pre-copy: " + why, net::after(send_bound));
+        return;
+    }
+    // The first round: every page present in the tracked areas.
+    std::vector<std::vector<proc::page_run>> present(_procs.size());
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < _procs.size(); i++) {
+        proc::page_presence presence(_procs[i].host_pid);
+        for (const auto& area : _procs[i].tracker->tracked())
+            (void)presence.existing(area.start, area.end, present[i]);
+        bytes += pages_of(present[i]) * page_size;
+    }
+    {
+        std::lock_guard lock(_mu);
+        _summary.tracked_pages = pages_in(bytes);
+    }
+    FerryControl__PrecopyPlan plan = FERRY_CONTROL__PRECOPY_PLAN__INIT;
+    plan.bytes = bytes;
+    plan.processes = uint32_t(_procs.size());
+    control::send_message(conn, plan, net::after(send_bound));
+    const uint64_t t0 = monotonic_ns();
+    uint64_t sent = 0;
+    for (size_t i = 0; i < _procs.size(); i++)
+        if (!send_runs(conn, _procs[i], present[i], 0, sent))
+            break;
+    present.clear();
+    {
+        std::lock_guard lock(_mu);
+        _summary.pages_sent = sent;
+    }
+    _log->info("pre-copy: first round, {} pages in {:.1f} ms", sent,
+               double(monotonic_ns() - t0) / 1e6);
+
+    // Then what was written since, until the freeze.
+    std::vector<proc::page_run> written;
+    for (uint32_t round = 1;; round++) {
+        {
+            std::unique_lock lock(_mu);
+            _changed.wait_for(lock, round_interval, [&] { return _phase != phase::rounds; });
+            if (_phase != phase::rounds)
+                break;
+        }
+        uint64_t round_pages = 0;
+        for (auto& p : _procs) {
+            take_written(p, written);
+            if (!send_runs(conn, p, written, round, round_pages))
+                break;
+        }
+        {
+            std::lock_guard lock(_mu);
+            _summary.pages_sent += round_pages;
+        }
+        note_round(round_pages);
+    }
+    if (current() == phase::stopped)
+        return;
+    // Frozen: at the idle policy, the last scan takes no CPU from the
+    // downtime's own work on this host.
+    sched_param none{};
+    (void)::sched_setscheduler(0, SCHED_IDLE, &none); // best effort
+    send_valid(conn);
+}
+
+void precopy_source::send_valid(net::stream& conn) {
+    const uint64_t t0 = monotonic_ns();
+    std::vector<uint32_t> pids;
+    std::vector<uint64_t> starts, ends;
+    std::vector<proc::page_run> written, present;
+    uint64_t valid_pages = 0;
+    for (auto& p : _procs) {
+        take_written(p, written);
+        present.clear();
+        proc::page_presence presence(p.host_pid);
+        for (const auto& area : p.tracker->tracked())
+            (void)presence.existing(area.start, area.end, present);
+        for (const auto& r : clean_and_present(p.clean, present)) {
+            pids.push_back(p.image_pid);
+            starts.push_back(r.start);
+            ends.push_back(r.end);
+            valid_pages += pages_in(r.end - r.start);
+        }
+    }
+    const auto marker = wire::encode(wire::page_reply{wire::status::ok, 0, 0, 0, end_of_data});
+    iovec end{const_cast<std::byte*>(marker.data()), marker.size()};
+    net::writev_full(conn, &end, 1, net::after(send_bound), "send the pre-copy's end");
+    size_t at = 0;
+    do {
+        const size_t n = std::min(runs_per_valid_frame, pids.size() - at);
+        FerryControl__PrecopyValid f = FERRY_CONTROL__PRECOPY_VALID__INIT;
+        f.n_pid = f.n_start = f.n_end = n;
+        f.pid = pids.data() + at;
+        f.start = starts.data() + at;
+        f.end = ends.data() + at;
+        at += n;
+        f.last = at == pids.size();
+        control::send_message(conn, f, net::after(send_bound));
+    } while (at < pids.size());
+    _log->info("pre-copy: {} pages valid at the freeze, in {} runs ({:.1f} ms)", valid_pages,
+               pids.size(), double(monotonic_ns() - t0) / 1e6);
+}
+
+} // namespace ferry::pagesrv

@@ -1,0 +1,107 @@
+// Source side of a pre-copy (migrator --precopy). While the tree still
+// runs, its memory goes to the destination's lazy-pages on a PRECOPY
+// channel: every page present in its tracked areas, then, round after
+// round, the pages written since the round before
+// (lib/sys/write_tracker.hpp). At the freeze one last scan says which
+// staged pages are still what the frozen tasks hold: sent, not written
+// since, and present. The destination installs those from its copy and
+// fetches only the rest, so the post-copy moves what the workload wrote in
+// its last round instead of all of its memory.
+#pragma once
+
+#include "core/range_map.hpp"
+#include "sys/net.hpp"
+#include "sys/write_tracker.hpp"
+
+#include <spdlog/logger.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ferry::pagesrv {
+
+struct precopy_summary {
+    std::string error; // why there is no pre-copy: nothing staged is used
+    uint32_t rounds = 0;
+    uint64_t tracked_pages = 0; // present in the tracked areas at the attach
+    uint64_t pages_sent = 0;
+    uint64_t last_round_pages = 0;
+    bool converged = false; // the rounds stopped shrinking
+    bool connected = false; // the destination's channel came
+};
+
+class precopy_source {
+  public:
+    // Attaches a write tracker to every process of the tree rooted at
+    // `root`, each within `bound`. Never throws: a tree none of whose
+    // processes can be tracked gives a source whose summary says why.
+    precopy_source(std::string id, pid_t root, std::string destination_identity,
+                   std::chrono::milliseconds bound);
+    ~precopy_source();
+    precopy_source(const precopy_source&) = delete;
+    precopy_source& operator=(const precopy_source&) = delete;
+
+    [[nodiscard]] const std::string& id() const noexcept { return _id; }
+    [[nodiscard]] const std::string& destination_identity() const noexcept { return _reader; }
+
+    // Serves the destination's PRECOPY channel: the rounds, until freeze()
+    // or stop(), then (frozen) the valid runs. The trackers are detached
+    // when it returns. One channel per migration; throws on I/O errors.
+    void serve(net::stream& conn);
+    // Waits up to `timeout` for the rounds to stop shrinking (or for the
+    // pre-copy to end); the summary then.
+    [[nodiscard]] precopy_summary wait_converged(std::chrono::milliseconds timeout);
+    // The tree is frozen: the round in progress stops, and the last scan
+    // and the valid runs follow on the channel's thread.
+    void freeze() noexcept;
+    // The migration ended or was aborted: the channel is shut down and its
+    // thread ends, detaching the trackers (the source may run on).
+    void stop() noexcept;
+    [[nodiscard]] precopy_summary summary() const;
+
+  private:
+    struct process {
+        pid_t host_pid = 0;
+        uint32_t image_pid = 0;
+        std::unique_ptr<proc::write_tracker> tracker;
+        range_map clean; // sent, and not written since (identity addresses)
+    };
+    enum class phase { rounds, frozen, stopped };
+
+    // Sends the pages of `runs` of `p` in frames; false once the freeze or a
+    // stop cut it short.
+    bool send_runs(net::stream& conn, process& p, const std::vector<proc::page_run>& runs,
+                   uint32_t round, uint64_t& sent);
+    // Pages of every tracked area written since the last look, taken off
+    // the clean sets; an area that cannot be scanned any more counts as
+    // written whole and is tracked no more.
+    void take_written(process& p, std::vector<proc::page_run>& out);
+    void send_valid(net::stream& conn);
+    void note_round(uint64_t pages);
+    [[nodiscard]] phase current() const;
+    void detach() noexcept;
+
+    const std::string _id;
+    const std::string _reader;
+    std::shared_ptr<spdlog::logger> _log;
+    std::vector<process> _procs; // the channel's thread's alone once serving
+    std::vector<std::byte> _buffer;
+    std::vector<uint64_t> _checksums;
+
+    mutable std::mutex _mu;
+    std::condition_variable _changed;
+    phase _phase = phase::rounds;
+    bool _serving = false;
+    bool _served = false;
+    uint32_t _slow_shrinks = 0;   // rounds in a row that shrank by less than a fifth
+    net::stream* _conn = nullptr; // while serving: stop() shuts it down
+    precopy_summary _summary;
+};
+
+} // namespace ferry::pagesrv
