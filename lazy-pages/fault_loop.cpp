@@ -434,7 +434,7 @@ void fault_loop::staged_main() {
             return;
         }
         lock.unlock();
-        copy_without_lock(*p, slice.claimed());
+        copy_without_lock(*p, slice.claimed(), staged_copy_pages);
         lock_as_background(lock);
         commit_staged_slice(_s, *p, slice);
         if (_s.finished()) {

@@ -18,13 +18,13 @@ void begin_unlocked_copies(lazy_process& p) noexcept {
 namespace {
 
 // Copies one run a few pages at a time; false when the copies end here.
-bool copy_run(const lazy_process& p, unlocked_run& run) noexcept {
+bool copy_run(const lazy_process& p, unlocked_run& run, uint32_t pages_per_copy) noexcept {
     while (run.copied < run.pages) {
         // Seen before each copy: a guard that asked first waits for this
         // copy, one that asks later finds none started.
         if (p.quiet_wanted.load(std::memory_order_seq_cst) != 0)
             return false;
-        const uint32_t n = std::min(unlocked_copy_pages, run.pages - run.copied);
+        const uint32_t n = std::min(pages_per_copy, run.pages - run.copied);
         const auto res =
             uffd::copy(p.uffd.get(), run.addr + uint64_t(run.copied) * page_size,
                        run.data + size_t(run.copied) * page_size, uint64_t(n) * page_size);
@@ -40,9 +40,10 @@ bool copy_run(const lazy_process& p, unlocked_run& run) noexcept {
 
 } // namespace
 
-void copy_without_lock(lazy_process& p, std::span<unlocked_run> runs) noexcept {
+void copy_without_lock(lazy_process& p, std::span<unlocked_run> runs,
+                       uint32_t pages_per_copy) noexcept {
     for (unlocked_run& run : runs)
-        if (!copy_run(p, run))
+        if (!copy_run(p, run, pages_per_copy))
             break;
     p.unlocked_copies.fetch_sub(1, std::memory_order_seq_cst);
 }

@@ -3,6 +3,7 @@
 #include "core/checksum.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/fault_inject.hpp"
 #include "core/log.hpp"
 #include "core/page.hpp"
 #include "sys/page_presence.hpp"
@@ -123,10 +124,19 @@ precopy_summary precopy_source::wait_converged(std::chrono::milliseconds timeout
     return _summary;
 }
 
-void precopy_source::freeze() noexcept {
+void precopy_source::pause() noexcept {
     {
         std::lock_guard lock(_mu);
         if (_phase == phase::rounds)
+            _phase = phase::paused;
+    }
+    _changed.notify_all();
+}
+
+void precopy_source::freeze() noexcept {
+    {
+        std::lock_guard lock(_mu);
+        if (_phase == phase::rounds || _phase == phase::paused)
             _phase = phase::frozen;
     }
     _changed.notify_all();
@@ -176,6 +186,10 @@ bool precopy_source::send_runs(net::stream& conn, process& p,
             }
             for (uint32_t i = 0; i < n; i++)
                 _checksums[i] = page_checksum(_buffer.data() + size_t(i) * page_size);
+            if (fault_injected(fault::corrupt_precopy_page) && !_corrupted_once) {
+                _corrupted_once = true;
+                _buffer[100] ^= std::byte{0xff};
+            }
             const auto h =
                 wire::encode(wire::page_reply{wire::status::ok, p.image_pid, n, at, round});
             iovec iov[3] = {{const_cast<std::byte*>(h.data()), h.size()},
@@ -289,8 +303,13 @@ void precopy_source::serve(net::stream& conn) {
         }
         note_round(round_pages);
     }
-    if (current() == phase::stopped)
-        return;
+    {
+        // Paused: nothing more until the freeze (or the end).
+        std::unique_lock lock(_mu);
+        _changed.wait(lock, [&] { return _phase == phase::frozen || _phase == phase::stopped; });
+        if (_phase == phase::stopped)
+            return;
+    }
     // Frozen: at the idle policy, the last scan takes no CPU from the
     // downtime's own work on this host.
     sched_param none{};

@@ -57,6 +57,10 @@ class precopy_source {
     // Waits up to `timeout` for the rounds to stop shrinking (or for the
     // pre-copy to end); the summary then.
     [[nodiscard]] precopy_summary wait_converged(std::chrono::milliseconds timeout);
+    // The freeze is near (the migrator was told to go on): no more rounds,
+    // so that none takes CPU from the dump; the last scan covers what is
+    // written from here on.
+    void pause() noexcept;
     // The tree is frozen: the round in progress stops, and the last scan
     // and the valid runs follow on the channel's thread.
     void freeze() noexcept;
@@ -72,7 +76,7 @@ class precopy_source {
         std::unique_ptr<proc::write_tracker> tracker;
         range_map clean; // sent, and not written since (identity addresses)
     };
-    enum class phase { rounds, frozen, stopped };
+    enum class phase { rounds, paused, frozen, stopped };
 
     // Sends the pages of `runs` of `p` in frames; false once the freeze or a
     // stop cut it short.
@@ -99,6 +103,7 @@ class precopy_source {
     phase _phase = phase::rounds;
     bool _serving = false;
     bool _served = false;
+    bool _corrupted_once = false; // fault corrupt-precopy-page
     uint32_t _slow_shrinks = 0;   // rounds in a row that shrank by less than a fifth
     net::stream* _conn = nullptr; // while serving: stop() shuts it down
     precopy_summary _summary;

@@ -52,6 +52,8 @@ unsigned parse_faults() {
             mask |= unsigned(fault::migrator_stop_before_register);
         else if (name == "migrator-stop-after-commit")
             mask |= unsigned(fault::migrator_stop_after_commit);
+        else if (name == "corrupt-precopy-page")
+            mask |= unsigned(fault::corrupt_precopy_page);
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     }
     return mask;

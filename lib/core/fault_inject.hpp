@@ -30,6 +30,7 @@ enum class fault : unsigned {
     // The migrator SIGSTOPs itself once the source committed, before it
     // tells the destination to resume.
     migrator_stop_after_commit = 1u << 17,
+    corrupt_precopy_page = 1u << 18, // source corrupts one pre-copy page after checksumming it
 };
 
 [[nodiscard]] bool fault_injected(fault f) noexcept;

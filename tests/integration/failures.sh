@@ -320,6 +320,22 @@ verify_workload "$pid" "$out" 8192 1024
 "$testbed" stop b
 FERRY_FAULT=restore-fail "$testbed" start b
 expect_failure restore-fails "restore failed on the destination" --to "$(addr b)"
+# ... with --precopy: the tree was write-tracked from the prepare and its
+# memory staged on b. The failure detaches the trackers (no VMA of the
+# source keeps the uffd's write protection), and the source runs on.
+expect_failure restore-fails-precopy "restore failed on the destination" --to "$(addr b)" --precopy --precopy-wait 10
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["precopy"]; sys.exit(0 if not p["error"] and p["pages_sent"] > 0 else 1)' \
+  "$work/restore-fails-precopy.json" || fail "restore-fails-precopy: no pre-copy ran before the failure"
+tracked_end=$((SECONDS + 10))
+while :; do
+  tracked=""
+  for p in $pid $(descendants_of "$pid"); do
+    grep -q '^VmFlags:.* uw' "/proc/$p/smaps" 2>/dev/null && tracked+=" $p"
+  done
+  [ -z "$tracked" ] && break
+  [ $SECONDS -lt $tracked_end ] || fail "restore-fails-precopy: still write-tracked 10 s after the failure:$tracked"
+  sleep 0.2
+done
 
 # The images are corrupt: the destination's image reader refuses them.
 "$testbed" stop b

@@ -10,6 +10,8 @@
 # FERRY_TEST_PRECOPY=1 migrates with --precopy: the source streams the
 # running tree's memory to b before the freeze, and b installs the pages
 # still valid at the freeze from its copy; the pattern must still be intact.
+# With FERRY_TEST_CORRUPT=1 as well the source also corrupts a pre-copy
+# page: nothing staged may be installed, and every page is fetched.
 # FERRY_TEST_CRIU_WITHOUT_WAIT=1 gives host b a CRIU that refuses
 # --restore-wait-fd (as one without criu-patches/0015 does): its daemon
 # sends the restore request only once the images are there.
@@ -25,7 +27,9 @@ if [ "$fallback_expected" = yes ]; then export FERRY_CRIU_LOG_LEVEL=4; else expo
 testbed_up
 if [ "${FERRY_TEST_CORRUPT:-0}" = 1 ]; then
   "$testbed" stop a
-  FERRY_FAULT=corrupt-page-once "$testbed" start a
+  faults=corrupt-page-once
+  [ "${FERRY_TEST_PRECOPY:-0}" = 1 ] && faults+=,corrupt-precopy-page
+  FERRY_FAULT=$faults "$testbed" start a
 fi
 if [ "${FERRY_TEST_CRIU_WITHOUT_WAIT:-0}" = 1 ]; then
   cat >"$work/criu-without-wait" <<EOF
@@ -94,13 +98,21 @@ precopied=0
 if [ "${FERRY_TEST_PRECOPY:-0}" = 1 ]; then
   pc() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["precopy"][sys.argv[2]])' "$work/result.json" "$1"; }
   [ -z "$(pc error)" ] || fail "no pre-copy: $(pc error)"
-  [ -z "$(pc unused)" ] || fail "the pre-copy went unused: $(pc unused)"
   precopied=$(pc pages_installed)
-  log "pre-copy: $(pc pages_sent) pages sent in $(pc rounds) rounds after the first, $(pc pages_valid) of $(pc pages_staged) staged valid at the freeze, $precopied installed from them ($(pc pages_for_faults) at faults)"
-  # Nearly all of the 272 MiB of pattern were read only: staged, still
-  # valid at the freeze, and installed without a fetch.
-  [ "$(pc pages_valid)" -ge $((200 * 256)) ] || fail "only $(pc pages_valid) staged pages valid"
-  [ "$precopied" -ge $((200 * 256)) ] || fail "only $precopied pages installed from the pre-copy"
+  log "pre-copy: $(pc pages_sent) pages sent in $(pc rounds) rounds after the first, $(pc pages_valid) of $(pc pages_staged) staged valid at the freeze, $precopied installed from them ($(pc pages_for_faults) at faults); unused: $(pc unused)"
+  if [ "${FERRY_TEST_CORRUPT:-0}" = 1 ]; then
+    case "$(pc unused)" in
+      *"checksum mismatch in the pre-copy"*) ;;
+      *) fail "a corrupt pre-copy page did not leave the staged copy unused: '$(pc unused)'" ;;
+    esac
+    [ "$precopied" -eq 0 ] || fail "$precopied pages installed from a corrupt pre-copy"
+  else
+    [ -z "$(pc unused)" ] || fail "the pre-copy went unused: $(pc unused)"
+    # Nearly all of the 272 MiB of pattern were read only: staged, still
+    # valid at the freeze, and installed without a fetch.
+    [ "$(pc pages_valid)" -ge $((200 * 256)) ] || fail "only $(pc pages_valid) staged pages valid"
+    [ "$precopied" -ge $((200 * 256)) ] || fail "only $precopied pages installed from the pre-copy"
+  fi
 fi
 downtime=$(json "$work/result.json" downtime_ms)
 log "downtime ${downtime} ms; pages total=$total faulted=$faulted prefetched=$prefetched background=$background dropped=$dropped absent=$absent forked=$forked served=$served"

@@ -3,6 +3,7 @@
 #include "core/checksum.hpp"
 #include "fake_source.hpp"
 #include "fault_loop.hpp"
+#include "staged_pages.hpp"
 
 #include <catch2/catch.hpp>
 #include <fcntl.h>
@@ -645,4 +646,96 @@ TEST_CASE("the background pulls small areas first, smallest first", "[fault_loop
         if (p < 1900 || p >= 1950)
             bad += !region.page_ok(p);
     CHECK(bad == 0);
+}
+
+TEST_CASE("a pre-copy's valid staged pages are installed without a fetch, the others fetched",
+          "[fault_loop][uffd][precopy]") {
+    lazy_region region(2048);
+    test::fake_source src = region.serve();
+    auto loop = make_loop(src);
+    // Staged: pages [0, 1024). Pages [500, 510) were written after they were
+    // sent: stale here, and not in the source's valid runs, so they must be
+    // fetched. Pages [1024, 2048) were never staged.
+    lazy::staged_pages staged;
+    staged.reserve(1024 * page_size);
+    staged.store(1, region.addr(0), 1024, region.source_bytes());
+    std::vector<std::byte> stale(10 * page_size, std::byte{0x5a});
+    staged.store(1, region.addr(500), 10, stale.data());
+    staged.publish(
+        {{1, {region.addr(0), region.addr(500)}}, {1, {region.addr(510), region.addr(1024)}}});
+    REQUIRE(staged.pages_staged() == 1024);
+    REQUIRE(staged.pages_valid() == 1014);
+    loop.use_staged(staged);
+    criu_driven restore(loop, region);
+
+    std::thread runner([&] { loop.run(); });
+    // Faults before "restore finished", as during a real restore: staged
+    // pages are installed at once, the others fetched.
+    const std::vector<size_t> order = shuffled_pages(region.pages, 3);
+    size_t bad = 0;
+    for (size_t i = 0; i < 200; i++)
+        bad += !region.page_ok(order[i]);
+    for (size_t p = 500; p < 510; p++)
+        bad += !region.page_ok(p);
+    restore.finished();
+    runner.join();
+
+    REQUIRE(bad == 0);
+    for (size_t p = 0; p < region.pages; p++)
+        REQUIRE(region.page_ok(p));
+    const auto& s = loop.stats();
+    REQUIRE(s.pages_precopy_faulted > 0);
+    REQUIRE(s.pages_precopied + s.pages_precopy_faulted == 1014);
+    REQUIRE(s.pages_faulted + s.pages_prefetched + s.pages_background + s.pages_precopied +
+                s.pages_precopy_faulted ==
+            s.pages_total);
+    // The source served only the pages that were not valid here (a fault's
+    // window may reach a few past them).
+    uint64_t served = 0;
+    for (const auto& n : src.pages_by_connection)
+        served += n;
+    REQUIRE(served >= 1024 + 10);
+    REQUIRE(served < 1024 + 10 + 200);
+}
+
+TEST_CASE("staged pages: the last copy of a page counts, only valid runs are found", "[precopy]") {
+    lazy::staged_pages staged;
+    staged.reserve(64 * page_size);
+    std::vector<std::byte> a(4 * page_size, std::byte{0xa}), b(page_size, std::byte{0xb}),
+        c(2 * page_size, std::byte{0xc});
+    const uint64_t base = 0x7f0000000000;
+    staged.store(1, base, 4, a.data());
+    staged.store(1, base + page_size, 1, b.data()); // sent again: replaces
+    staged.store(2, base, 2, c.data());             // the same address in another process
+    staged.store(1, base + 8 * page_size, 1, b.data());
+    uint64_t bytes = 0;
+    REQUIRE_FALSE(staged.ready());
+    REQUIRE(staged.find(1, base, bytes) == nullptr); // nothing is found before publish
+    REQUIRE(staged.next(1, base, base + page_size) == base + page_size);
+    // Page 3 of pid 1 was written after it was sent; page 6 was never staged.
+    staged.publish({{1, {base, base + 3 * page_size}},
+                    {2, {base, base + 2 * page_size}},
+                    {1, {base + 6 * page_size, base + 9 * page_size}}});
+    REQUIRE(staged.ready());
+    REQUIRE(staged.pages_staged() == 7);
+    REQUIRE(staged.pages_valid() == 6);
+
+    const std::byte* p = staged.find(1, base, bytes);
+    REQUIRE(p != nullptr);
+    REQUIRE(bytes == 3 * page_size);
+    REQUIRE(p[0] == std::byte{0xa});
+    REQUIRE(p[page_size] == std::byte{0xb});
+    REQUIRE(staged.find(1, base + page_size, bytes)[0] == std::byte{0xb});
+    REQUIRE(bytes == 2 * page_size);
+    REQUIRE(staged.find(1, base + 3 * page_size, bytes) == nullptr);
+    REQUIRE(staged.find(1, base + 6 * page_size, bytes) == nullptr);
+    REQUIRE(staged.find(1, base + 8 * page_size, bytes)[0] == std::byte{0xb});
+    REQUIRE(bytes == page_size);
+    REQUIRE(staged.find(2, base + page_size, bytes)[0] == std::byte{0xc});
+    REQUIRE(staged.find(3, base, bytes) == nullptr);
+
+    REQUIRE(staged.next(1, base + 3 * page_size, base + 16 * page_size) == base + 8 * page_size);
+    REQUIRE(staged.next(1, base + 3 * page_size, base + 5 * page_size) == base + 5 * page_size);
+    REQUIRE(staged.next(1, base + page_size, base + 16 * page_size) == base + page_size);
+    REQUIRE(staged.next(2, base + 2 * page_size, base + 16 * page_size) == base + 16 * page_size);
 }

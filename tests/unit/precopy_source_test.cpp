@@ -1,0 +1,225 @@
+// pagesrv's precopy_source on a real child process and the PRECOPY
+// channel's frames as the destination reads them: the first round sends
+// every present page, a later round what the child wrote, and at the freeze
+// the valid runs leave out pages written after the last round and pages
+// the child dropped. The trackers are gone once the channel ends.
+#include "core/checksum.hpp"
+#include "core/error.hpp"
+#include "core/page.hpp"
+#include "precopy_source.hpp"
+#include "sys/stream.hpp"
+#include "wire/control.hpp"
+#include "wire/page_wire.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <condition_variable>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+using namespace ferry;
+
+namespace {
+
+constexpr size_t area_pages = 512; // 2 MiB
+constexpr uint64_t drop_flag = 1ull << 62;
+
+// Writes page N (value 2), or drops it (N | drop_flag), on command.
+[[noreturn]] void child_main(int commands, int answers) {
+    auto* area = static_cast<char*>(::mmap(nullptr, area_pages * page_size, PROT_READ | PROT_WRITE,
+                                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (area == MAP_FAILED)
+        ::_exit(2);
+    std::memset(area, 1, area_pages * page_size);
+    const uint64_t addr = reinterpret_cast<uint64_t>(area);
+    if (::write(answers, &addr, sizeof addr) != sizeof addr)
+        ::_exit(2);
+    for (;;) {
+        uint64_t cmd = 0;
+        if (::read(commands, &cmd, sizeof cmd) != sizeof cmd)
+            ::_exit(3);
+        const uint64_t page = cmd & ~drop_flag;
+        if (cmd & drop_flag)
+            (void)::madvise(area + page * page_size, page_size, MADV_DONTNEED);
+        else
+            area[page * page_size] = 2;
+        if (::write(answers, &cmd, sizeof cmd) != sizeof cmd)
+            ::_exit(2);
+    }
+}
+
+struct child {
+    child() {
+        int c[2], a[2];
+        REQUIRE(::pipe2(c, O_CLOEXEC) == 0);
+        REQUIRE(::pipe2(a, O_CLOEXEC) == 0);
+        pid = ::fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0)
+            child_main(c[0], a[1]);
+        ::close(c[0]);
+        ::close(a[1]);
+        commands = c[1];
+        answers = a[0];
+        REQUIRE(::read(answers, &area, sizeof area) == sizeof area);
+    }
+    ~child() {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+        ::close(commands);
+        ::close(answers);
+    }
+    void command(uint64_t cmd) const {
+        REQUIRE(::write(commands, &cmd, sizeof cmd) == sizeof cmd);
+        uint64_t said = 0;
+        REQUIRE(::read(answers, &said, sizeof said) == sizeof said);
+    }
+    [[nodiscard]] bool write_tracked() const {
+        std::ifstream smaps("/proc/" + std::to_string(pid) + "/smaps");
+        for (std::string line; std::getline(smaps, line);)
+            if (line.starts_with("VmFlags:") && line.find(" uw") != std::string::npos)
+                return true;
+        return false;
+    }
+    pid_t pid = -1;
+    int commands = -1, answers = -1;
+    uint64_t area = 0;
+};
+
+// The destination's side: every page's last copy (its first byte), and the
+// valid runs once they came.
+struct destination {
+    std::mutex mu;
+    std::condition_variable changed;
+    std::map<uint64_t, std::byte> pages;
+    std::vector<std::pair<uint64_t, uint64_t>> valid;
+    bool ended = false;
+    std::string failure;
+
+    void read(net::stream& conn, uint32_t pid) {
+        try {
+            auto plan = control::receive(conn, net::after(std::chrono::seconds(10)));
+            control::expect(plan.get(), FERRY_CONTROL__ENVELOPE__BODY_PRECOPY_PLAN, "source");
+            std::vector<std::byte> data(size_t(wire::max_pages_per_request) * page_size);
+            std::vector<uint64_t> sums(wire::max_pages_per_request);
+            for (;;) {
+                wire::header_bytes h;
+                if (!net::read_full(conn, h, net::after(std::chrono::seconds(10)), "frame"))
+                    throw error("closed");
+                wire::page_reply r;
+                if (wire::decode(h, r) != wire::decode_error::none)
+                    throw error("bad frame");
+                if (r.nr_pages == 0 && r.request_id == ~0ull)
+                    break;
+                if (r.pid != pid)
+                    throw error("a frame of another pid");
+                (void)net::read_full(conn,
+                                     std::as_writable_bytes(std::span(sums).first(r.nr_pages)),
+                                     net::after(std::chrono::seconds(10)), "sums");
+                (void)net::read_full(conn, std::span(data).first(size_t(r.nr_pages) * page_size),
+                                     net::after(std::chrono::seconds(10)), "pages");
+                std::lock_guard lock(mu);
+                for (uint32_t i = 0; i < r.nr_pages; i++) {
+                    if (page_checksum(data.data() + size_t(i) * page_size) != sums[i])
+                        throw error("checksum");
+                    pages[r.vaddr + i * page_size] = data[size_t(i) * page_size];
+                }
+                changed.notify_all();
+            }
+            for (;;) {
+                auto f = control::receive(conn, net::after(std::chrono::seconds(10)));
+                control::expect(f.get(), FERRY_CONTROL__ENVELOPE__BODY_PRECOPY_VALID, "source");
+                std::lock_guard lock(mu);
+                for (size_t i = 0; i < f->precopy_valid->n_pid; i++)
+                    valid.emplace_back(f->precopy_valid->start[i], f->precopy_valid->end[i]);
+                if (f->precopy_valid->last)
+                    break;
+            }
+        } catch (const std::exception& e) {
+            std::lock_guard lock(mu);
+            failure = e.what();
+        }
+        std::lock_guard lock(mu);
+        ended = true;
+        changed.notify_all();
+    }
+    // Until page `addr` was received with first byte `value`, for at most 10 s.
+    bool wait_page(uint64_t addr, std::byte value) {
+        std::unique_lock lock(mu);
+        return changed.wait_for(lock, std::chrono::seconds(10), [&] {
+            auto it = pages.find(addr);
+            return ended || (it != pages.end() && it->second == value);
+        }) && !ended;
+    }
+    [[nodiscard]] bool is_valid(uint64_t addr) const {
+        for (const auto& [s, e] : valid)
+            if (addr >= s && addr < e)
+                return true;
+        return false;
+    }
+};
+
+} // namespace
+
+TEST_CASE("a pre-copy sends every page, then what was written; the valid runs at the freeze leave "
+          "out pages written since the last round and pages dropped",
+          "[precopy][write_tracker]") {
+    child c;
+    pagesrv::precopy_source src("test", c.pid, "destination", std::chrono::seconds(5));
+    REQUIRE(src.summary().error.empty());
+    REQUIRE(c.write_tracked());
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    net::socket_stream source_end{unique_fd(sv[0])}, destination_end{unique_fd(sv[1])};
+    destination dest;
+    std::thread reader([&] { dest.read(destination_end, uint32_t(c.pid)); });
+    std::thread server([&] {
+        try {
+            src.serve(source_end);
+        } catch (const std::exception&) {
+        }
+    });
+
+    const auto first = src.wait_converged(std::chrono::seconds(10));
+    REQUIRE(first.converged);
+    REQUIRE(first.connected);
+    REQUIRE(first.tracked_pages >= area_pages);
+    REQUIRE(dest.wait_page(c.area + 7 * page_size, std::byte{1}));
+
+    // Written while the rounds run: sent again.
+    c.command(10);
+    REQUIRE(dest.wait_page(c.area + 10 * page_size, std::byte{2}));
+    // After the last round: written, and dropped.
+    src.pause();
+    c.command(20);
+    c.command(30 | drop_flag);
+    src.freeze();
+    server.join();
+    reader.join();
+
+    INFO(dest.failure);
+    REQUIRE(dest.failure.empty());
+    REQUIRE(dest.is_valid(c.area + 10 * page_size));
+    REQUIRE(dest.pages[c.area + 10 * page_size] == std::byte{2});
+    REQUIRE_FALSE(dest.is_valid(c.area + 20 * page_size));
+    REQUIRE_FALSE(dest.is_valid(c.area + 30 * page_size));
+    size_t valid_in_area = 0;
+    for (size_t p = 0; p < area_pages; p++)
+        if (dest.is_valid(c.area + p * page_size)) {
+            valid_in_area++;
+            REQUIRE(dest.pages[c.area + p * page_size] == (p == 10 ? std::byte{2} : std::byte{1}));
+        }
+    REQUIRE(valid_in_area == area_pages - 2);
+    // The channel ended: the child runs on untracked.
+    REQUIRE_FALSE(c.write_tracked());
+    c.command(40);
+}
