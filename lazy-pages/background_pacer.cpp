@@ -140,8 +140,10 @@ void pump_background(fault_state& s, uint8_t stream) {
     if (stream >= s.pacer.streams())
         return;
     const uint32_t depth = s.pacer.depth();
-    // Until the tasks run, only the early areas (cfg.main_pass_before_resume).
-    const bool main_pass = s.main_pass_open(monotonic_ns());
+    // Until the tasks run, only the early areas (cfg.main_pass_before_resume),
+    // unless a pre-copy staged the rest: then what is left to fetch is what
+    // the workload wrote last, the pages it is likeliest to touch first.
+    const bool main_pass = s.main_pass_open(monotonic_ns()) || s.staged_for_background();
     while (s.bg[stream].reqs.size() < depth) {
         bool issued = false;
         for (size_t tries = 0; tries < s.procs.size() && !issued; tries++) {

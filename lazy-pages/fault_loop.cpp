@@ -398,8 +398,8 @@ void fault_loop::background_main(uint8_t stream) {
     }
 }
 
-// The pre-copy's staged pages, once published and the lazy areas
-// registered: slices claimed under the lock and copied without it, as the
+// The pre-copy's staged pages, once published and the main pass open:
+// slices claimed under the lock and copied without it, as the
 // background does, yielding between slices. Nothing here waits on the
 // network, so the pass ends by itself; the background streams then stop
 // leaving staged pages to it.
@@ -413,7 +413,9 @@ void fault_loop::staged_main() {
                 _s.staged_pass_over = true;
                 return;
             }
-            if (_s.staged->ready() && _s.lazy_areas_ready())
+            // With the main pass: before it, the restore and the resume
+            // need this host's CPUs, and faults install staged pages anyway.
+            if (_s.staged->ready() && _s.main_pass_open(monotonic_ns()))
                 break;
         }
         struct timespec ts = {0, 1'000'000};
@@ -442,9 +444,18 @@ void fault_loop::staged_main() {
             wake_all();
             return;
         }
+        const bool faulting = _s.pacer.faulting();
         lock.unlock();
         set_idle_policy(true);
-        ::sched_yield(); // the workload and the handlers first
+        // The workload and the handlers first: while the application
+        // faults, the pages it waits for are the fetched ones, whose
+        // replies need this host's CPU.
+        if (faulting) {
+            struct timespec ts = {0, 200'000};
+            ::nanosleep(&ts, nullptr);
+        } else {
+            ::sched_yield();
+        }
     }
 }
 

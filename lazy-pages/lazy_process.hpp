@@ -18,6 +18,20 @@ struct lazy_process {
     // Pages not yet installed: current address -> image address. Never
     // merged, so no range crosses a VMA boundary.
     range_map lazy{false};
+    // Pages installed lately, in two generations (current and previous),
+    // for a child forked meanwhile: the kernel copies the page tables, then
+    // queues FORK and waits until it is read; a page installed into the
+    // parent in between is missing in the child, and is not lazy in the
+    // parent any more when FORK is read (a fault read in the same batch
+    // before it, installed at once from the pre-copy, was one). The child
+    // starts with these too (an install finds present ones present). A
+    // generation ends when the uffd has no event queued, at most every
+    // recent_generation_ns, so a page leaves only once a FORK queued after
+    // its install would have been read.
+    range_map recent[2];
+    uint8_t recent_current = 0;
+    uint64_t recent_rotated_ns = 0;
+    static constexpr uint64_t recent_generation_ns = 100'000'000;
     range_map in_flight; // pages with an outstanding fault request
     // Pages with an outstanding background request: the background skips
     // them (two streams, or the main pass reaching an early area still in
@@ -41,6 +55,16 @@ struct lazy_process {
     // whether one runs on this uffd, and how many lock holders want quiet.
     std::atomic<uint32_t> unlocked_copies{0};
     std::atomic<uint32_t> quiet_wanted{0};
+
+    // Takes [start, end) off the lazy map as installed: it joins the recent
+    // installs. Returns the bytes that were lazy.
+    uint64_t take_installed(uint64_t start, uint64_t end);
+    // A discard or an unmap: [start, end) is no longer lazy nor recent.
+    uint64_t take_dropped(uint64_t start, uint64_t end);
+    // Under the state lock, with no FORK queued on the uffd (its events
+    // were just read to the end, or it polls empty): a new generation of
+    // recent installs, if the current one is old enough.
+    void end_recent_generation(uint64_t now_ns, bool events_read_to_end);
 };
 
 } // namespace ferry::lazy

@@ -51,7 +51,7 @@ void install_run(fault_state& s, outstanding_request& req, const std::byte* data
         uint32_t done = uint32_t(pages_in(res.bytes));
         if (res.result == uffd::outcome::exists)
             done++; // the page at addr + done was present already: nothing to install there
-        p.lazy.erase(addr, addr + uint64_t(done) * page_size);
+        p.take_installed(addr, addr + uint64_t(done) * page_size);
 
         // Account for what landed.
         const bool has_fault_page =
@@ -240,8 +240,9 @@ bool commit_background_slice(fault_state& s, background_stream& st, const incomi
         // Only what is still lazy counts: a fault's install or an event
         // may have taken pages off the map since the claim.
         const uint64_t erased =
-            pages_in(p.lazy.erase(run.addr, run.addr + uint64_t(landed) * page_size));
+            pages_in(p.take_installed(run.addr, run.addr + uint64_t(landed) * page_size));
         (p.forked ? s.stats.pages_forked : s.stats.pages_background) += erased;
+        p.end_recent_generation(monotonic_ns(), false);
         if (run.whole())
             continue;
         // Stopped short. After a lock holder's quiet (done) or a present

@@ -38,7 +38,7 @@ bool install_staged_fault(fault_state& s, lazy_process& p, uint64_t addr,
         (void)copy_may_go_on(s, p, res.result, res.err, addr, page_size);
         return true;
     }
-    p.lazy.erase(addr, addr + page_size);
+    p.take_installed(addr, addr + page_size);
     const uint64_t now = monotonic_ns();
     s.fault_latency.record(now - fault_ns);
     s.first.record(addr, fault_ns, now);
@@ -53,7 +53,7 @@ bool install_staged_fault(fault_state& s, lazy_process& p, uint64_t addr,
         return true;
     res = uffd::copy(p.uffd.get(), from, data + page_size, end - from);
     const uint64_t landed = res.bytes + (res.result == uffd::outcome::exists ? page_size : 0);
-    const uint64_t erased = pages_in(p.lazy.erase(from, from + landed));
+    const uint64_t erased = pages_in(p.take_installed(from, from + landed));
     (p.forked ? s.stats.pages_forked : s.stats.pages_precopied) += erased;
     (void)copy_may_go_on(s, p, res.result, res.err, from + res.bytes, end - from - res.bytes);
     return true;
@@ -115,8 +115,9 @@ void commit_staged_slice(fault_state& s, lazy_process& p, const background_slice
         // On EEXIST the page after the copied ones was present already.
         const uint32_t landed = run.copied + (run.result == uffd::outcome::exists ? 1 : 0);
         const uint64_t erased =
-            pages_in(p.lazy.erase(run.addr, run.addr + uint64_t(landed) * page_size));
+            pages_in(p.take_installed(run.addr, run.addr + uint64_t(landed) * page_size));
         (p.forked ? s.stats.pages_forked : s.stats.pages_precopied) += erased;
+        p.end_recent_generation(monotonic_ns(), false);
         if (run.whole())
             continue;
         // Stopped short (a lock holder's quiet, a present page, the address

@@ -98,6 +98,10 @@ void handle_fork(fault_state& s, lazy_process& parent, const uffd_msg& msg,
     child->pattern = access_pattern(s.cfg.fault_window_pages, s.cfg.max_window_pages);
     child->uffd = std::move(child_uffd);
     child->forked = true;
+    // Recent installs first: the lazy map wins where both have a page.
+    for (const range_map& installed : parent.recent)
+        for (const auto& r : installed.to_vector())
+            child->lazy.insert(r.start, r.end, r.img_start);
     for (const auto& r : parent.lazy.to_vector())
         child->lazy.insert(r.start, r.end, r.img_start);
     s.add(std::move(child));
@@ -106,6 +110,8 @@ void handle_fork(fault_state& s, lazy_process& parent, const uffd_msg& msg,
 void handle_remap(lazy_process& p, const uffd_msg& msg) {
     const uint64_t from = msg.arg.remap.from, to = msg.arg.remap.to, len = msg.arg.remap.len;
     p.lazy.remap(from, to, len);
+    for (range_map& installed : p.recent)
+        installed.remap(from, to, len);
     // Requests in flight for either range are checked against the map when
     // they land; clear the marks so new faults ask again.
     for (range_map* busy : {&p.in_flight, &p.bg_in_flight}) {
@@ -146,7 +152,7 @@ void handle_remove(fault_state& s, lazy_process& p, const uffd_msg& msg) {
                 fmt::format("UFFDIO_UNREGISTER pid {} [{:#x}, {:#x})", p.image_pid, start, end),
                 r.err);
     }
-    const uint64_t dropped = p.lazy.erase(start, end);
+    const uint64_t dropped = p.take_dropped(start, end);
     if (!p.forked)
         s.stats.pages_dropped += pages_in(dropped);
     p.in_flight.erase(start, end);
@@ -169,9 +175,12 @@ void drain_uffd(fault_state& s, lazy_process& p, const uffd_fn& new_uffd) {
             reserved < s.fault_reqs.capacity() ? s.fault_reqs.capacity() - reserved : 0;
         if (room == 0)
             return; // replies will free slots; the events wait in the kernel
-        const long n = uffd::read_events(p.uffd.get(), msgs.data(), std::min(room, msgs.size()));
+        const size_t want = std::min(room, msgs.size());
+        const long n = uffd::read_events(p.uffd.get(), msgs.data(), want);
         if (n < 0)
             throw sys_error(fmt::format("read uffd of pid {}", p.image_pid));
+        if (size_t(n) < want) // read to the end: no FORK is queued now
+            p.end_recent_generation(monotonic_ns(), true);
         if (n == 0)
             return;
         for (long i = 0; i < n && !p.exited; i++) {

@@ -52,6 +52,8 @@ int run_bench(const bench_args& a) {
         argv.insert(argv.end(), {"--fault-size", a.fault_size});
     if (!a.out.empty())
         argv.insert(argv.end(), {"--out", a.out});
+    if (a.fault_precopy)
+        argv.emplace_back("--fault-precopy");
     std::vector<char*> cargv;
     for (auto& s : argv)
         cargv.push_back(s.data());

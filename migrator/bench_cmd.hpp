@@ -21,6 +21,7 @@ struct bench_args {
     std::string raw_link = "on"; // the bare link measured before each size's moves
     std::string fault_fabrics = "tcp,shm";
     std::string fault_threads = "1,4";
+    bool fault_precopy = false; // each fault run also with Ferry's --precopy
     std::string fault_size;
     std::string out;
     // Logs of Ferry runs slower than this x their median stay (0: none).

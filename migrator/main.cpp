@@ -372,6 +372,8 @@ int main(int argc, char** argv) {
         ->add_option("--fault-threads", bench.fault_threads,
                      "threads touching the pages in the fault-latency runs, comma-separated")
         ->capture_default_str();
+    bench_cmd->add_flag("--fault-precopy", bench.fault_precopy,
+                        "also measure each fault run with Ferry's --precopy");
     bench_cmd->add_option("--fault-size", bench.fault_size,
                           "memory of the fault-latency runs (default: the smallest size)");
     bench_cmd->add_option("--out", bench.out,

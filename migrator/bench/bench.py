@@ -104,6 +104,8 @@ def plan(a):
         for fabric in a.fault_fabrics:
             for threads in a.fault_threads:
                 items.append(("faults", fault_name(fabric, threads), a.fault_mib, run))
+                if a.fault_precopy:
+                    items.append(("faults", fault_name(fabric, threads, True), a.fault_mib, run))
         if a.fault_fabrics:
             items.append(("faults", "CRIU lazy-pages, local images", a.fault_mib, run))
     if a.workload == "redis":
@@ -115,8 +117,8 @@ def plan(a):
     return items
 
 
-def fault_name(fabric, threads):
-    return f"Ferry over {fabric}" + (f", {threads} threads" if threads > 1 else "")
+def fault_name(fabric, threads, precopy=False):
+    return f"Ferry over {fabric}" + (f", {threads} threads" if threads > 1 else "") + (", pre-copy" if precopy else "")
 
 
 def measure(kind, name, mib, ctr=None, fabric="tcp"):
@@ -137,9 +139,9 @@ def measure(kind, name, mib, ctr=None, fabric="tcp"):
             return methods.ferry(mib, fabric=fabric)
         return {"stop_and_copy": methods.stop_and_copy, "criu_lazy_dump": methods.criu_lazy_dump}[name](mib)
     if name.startswith("Ferry over "):
-        fabric, _, threads = name.removeprefix("Ferry over ").partition(", ")
-        return methods.ferry(mib, fabric=fabric, touch=True,
-                             touch_threads=int(threads.split()[0]) if threads else 1)
+        fabric, *rest = name.removeprefix("Ferry over ").split(", ")
+        threads = next((int(r.split()[0]) for r in rest if r.endswith(" threads")), 1)
+        return methods.ferry(mib, fabric=fabric, touch=True, touch_threads=threads, precopy="pre-copy" in rest)
     return methods.criu_lazy_local(mib)
 
 
@@ -168,6 +170,9 @@ def main(argv=None):
                     help="measure the bare link before each size's Ferry moves (goal 3's yardstick); off "
                          "leaves the moves without it: on a VM its gigabytes into fresh memory can slow "
                          "the moves right after")
+    ap.add_argument("--fault-precopy", action="store_true",
+                    help="also measure each fault run's fabric and threads with Ferry's --precopy (memload only "
+                         "reads its memory after filling it: every page is staged and valid)")
     ap.add_argument("--fault-fabrics", default="tcp,shm",
                     help="fabrics for the fault-latency CDF (empty: none)")
     ap.add_argument("--fault-threads", default="1,4",

@@ -41,7 +41,7 @@ def touch_cdf(w, mark):
     return [int(x) for x in w.wait_line("touch_cdf ns=", 10, mark).split("=", 1)[1].split(",")]
 
 
-def ferry(mib, fabric="tcp", touch=False, order="random", touch_threads=1):
+def ferry(mib, fabric="tcp", touch=False, order="random", touch_threads=1, precopy=False):
     """`migrator migrate` of a fresh memload tree from host a to host b: its
     report, with breakdown_ms (and, with touch, the workload's first-access
     latencies in `order`)."""
@@ -50,7 +50,7 @@ def ferry(mib, fabric="tcp", touch=False, order="random", touch_threads=1):
     mark = len(w.lines())
     dest = None
     try:
-        out = migrate_a_to_b("--pid", str(w.pid), "--fabric", fabric)
+        out = migrate_a_to_b("--pid", str(w.pid), "--fabric", fabric, *(["--precopy"] if precopy else []))
         dest = out["destination_pid"]
         if touch:
             out["touch"] = parse_touch(w.wait_line("touch pages=", 600, mark))
