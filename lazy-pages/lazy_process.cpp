@@ -26,9 +26,11 @@ uint64_t lazy_process::take_dropped(uint64_t start, uint64_t end) {
 }
 
 void lazy_process::end_recent_generation(uint64_t now_ns, bool events_read_to_end) {
-    if (now_ns - recent_rotated_ns < recent_generation_ns || !uffd)
+    if (now_ns - recent_rotated_ns < recent_generation_ns)
         return;
     if (!events_read_to_end) {
+        if (!uffd)
+            return;
         pollfd p{uffd.get(), POLLIN, 0};
         if (::poll(&p, 1, 0) != 0)
             return; // an event is queued: perhaps a FORK

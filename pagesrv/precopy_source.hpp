@@ -51,8 +51,9 @@ class precopy_source {
     [[nodiscard]] const std::string& destination_identity() const noexcept { return _reader; }
 
     // Serves the destination's PRECOPY channel: the rounds, until freeze()
-    // or stop(), then (frozen) the valid runs. The trackers are detached
-    // when it returns. One channel per migration; throws on I/O errors.
+    // or stop(), then (frozen) the valid runs. After a stop() the trackers
+    // are detached when it returns, else when this object goes (the
+    // migration ended). One channel per migration; throws on I/O errors.
     void serve(net::stream& conn);
     // Waits up to `timeout` for the rounds to stop shrinking (or for the
     // pre-copy to end); the summary then.

@@ -477,6 +477,27 @@ PY
 verified a m10 || fail "m10 does not verify after dirty-rate"
 remove_now a m10 >/dev/null
 
+log "2h. --precopy: the container's memory staged on b before the freeze"
+# The trackers are made inside the container's processes through their
+# seccomp filter, as in 2g; b installs the pages still valid at the freeze
+# from its copy, and the memory verifies there.
+run_memload a m11
+migrate m11 --precopy --precopy-wait 20 >"$work/m11.json" 2>"$work/m11.err" ||
+  fail "the --precopy migration failed: $(cat "$work/m11.json" "$work/m11.err")"
+python3 - "$work/m11.json" <<'PY' || fail "m11's pre-copy did not serve: $(cat "$work/m11.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+p = r["precopy"]
+assert r["ok"] and not p["error"] and not p["unused"], p
+# 64 MiB in the parent, 16 in the child, read only after the fill.
+assert p["pages_valid"] >= 70 * 256 and p["pages_installed"] >= 70 * 256, p
+assert r["pages_served_by_source"] < p["pages_installed"], r
+PY
+log "   pre-copy: $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["precopy"]; print(p["pages_sent"], "sent,", p["pages_installed"], "installed from it,", p["wait_ms"], "ms before the freeze")' "$work/m11.json")"
+[ "$(state b m11)" = running ] || fail "m11 is not running on b: $(state b m11)"
+verified b m11 || fail "m11 does not verify on b after a --precopy migration"
+remove_now b m11 >/dev/null
+
 log "3. a container of the same name on b: refused before the freeze"
 run_memload b m2
 migrate m2 >"$work/m3.json" 2>"$work/m3.err" && fail "migration onto an existing name succeeded"

@@ -174,7 +174,9 @@ TEST_CASE("a pre-copy sends every page, then what was written; the valid runs at
           "out pages written since the last round and pages dropped",
           "[precopy][write_tracker]") {
     child c;
-    pagesrv::precopy_source src("test", c.pid, "destination", std::chrono::seconds(5));
+    auto owned = std::make_unique<pagesrv::precopy_source>("test", c.pid, "destination",
+                                                           std::chrono::seconds(5));
+    pagesrv::precopy_source& src = *owned;
     REQUIRE(src.summary().error.empty());
     REQUIRE(c.write_tracked());
     int sv[2];
@@ -219,7 +221,35 @@ TEST_CASE("a pre-copy sends every page, then what was written; the valid runs at
             REQUIRE(dest.pages[c.area + p * page_size] == (p == 10 ? std::byte{2} : std::byte{1}));
         }
     REQUIRE(valid_in_area == area_pages - 2);
-    // The channel ended: the child runs on untracked.
+    // The trackers stay while the migration lasts (unregistering would take
+    // the frozen tasks' mmap locks from the page server), and go with it.
+    REQUIRE(c.write_tracked());
+    owned.reset();
     REQUIRE_FALSE(c.write_tracked());
     c.command(40);
+}
+
+TEST_CASE("a stopped pre-copy detaches its trackers as its channel ends",
+          "[precopy][write_tracker]") {
+    child c;
+    pagesrv::precopy_source src("test", c.pid, "destination", std::chrono::seconds(5));
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    net::socket_stream source_end{unique_fd(sv[0])}, destination_end{unique_fd(sv[1])};
+    destination dest;
+    std::thread reader([&] { dest.read(destination_end, uint32_t(c.pid)); });
+    std::thread server([&] {
+        try {
+            src.serve(source_end);
+        } catch (const std::exception&) {
+        }
+    });
+    REQUIRE(src.wait_converged(std::chrono::seconds(10)).converged);
+    REQUIRE(c.write_tracked());
+    src.stop(); // an abort: the source runs on
+    server.join();
+    REQUIRE_FALSE(c.write_tracked());
+    destination_end.shutdown();
+    reader.join();
+    c.command(41);
 }
