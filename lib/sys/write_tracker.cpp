@@ -186,6 +186,13 @@ void write_tracker::written(uint64_t start, uint64_t end, std::vector<page_run>&
         arg.vec = reinterpret_cast<uint64_t>(_regions.data());
         arg.vec_len = _regions.size();
         arg.category_mask = page_is_written;
+        // Only pages that exist. Without this the kernel's fast path for
+        // exactly {WRITTEN, WRITTEN} reports every none PTE of a populated
+        // page table as written and puts a uffd-wp marker there, which
+        // PAGEMAP_SCAN then counts as swapped: page_presence took never
+        // touched pages for pages, and the source's hole scan found 320
+        // holes instead of ~22,000 in migrate.sh's sparse region.
+        arg.category_anyof_mask = page_is_present | page_is_swapped;
         arg.return_mask = page_is_written;
         const uint64_t t0 = monotonic_ns();
         const int n = ::ioctl(_pagemap.get(), pagemap_scan, &arg);
