@@ -10,62 +10,22 @@ namespace ferry::lazy {
 
 namespace {
 
-// The next run of lazy pages in [cursor, limit) that no request (fault or
-// background) has asked for, up to one background chunk; the cursor moves
-// past it.
-bool run_within(lazy_process& p, const staged_pages* staged, uint64_t& cursor, uint64_t limit,
-                uint32_t chunk, uint64_t& addr, uint64_t& img, uint32_t& n) {
-    for (;;) {
-        auto r = p.lazy.first_ending_after(cursor);
-        if (!r || r->start >= limit)
-            return false;
-        uint64_t start = std::max(r->start, cursor);
-        if (start >= limit)
-            return false;
-        if (auto busy = p.in_flight.find(start)) {
-            cursor = busy->end;
-            continue;
-        }
-        if (auto busy = p.bg_in_flight.find(start)) {
-            cursor = busy->end;
-            continue;
-        }
-        uint64_t end = std::min({r->end, limit, start + uint64_t(chunk) * page_size});
-        if (staged) {
-            // Staged pages are the local pass's: no fetch for them.
-            const uint64_t start_img = r->img_of(start);
-            uint64_t bytes = 0;
-            if (staged->find(p.image_pid, start_img, bytes)) {
-                cursor = std::min(r->end, start + bytes);
-                continue;
-            }
-            end = start + (staged->next(p.image_pid, start_img, r->img_of(end)) - start_img);
-        }
-        for (const range_map* busy_map : {&p.in_flight, &p.bg_in_flight})
-            if (auto busy = busy_map->first_ending_after(start); busy && busy->start < end)
-                end = busy->start;
-        addr = start;
-        img = r->img_of(start);
-        n = uint32_t(pages_in(end - start));
-        cursor = end;
-        return true;
-    }
-}
-
 // The next run to pull: from the early areas while any is left, then (if
-// `main_pass`) after the process's cursor, once around.
+// `main_pass`) after the process's cursor, once around. Never pages a
+// request asked for, nor those the local pass installs from the pre-copy
+// (`staged`).
 bool next_run(lazy_process& p, const staged_pages* staged, uint32_t chunk, bool main_pass,
               uint64_t& addr, uint64_t& img, uint32_t& n) {
     for (; p.early_next < p.early.size(); p.early_next++) {
         auto& a = p.early[p.early_next];
-        if (run_within(p, staged, a.start, a.end, chunk, addr, img, n))
+        if (p.next_free_run(a.start, a.end, chunk, staged, false, addr, img, n))
             return true;
     }
     if (!main_pass)
         return false;
     bool wrapped = false;
     for (;;) {
-        if (run_within(p, staged, p.bg_cursor, ~0ull, chunk, addr, img, n))
+        if (p.next_free_run(p.bg_cursor, ~0ull, chunk, staged, false, addr, img, n))
             return true;
         // Pages behind the cursor are still lazy only if a request for them
         // is pending or was abandoned: rescan once nothing is pending.
@@ -143,7 +103,8 @@ void pump_background(fault_state& s, uint8_t stream) {
     // Until the tasks run, only the early areas (cfg.main_pass_before_resume),
     // unless a pre-copy staged the rest: then what is left to fetch is what
     // the workload wrote last, the pages it is likeliest to touch first.
-    const bool main_pass = s.main_pass_open(monotonic_ns()) || s.staged_for_background();
+    const staged_pages* staged = s.staged_for_background();
+    const bool main_pass = s.main_pass_open(monotonic_ns()) || staged;
     while (s.bg[stream].reqs.size() < depth) {
         bool issued = false;
         for (size_t tries = 0; tries < s.procs.size() && !issued; tries++) {
@@ -151,8 +112,7 @@ void pump_background(fault_state& s, uint8_t stream) {
             s.bg_next_proc = (s.bg_next_proc + 1) % s.procs.size();
             uint64_t addr, img;
             uint32_t n;
-            if (!p.exited && next_run(p, s.staged_for_background(), s.pacer.chunk_pages(),
-                                      main_pass, addr, img, n)) {
+            if (!p.exited && next_run(p, staged, s.pacer.chunk_pages(), main_pass, addr, img, n)) {
                 s.issue(request_kind::background, p, addr, img, n, ~0ull, 0, 0, stream);
                 issued = true;
             }

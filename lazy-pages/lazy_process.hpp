@@ -5,6 +5,7 @@
 #include "access_pattern.hpp"
 #include "core/range_map.hpp"
 #include "core/unique_fd.hpp"
+#include "staged_pages.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -61,6 +62,17 @@ struct lazy_process {
     uint64_t take_installed(uint64_t start, uint64_t end);
     // A discard or an unmap: [start, end) is no longer lazy nor recent.
     uint64_t take_dropped(uint64_t start, uint64_t end);
+    // Where [start, end) first meets a page a request (fault or
+    // background) is out for, or end.
+    [[nodiscard]] uint64_t before_busy(uint64_t start, uint64_t end) const;
+    // The next run of lazy pages in [cursor, limit) that no request has
+    // asked for, at most `max_pages`; the cursor moves past it (or past
+    // what it skipped). With `staged`, only pages it holds (`want_staged`)
+    // or only pages it does not: the local pass and the background split
+    // the lazy pages so. False when none is left.
+    bool next_free_run(uint64_t& cursor, uint64_t limit, uint32_t max_pages,
+                       const staged_pages* staged, bool want_staged, uint64_t& addr, uint64_t& img,
+                       uint32_t& n) const;
     // Under the state lock, with no FORK queued on the uffd (its events
     // were just read to the end, or it polls empty): a new generation of
     // recent installs, if the current one is old enough.

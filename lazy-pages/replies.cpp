@@ -152,6 +152,17 @@ bool copy_may_go_on(fault_state& s, lazy_process& p, uffd::outcome result, int e
     return false;
 }
 
+uint32_t take_landed(fault_state& s, lazy_process& p, const unlocked_run& run, uint64_t& counter) {
+    // On EEXIST the page after the copied ones was present already.
+    const uint32_t landed = run.copied + (run.result == uffd::outcome::exists ? 1 : 0);
+    // Only what is still lazy counts: a fault's install or an event may
+    // have taken pages off the map since the claim.
+    const uint64_t erased =
+        pages_in(p.take_installed(run.addr, run.addr + uint64_t(landed) * page_size));
+    (p.forked ? s.stats.pages_forked : counter) += erased;
+    return landed;
+}
+
 void check_reply(const outstanding_request& req, const incoming_reply& reply) {
     const auto& h = reply.header;
     if (h.request_id != req.id || h.pid != req.proc->image_pid || h.vaddr != req.img_addr)
@@ -234,15 +245,9 @@ bool commit_background_slice(fault_state& s, background_stream& st, const incomi
     outstanding_request& req = st.reqs.front();
     lazy_process& p = *req.proc;
     uint32_t consumed = slice.upto;
+    p.end_recent_generation(monotonic_ns(), false);
     for (const unlocked_run& run : slice.claimed()) {
-        // On EEXIST the page after the copied ones was present already.
-        const uint32_t landed = run.copied + (run.result == uffd::outcome::exists ? 1 : 0);
-        // Only what is still lazy counts: a fault's install or an event
-        // may have taken pages off the map since the claim.
-        const uint64_t erased =
-            pages_in(p.take_installed(run.addr, run.addr + uint64_t(landed) * page_size));
-        (p.forked ? s.stats.pages_forked : s.stats.pages_background) += erased;
-        p.end_recent_generation(monotonic_ns(), false);
+        const uint32_t landed = take_landed(s, p, run, s.stats.pages_background);
         if (run.whole())
             continue;
         // Stopped short. After a lock holder's quiet (done) or a present

@@ -31,6 +31,12 @@ void drain_fault_replies(fault_state& s, page_channel& ch);
 bool copy_may_go_on(fault_state& s, lazy_process& p, uffd::outcome result, int err, uint64_t at,
                     uint64_t bytes_left);
 
+// Under the state lock, after copy_without_lock: takes the pages of `run`
+// that landed (its copied pages, and a page found present) off `p`'s lazy
+// map, counting those still lazy in `counter` (pages_forked for a forked
+// child). Returns the pages landed.
+uint32_t take_landed(fault_state& s, lazy_process& p, const unlocked_run& run, uint64_t& counter);
+
 // Throws unless `reply` answers `req` with pages.
 void check_reply(const outstanding_request& req, const incoming_reply& reply);
 

@@ -15,14 +15,6 @@ namespace {
 // the local pass takes the rest.
 constexpr uint32_t staged_fault_pages = 16;
 
-// Where [start, end) first meets a page a request is out for, or end.
-uint64_t before_busy(const lazy_process& p, uint64_t start, uint64_t end) {
-    for (const range_map* busy : {&p.in_flight, &p.bg_in_flight})
-        if (auto b = busy->first_ending_after(start); b && b->start < end)
-            end = std::max(start, b->start);
-    return end;
-}
-
 } // namespace
 
 bool install_staged_fault(fault_state& s, lazy_process& p, uint64_t addr,
@@ -46,9 +38,8 @@ bool install_staged_fault(fault_state& s, lazy_process& p, uint64_t addr,
 
     // A few staged successors, up to a page some request is out for.
     const uint64_t from = addr + page_size;
-    const uint64_t end = before_busy(
-        p, from,
-        std::min({range.end, addr + bytes, addr + uint64_t(staged_fault_pages) * page_size}));
+    const uint64_t end = p.before_busy(
+        from, std::min({range.end, addr + bytes, addr + uint64_t(staged_fault_pages) * page_size}));
     if (end <= from || p.exited)
         return true;
     res = uffd::copy(p.uffd.get(), from, data + page_size, end - from);
@@ -70,37 +61,18 @@ lazy_process* claim_staged_slice(fault_state& s, background_slice& slice) {
         if (p.exited || p.staged_done)
             continue;
         uint32_t pages = 0;
+        uint64_t addr, img;
+        uint32_t n;
         while (slice.count < slice.runs.size() && pages < background_slice::max_pages) {
-            const auto r = p.lazy.first_ending_after(p.staged_cursor);
-            if (!r) {
+            if (!p.next_free_run(p.staged_cursor, ~0ull, background_slice::max_pages - pages,
+                                 s.staged, true, addr, img, n)) {
                 p.staged_done = true;
                 break;
             }
-            const uint64_t start = std::max(r->start, p.staged_cursor);
-            if (const auto b = p.in_flight.find(start)) {
-                p.staged_cursor = b->end; // a fault's fetch installs it
-                continue;
-            }
-            if (const auto b = p.bg_in_flight.find(start)) {
-                p.staged_cursor = b->end;
-                continue;
-            }
-            const uint64_t img = r->img_of(start);
             uint64_t bytes = 0;
-            const std::byte* data = s.staged->find(p.image_pid, img, bytes);
-            if (!data) {
-                p.staged_cursor =
-                    start + (s.staged->next(p.image_pid, img, r->img_of(r->end)) - img);
-                continue;
-            }
-            const uint64_t end = before_busy(
-                p, start,
-                std::min({r->end, start + bytes,
-                          start + uint64_t(background_slice::max_pages - pages) * page_size}));
-            const auto n = uint32_t(pages_in(end - start));
-            slice.runs[slice.count++] = unlocked_run{start, data, pages, n};
+            slice.runs[slice.count++] =
+                unlocked_run{addr, s.staged->find(p.image_pid, img, bytes), pages, n};
             pages += n;
-            p.staged_cursor = end;
         }
         if (slice.count > 0) {
             begin_unlocked_copies(p);
@@ -111,13 +83,9 @@ lazy_process* claim_staged_slice(fault_state& s, background_slice& slice) {
 }
 
 void commit_staged_slice(fault_state& s, lazy_process& p, const background_slice& slice) {
+    p.end_recent_generation(monotonic_ns(), false);
     for (const unlocked_run& run : slice.claimed()) {
-        // On EEXIST the page after the copied ones was present already.
-        const uint32_t landed = run.copied + (run.result == uffd::outcome::exists ? 1 : 0);
-        const uint64_t erased =
-            pages_in(p.take_installed(run.addr, run.addr + uint64_t(landed) * page_size));
-        (p.forked ? s.stats.pages_forked : s.stats.pages_precopied) += erased;
-        p.end_recent_generation(monotonic_ns(), false);
+        const uint32_t landed = take_landed(s, p, run, s.stats.pages_precopied);
         if (run.whole())
             continue;
         // Stopped short (a lock holder's quiet, a present page, the address

@@ -252,8 +252,9 @@ void migration::connect_destination(const std::string& source_addr) {
     prep.idle_poll = _opt.idle_poll;
     prep.has_restore_progress = true;
     prep.restore_progress = true;
+    _r.precopy.asked = _opt.precopy && _opt.mode == migrate_mode::migrate;
     prep.has_precopy = true;
-    prep.precopy = _opt.precopy && _opt.mode == migrate_mode::migrate;
+    prep.precopy = _r.precopy.asked;
     netlink::moving_link_messages links(_r.moving_links);
     prep.n_moving_links = links.pointers.size();
     prep.moving_links = links.pointers.data();
@@ -332,12 +333,11 @@ void migration::connect_local_daemon() {
         prep_src.workload_bytes = _r.workload_bytes;
     }
     const std::string reader = _dest ? _dest->peer_identity() : "";
-    if (_opt.precopy && _opt.mode == migrate_mode::migrate) {
+    if (_r.precopy.asked) { // connect_destination decided
         prep_src.has_precopy = prep_src.has_precopy_wait_ms = true;
         prep_src.precopy = true;
         prep_src.precopy_wait_ms = uint32_t(_opt.precopy_wait.count());
         prep_src.destination_identity = const_cast<char*>(reader.c_str());
-        _r.precopy.asked = true;
     }
     control::send_message(*_src, prep_src, net::after(control_timeout));
     auto prepared =

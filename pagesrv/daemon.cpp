@@ -373,15 +373,8 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
         return;
     }
     // Only the destination the migrator chose reads the pages.
-    if (conn.peer_identity() != m->access().destination_identity) {
-        m->log().warn("refused a page channel from {}: the migration's destination is {}",
-                      conn.peer_identity(), m->access().destination_identity);
-        control::send_error(
-            conn,
-            fmt::format("{} is not part of migration {}", conn.peer_identity(), open.migration_id),
-            net::after(first_frame_timeout));
+    if (!from_destination(conn, m->log(), open.migration_id, m->access().destination_identity))
         return;
-    }
     if (open.kind == FERRY_CONTROL__CHANNEL_KIND__HOLES) {
         const auto hold = m->hold_channel(conn.fd());
         if (!hold) {
@@ -443,16 +436,21 @@ void daemon::serve_precopy_channel(net::stream& conn, const FerryControl__PageCh
                             net::after(first_frame_timeout));
         return;
     }
-    if (conn.peer_identity() != p->destination_identity()) {
-        _log->warn("migration {}: refused a pre-copy channel from {}: the destination is {}",
-                   open.migration_id, conn.peer_identity(), p->destination_identity());
-        control::send_error(
-            conn,
-            fmt::format("{} is not part of migration {}", conn.peer_identity(), open.migration_id),
-            net::after(first_frame_timeout));
-        return;
-    }
-    p->serve(conn);
+    if (from_destination(conn, *make_logger("pagesrv", open.migration_id), open.migration_id,
+                         p->destination_identity()))
+        p->serve(conn);
+}
+
+bool daemon::from_destination(net::stream& conn, spdlog::logger& log, const std::string& id,
+                              const std::string& destination) {
+    if (conn.peer_identity() == destination)
+        return true;
+    log.warn("refused a page channel from {}: the migration's destination is {}",
+             conn.peer_identity(), destination);
+    control::send_error(conn,
+                        fmt::format("{} is not part of migration {}", conn.peer_identity(), id),
+                        net::after(first_frame_timeout));
+    return false;
 }
 
 daemon::precopy_mark::precopy_mark(daemon& d, std::shared_ptr<precopy_source> p)

@@ -115,6 +115,10 @@ class daemon {
     void serve_page_channel(net::stream& conn, const FerryControl__PageChannelOpen& open);
     void serve_page_holes(net::stream& conn, outgoing_migration& m);
     void serve_precopy_channel(net::stream& conn, const FerryControl__PageChannelOpen& open);
+    // True if the peer is the destination the migrator named for migration
+    // `id`; else the refusal is logged and sent.
+    static bool from_destination(net::stream& conn, spdlog::logger& log, const std::string& id,
+                                 const std::string& destination);
     // A migration's pre-copy, findable by its destination's PRECOPY channel
     // for the lifetime of this mark; at its end the pre-copy stops.
     class precopy_mark {

@@ -8,6 +8,7 @@
 #include "core/page.hpp"
 #include "sys/page_presence.hpp"
 #include "sys/proc.hpp"
+#include "transport/request_loop.hpp"
 #include "wire/control.hpp"
 #include "wire/page_wire.hpp"
 
@@ -54,6 +55,15 @@ std::vector<proc::page_run> clean_and_present(const range_map& clean,
         }
     }
     return out;
+}
+
+// Appends the pages of `pid` that exist in `areas` (page_presence: present
+// or swapped, not the zero page).
+void existing_pages(pid_t pid, const std::vector<proc::page_run>& areas,
+                    std::vector<proc::page_run>& out) {
+    proc::page_presence presence(pid);
+    for (const auto& area : areas)
+        (void)presence.existing(area.start, area.end, out);
 }
 
 uint64_t pages_of(const std::vector<proc::page_run>& runs) {
@@ -190,12 +200,9 @@ bool precopy_source::send_runs(net::stream& conn, process& p,
                 _corrupted_once = true;
                 _buffer[100] ^= std::byte{0xff};
             }
-            const auto h =
-                wire::encode(wire::page_reply{wire::status::ok, p.image_pid, n, at, round});
-            iovec iov[3] = {{const_cast<std::byte*>(h.data()), h.size()},
-                            {_checksums.data(), size_t(n) * sizeof(uint64_t)},
-                            {_buffer.data(), size_t(n) * page_size}};
-            net::writev_full(conn, iov, 3, net::after(send_bound), "send pre-copy pages");
+            (void)transport::send_page_reply(
+                conn, wire::page_reply{wire::status::ok, p.image_pid, n, at, round},
+                _checksums.data(), _buffer.data(), net::after(send_bound));
             p.clean.insert_identity(at, at + uint64_t(n) * page_size);
             sent += n;
             at += uint64_t(want) * page_size;
@@ -208,7 +215,6 @@ void precopy_source::take_written(process& p, std::vector<proc::page_run>& out) 
     out.clear();
     if (!p.tracker)
         return;
-    std::vector<proc::page_run> dropped;
     for (const auto& area : p.tracker->tracked()) {
         try {
             p.tracker->written(area.start, area.end, out);
@@ -262,9 +268,7 @@ void precopy_source::serve(net::stream& conn) {
     std::vector<std::vector<proc::page_run>> present(_procs.size());
     uint64_t bytes = 0;
     for (size_t i = 0; i < _procs.size(); i++) {
-        proc::page_presence presence(_procs[i].host_pid);
-        for (const auto& area : _procs[i].tracker->tracked())
-            (void)presence.existing(area.start, area.end, present[i]);
+        existing_pages(_procs[i].host_pid, _procs[i].tracker->tracked(), present[i]);
         bytes += pages_of(present[i]) * page_size;
     }
     {
@@ -332,9 +336,7 @@ void precopy_source::send_valid(net::stream& conn) {
     for (auto& p : _procs) {
         take_written(p, written);
         present.clear();
-        proc::page_presence presence(p.host_pid);
-        for (const auto& area : p.tracker->tracked())
-            (void)presence.existing(area.start, area.end, present);
+        existing_pages(p.host_pid, p.tracker->tracked(), present);
         for (const auto& r : clean_and_present(p.clean, present)) {
             pids.push_back(p.image_pid);
             starts.push_back(r.start);
@@ -342,9 +344,8 @@ void precopy_source::send_valid(net::stream& conn) {
             valid_pages += pages_in(r.end - r.start);
         }
     }
-    const auto marker = wire::encode(wire::page_reply{wire::status::ok, 0, 0, 0, end_of_data});
-    iovec end{const_cast<std::byte*>(marker.data()), marker.size()};
-    net::writev_full(conn, &end, 1, net::after(send_bound), "send the pre-copy's end");
+    (void)transport::send_page_reply(conn, wire::page_reply{wire::status::ok, 0, 0, 0, end_of_data},
+                                     nullptr, nullptr, net::after(send_bound));
     size_t at = 0;
     do {
         const size_t n = std::min(runs_per_valid_frame, pids.size() - at);

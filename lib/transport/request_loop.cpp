@@ -21,6 +21,18 @@ uint64_t voluntary_switches() noexcept {
 }
 } // namespace
 
+uint64_t send_page_reply(net::stream& conn, const wire::page_reply& rep, const uint64_t* checksums,
+                         const std::byte* pages, net::deadline until) {
+    auto rh = wire::encode(rep);
+    iovec iov[3] = {{rh.data(), rh.size()},
+                    {const_cast<uint64_t*>(checksums), size_t(rep.nr_pages) * sizeof(uint64_t)},
+                    {const_cast<std::byte*>(pages), size_t(rep.nr_pages) * page_size}};
+    // Counted first: writev_full advances the iovecs as it writes.
+    const uint64_t bytes = iov[0].iov_len + iov[1].iov_len + iov[2].iov_len;
+    net::writev_full(conn, iov, rep.nr_pages ? 3 : 1, until, "send page reply");
+    return bytes;
+}
+
 void serve_requests(net::stream& conn, page_source& src) {
     const auto log = make_logger("pagesrv", src.id());
     const auto buffer =
@@ -63,13 +75,8 @@ void serve_requests(net::stream& conn, page_source& src) {
         const wire::status st = src.read_pages(req, pages, checksums.data());
         wire::page_reply rep{st, req.pid, st == wire::status::ok ? req.nr_pages : 0, req.vaddr,
                              req.request_id};
-        auto rh = wire::encode(rep);
-        iovec iov[3] = {{rh.data(), rh.size()},
-                        {checksums.data(), size_t(rep.nr_pages) * sizeof(uint64_t)},
-                        {pages, size_t(rep.nr_pages) * page_size}};
-        // Counted first: writev_full advances the iovecs as it writes.
-        const uint64_t bytes = iov[0].iov_len + iov[1].iov_len + iov[2].iov_len;
-        net::writev_full(conn, iov, 3, net::after(std::chrono::seconds(30)), "send page reply");
+        const uint64_t bytes = send_page_reply(conn, rep, checksums.data(), pages,
+                                               net::after(std::chrono::seconds(30)));
         src.count_sent(rep.nr_pages, bytes);
         cpu.tell();
         if (st != wire::status::ok)

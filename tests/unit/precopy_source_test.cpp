@@ -10,18 +10,14 @@
 #include "sys/stream.hpp"
 #include "wire/control.hpp"
 #include "wire/page_wire.hpp"
+#include "writer_child.hpp"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <condition_variable>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -31,69 +27,7 @@ using namespace ferry;
 namespace {
 
 constexpr size_t area_pages = 512; // 2 MiB
-constexpr uint64_t drop_flag = 1ull << 62;
-
-// Writes page N (value 2), or drops it (N | drop_flag), on command.
-[[noreturn]] void child_main(int commands, int answers) {
-    auto* area = static_cast<char*>(::mmap(nullptr, area_pages * page_size, PROT_READ | PROT_WRITE,
-                                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    if (area == MAP_FAILED)
-        ::_exit(2);
-    std::memset(area, 1, area_pages * page_size);
-    const uint64_t addr = reinterpret_cast<uint64_t>(area);
-    if (::write(answers, &addr, sizeof addr) != sizeof addr)
-        ::_exit(2);
-    for (;;) {
-        uint64_t cmd = 0;
-        if (::read(commands, &cmd, sizeof cmd) != sizeof cmd)
-            ::_exit(3);
-        const uint64_t page = cmd & ~drop_flag;
-        if (cmd & drop_flag)
-            (void)::madvise(area + page * page_size, page_size, MADV_DONTNEED);
-        else
-            area[page * page_size] = 2;
-        if (::write(answers, &cmd, sizeof cmd) != sizeof cmd)
-            ::_exit(2);
-    }
-}
-
-struct child {
-    child() {
-        int c[2], a[2];
-        REQUIRE(::pipe2(c, O_CLOEXEC) == 0);
-        REQUIRE(::pipe2(a, O_CLOEXEC) == 0);
-        pid = ::fork();
-        REQUIRE(pid >= 0);
-        if (pid == 0)
-            child_main(c[0], a[1]);
-        ::close(c[0]);
-        ::close(a[1]);
-        commands = c[1];
-        answers = a[0];
-        REQUIRE(::read(answers, &area, sizeof area) == sizeof area);
-    }
-    ~child() {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, nullptr, 0);
-        ::close(commands);
-        ::close(answers);
-    }
-    void command(uint64_t cmd) const {
-        REQUIRE(::write(commands, &cmd, sizeof cmd) == sizeof cmd);
-        uint64_t said = 0;
-        REQUIRE(::read(answers, &said, sizeof said) == sizeof said);
-    }
-    [[nodiscard]] bool write_tracked() const {
-        std::ifstream smaps("/proc/" + std::to_string(pid) + "/smaps");
-        for (std::string line; std::getline(smaps, line);)
-            if (line.starts_with("VmFlags:") && line.find(" uw") != std::string::npos)
-                return true;
-        return false;
-    }
-    pid_t pid = -1;
-    int commands = -1, answers = -1;
-    uint64_t area = 0;
-};
+using test::writer_child;
 
 // The destination's side: every page's last copy (its first byte), and the
 // valid runs once they came.
@@ -168,28 +102,57 @@ struct destination {
     }
 };
 
+// A pre-copy of `c` served on one end of a socket pair while `dest`
+// reads the other, each on a thread of its own; both joined at the end.
+struct served_precopy {
+    explicit served_precopy(const writer_child& c)
+        : src(std::make_unique<pagesrv::precopy_source>("test", c.pid, "destination",
+                                                        std::chrono::seconds(5))) {
+        reader = std::thread([this, pid = uint32_t(c.pid)] { dest.read(destination_end, pid); });
+        server = std::thread([this] {
+            try {
+                src->serve(source_end);
+            } catch (const std::exception&) {
+            }
+        });
+    }
+    // A test that failed half-way ends both threads too.
+    ~served_precopy() {
+        if (src)
+            src->stop();
+        destination_end.shutdown();
+        join();
+    }
+    void join() {
+        if (server.joinable())
+            server.join();
+        if (reader.joinable())
+            reader.join();
+    }
+    static std::array<unique_fd, 2> socket_pair() {
+        int sv[2];
+        REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        return {unique_fd(sv[0]), unique_fd(sv[1])};
+    }
+
+    std::unique_ptr<pagesrv::precopy_source> src;
+    std::array<unique_fd, 2> fds = socket_pair();
+    net::socket_stream source_end{std::move(fds[0])}, destination_end{std::move(fds[1])};
+    destination dest;
+    std::thread reader, server;
+};
+
 } // namespace
 
 TEST_CASE("a pre-copy sends every page, then what was written; the valid runs at the freeze leave "
           "out pages written since the last round and pages dropped",
           "[precopy][write_tracker]") {
-    child c;
-    auto owned = std::make_unique<pagesrv::precopy_source>("test", c.pid, "destination",
-                                                           std::chrono::seconds(5));
-    pagesrv::precopy_source& src = *owned;
+    writer_child c(area_pages);
+    served_precopy pre(c);
+    pagesrv::precopy_source& src = *pre.src;
+    destination& dest = pre.dest;
     REQUIRE(src.summary().error.empty());
     REQUIRE(c.write_tracked());
-    int sv[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    net::socket_stream source_end{unique_fd(sv[0])}, destination_end{unique_fd(sv[1])};
-    destination dest;
-    std::thread reader([&] { dest.read(destination_end, uint32_t(c.pid)); });
-    std::thread server([&] {
-        try {
-            src.serve(source_end);
-        } catch (const std::exception&) {
-        }
-    });
 
     const auto first = src.wait_converged(std::chrono::seconds(10));
     REQUIRE(first.converged);
@@ -198,15 +161,14 @@ TEST_CASE("a pre-copy sends every page, then what was written; the valid runs at
     REQUIRE(dest.wait_page(c.area + 7 * page_size, std::byte{1}));
 
     // Written while the rounds run: sent again.
-    c.command(10);
+    c.write_page(10);
     REQUIRE(dest.wait_page(c.area + 10 * page_size, std::byte{2}));
     // After the last round: written, and dropped.
     src.pause();
-    c.command(20);
-    c.command(30 | drop_flag);
+    c.write_page(20);
+    c.drop_page(30);
     src.freeze();
-    server.join();
-    reader.join();
+    pre.join();
 
     INFO(dest.failure);
     REQUIRE(dest.failure.empty());
@@ -224,32 +186,21 @@ TEST_CASE("a pre-copy sends every page, then what was written; the valid runs at
     // The trackers stay while the migration lasts (unregistering would take
     // the frozen tasks' mmap locks from the page server), and go with it.
     REQUIRE(c.write_tracked());
-    owned.reset();
+    pre.src.reset();
     REQUIRE_FALSE(c.write_tracked());
-    c.command(40);
+    c.write_page(40);
 }
 
 TEST_CASE("a stopped pre-copy detaches its trackers as its channel ends",
           "[precopy][write_tracker]") {
-    child c;
-    pagesrv::precopy_source src("test", c.pid, "destination", std::chrono::seconds(5));
-    int sv[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    net::socket_stream source_end{unique_fd(sv[0])}, destination_end{unique_fd(sv[1])};
-    destination dest;
-    std::thread reader([&] { dest.read(destination_end, uint32_t(c.pid)); });
-    std::thread server([&] {
-        try {
-            src.serve(source_end);
-        } catch (const std::exception&) {
-        }
-    });
-    REQUIRE(src.wait_converged(std::chrono::seconds(10)).converged);
+    writer_child c(area_pages);
+    served_precopy pre(c);
+    REQUIRE(pre.src->wait_converged(std::chrono::seconds(10)).converged);
     REQUIRE(c.write_tracked());
-    src.stop(); // an abort: the source runs on
-    server.join();
+    pre.src->stop(); // an abort: the source runs on
+    pre.server.join();
     REQUIRE_FALSE(c.write_tracked());
-    destination_end.shutdown();
-    reader.join();
-    c.command(41);
+    pre.destination_end.shutdown();
+    pre.reader.join();
+    c.write_page(41);
 }

@@ -6,6 +6,7 @@
 #include "core/page.hpp"
 #include "sys/remote_syscall.hpp"
 #include "sys/write_tracker.hpp"
+#include "writer_child.hpp"
 
 #include <fcntl.h>
 #include <linux/capability.h>
@@ -32,7 +33,6 @@ using namespace ferry;
 namespace {
 
 constexpr size_t area_pages = 2048; // 8 MiB
-constexpr uint64_t quit = ~uint64_t(0);
 
 // As a container's process: no capabilities (userfaultfd() without
 // CAP_SYS_PTRACE gets user-mode faults only), and a seccomp filter that
@@ -56,82 +56,10 @@ void sandbox() {
         ::_exit(5); // the filter must refuse it here
 }
 
-// A child that writes the page it is told to, and answers with its number.
-// A read() that fails (EINTR, or the kernel's -ERESTART leaking out) ends it.
-[[noreturn]] void child_main(int commands, int answers, bool sandboxed) {
-    auto* area = static_cast<char*>(::mmap(nullptr, area_pages * page_size, PROT_READ | PROT_WRITE,
-                                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    if (area == MAP_FAILED)
-        ::_exit(2);
-    std::memset(area, 1, area_pages * page_size);
-    if (sandboxed)
-        sandbox();
-    const uint64_t addr = reinterpret_cast<uint64_t>(area);
-    if (::write(answers, &addr, sizeof addr) != sizeof addr)
-        ::_exit(2);
-    for (;;) {
-        uint64_t page = 0;
-        if (::read(commands, &page, sizeof page) != sizeof page)
-            ::_exit(3);
-        if (page == quit)
-            ::_exit(0);
-        area[page * page_size] = 2;
-        if (::write(answers, &page, sizeof page) != sizeof page)
-            ::_exit(2);
-    }
-}
-
-struct child {
-    explicit child(bool sandboxed) {
-        int c[2], a[2];
-        REQUIRE(::pipe2(c, O_CLOEXEC) == 0);
-        REQUIRE(::pipe2(a, O_CLOEXEC) == 0);
-        pid = ::fork();
-        REQUIRE(pid >= 0);
-        if (pid == 0)
-            child_main(c[0], a[1], sandboxed);
-        ::close(c[0]);
-        ::close(a[1]);
-        commands = c[1];
-        answers = a[0];
-        REQUIRE(::read(answers, &area, sizeof area) == sizeof area);
-    }
-    ~child() {
-        if (pid > 0) {
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, nullptr, 0);
-        }
-        ::close(commands);
-        ::close(answers);
-    }
-    // The child writes `page` and says so.
-    void write_page(uint64_t page) const {
-        REQUIRE(::write(commands, &page, sizeof page) == sizeof page);
-        uint64_t said = 0;
-        REQUIRE(::read(answers, &said, sizeof said) == sizeof said);
-        REQUIRE(said == page);
-    }
-    int exit_status() {
-        REQUIRE(::write(commands, &quit, sizeof quit) == sizeof quit);
-        int status = 0;
-        REQUIRE(::waitpid(pid, &status, 0) == pid);
-        pid = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    [[nodiscard]] size_t open_fds() const {
-        size_t n = 0;
-        for ([[maybe_unused]] const auto& e :
-             std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
-            n++;
-        return n;
-    }
-    pid_t pid = -1;
-    int commands = -1, answers = -1;
-    uint64_t area = 0;
-};
+using child = test::writer_child;
 
 void check_tracking(bool sandboxed) {
-    child c(sandboxed);
+    child c(area_pages, sandboxed ? sandbox : nullptr);
     const size_t fds = c.open_fds();
     // Blocked in read() when the tracker interrupts it.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -180,7 +108,7 @@ TEST_CASE("a write tracker attaches to a process without capabilities whose secc
 }
 
 TEST_CASE("a system call made by another task returns its own result", "[write_tracker]") {
-    child c(false);
+    child c(area_pages);
     // getpid() in the child: its pid, not ours.
     CHECK(proc::remote_syscall(c.pid, SYS_getpid, {}, std::chrono::seconds(5)) == c.pid);
     // A call that fails says why, as -errno.
