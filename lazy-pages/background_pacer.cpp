@@ -21,7 +21,7 @@ bool next_run(lazy_process& p, const staged_pages* staged, uint32_t chunk, bool 
         if (p.next_free_run(a.start, a.end, chunk, staged, false, addr, img, n))
             return true;
     }
-    if (!main_pass)
+    if (!main_pass || (p.bg_swept && p.bg_swept_staged == (staged != nullptr)))
         return false;
     bool wrapped = false;
     for (;;) {
@@ -29,8 +29,13 @@ bool next_run(lazy_process& p, const staged_pages* staged, uint32_t chunk, bool 
             return true;
         // Pages behind the cursor are still lazy only if a request for them
         // is pending or was abandoned: rescan once nothing is pending.
-        if (wrapped || p.bg_cursor == 0 || p.bg_outstanding)
+        if (p.bg_outstanding)
             return false;
+        if (wrapped || p.bg_cursor == 0) {
+            p.bg_swept = true;
+            p.bg_swept_staged = staged != nullptr;
+            return false;
+        }
         p.bg_cursor = 0;
         wrapped = true;
     }

@@ -436,7 +436,7 @@ void fault_loop::staged_main() {
             return;
         }
         lock.unlock();
-        copy_without_lock(*p, slice.claimed(), staged_copy_pages);
+        copy_without_lock(*p, slice.claimed(), staged_copy_pages, copy_policy::idle);
         lock_as_background(lock);
         commit_staged_slice(_s, *p, slice);
         if (_s.finished()) {

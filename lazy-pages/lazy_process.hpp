@@ -7,6 +7,9 @@
 #include "core/unique_fd.hpp"
 #include "staged_pages.hpp"
 
+#include <sys/types.h>
+
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -44,6 +47,13 @@ struct lazy_process {
     std::vector<address_range> early;
     size_t early_next = 0;
     uint64_t bg_cursor = 0;
+    // A whole pass of the background found nothing left to pull, with or
+    // without the staged pages left to the local pass (`bg_swept_staged`):
+    // it looks again only once a request ends, the ranges move or that
+    // changes. (Looking on every turn walked every staged run left, under
+    // the state lock, ~1,000 times a second.)
+    bool bg_swept = false;
+    bool bg_swept_staged = false;
     // The local pass over the pre-copy's staged pages (staged_installs.hpp):
     // where it goes on, and whether it has passed the last lazy page.
     uint64_t staged_cursor = 0;
@@ -56,6 +66,9 @@ struct lazy_process {
     // whether one runs on this uffd, and how many lock holders want quiet.
     std::atomic<uint32_t> unlocked_copies{0};
     std::atomic<uint32_t> quiet_wanted{0};
+    // The threads copying at SCHED_IDLE (0: a free slot), which a guard
+    // raises to the normal policy so that its wait ends (copy_policy::idle).
+    std::array<std::atomic<pid_t>, 4> idle_copiers{};
 
     // Takes [start, end) off the lazy map as installed: it joins the recent
     // installs. Returns the bytes that were lazy.

@@ -104,6 +104,7 @@ void install_verified(fault_state& s, outstanding_request& req, const incoming_r
 
 void finish_request(fault_state& s, const outstanding_request& req) {
     lazy_process& p = *req.proc;
+    p.bg_swept = false; // what it asked for may be lazy still
     if (req.kind == request_kind::fault)
         p.in_flight.erase(req.addr, req.addr + uint64_t(req.nr_pages) * page_size);
     else {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -16,6 +17,11 @@ void begin_unlocked_copies(lazy_process& p) noexcept {
 }
 
 namespace {
+
+void set_thread_policy(pid_t tid, int policy) noexcept {
+    sched_param none{};
+    (void)::sched_setscheduler(tid, policy, &none); // best effort; a thread gone is no matter
+}
 
 // Copies one run a few pages at a time; false when the copies end here.
 bool copy_run(const lazy_process& p, unlocked_run& run, uint32_t pages_per_copy) noexcept {
@@ -40,11 +46,30 @@ bool copy_run(const lazy_process& p, unlocked_run& run, uint32_t pages_per_copy)
 
 } // namespace
 
-void copy_without_lock(lazy_process& p, std::span<unlocked_run> runs,
-                       uint32_t pages_per_copy) noexcept {
+void copy_without_lock(lazy_process& p, std::span<unlocked_run> runs, uint32_t pages_per_copy,
+                       copy_policy policy) noexcept {
+    // Registered before the policy drops, so that a guard that sees this
+    // copy running can always raise it.
+    std::atomic<pid_t>* slot = nullptr;
+    if (policy == copy_policy::idle) {
+        const pid_t self = pid_t(::gettid());
+        for (auto& s : p.idle_copiers) {
+            pid_t none = 0;
+            if (s.compare_exchange_strong(none, self, std::memory_order_seq_cst)) {
+                slot = &s;
+                break;
+            }
+        }
+        if (slot) // no free slot: the copy stays at the normal policy
+            set_thread_policy(0, SCHED_IDLE);
+    }
     for (unlocked_run& run : runs)
         if (!copy_run(p, run, pages_per_copy))
             break;
+    if (slot) {
+        set_thread_policy(0, SCHED_OTHER);
+        slot->store(0, std::memory_order_seq_cst);
+    }
     p.unlocked_copies.fetch_sub(1, std::memory_order_seq_cst);
 }
 
@@ -52,11 +77,15 @@ quiet_copies::quiet_copies(lazy_process& p, std::chrono::milliseconds wait) : _p
     _p.quiet_wanted.fetch_add(1, std::memory_order_seq_cst);
     if (_p.unlocked_copies.load(std::memory_order_seq_cst) == 0)
         return;
-    // The copier is at the normal policy and stops after its current copy
-    // of a few pages; `wait` (2 s on real hosts) means it is not being
+    // The copier stops after its current copy of a few pages, at the
+    // normal policy (raised here, again on every look: it may drop to idle
+    // after a look); `wait` (2 s on real hosts) means it is not being
     // scheduled at all.
     const uint64_t give_up = monotonic_ns() + uint64_t(wait.count()) * 1'000'000;
     while (_p.unlocked_copies.load(std::memory_order_seq_cst) != 0) {
+        for (const auto& copier : _p.idle_copiers)
+            if (const pid_t tid = copier.load(std::memory_order_seq_cst))
+                set_thread_policy(tid, SCHED_OTHER);
         if (monotonic_ns() > give_up) {
             _p.quiet_wanted.fetch_sub(1, std::memory_order_seq_cst);
             throw error(fmt::format("a background copy into pid {} did not end within {} ms",

@@ -51,15 +51,27 @@ struct unlocked_run {
 // copy_without_lock ends them.
 void begin_unlocked_copies(lazy_process& p) noexcept;
 
+// How a copy without the lock is scheduled. At `idle` (SCHED_IDLE) any
+// thread of the host that wakes preempts it at once: the pre-copy's local
+// pass installs a GiB while the application runs, and at the normal policy
+// a waking application thread often waited out the copier's time slice
+// (a loaded Redis's replies, p90 0.4 ms instead of 0.07). The copier leaves
+// the idle policy before it returns.
+enum class copy_policy { normal, idle };
+
 // Without the lock, after begin_unlocked_copies: copies the runs in order,
 // a few pages per UFFDIO_COPY, and ends at the first run that is not whole:
 // a lock holder asked for quiet, or an outcome other than done. Ends the
 // unlocked copies either way.
 void copy_without_lock(lazy_process& p, std::span<unlocked_run> runs,
-                       uint32_t pages_per_copy = unlocked_copy_pages) noexcept;
+                       uint32_t pages_per_copy = unlocked_copy_pages,
+                       copy_policy policy = copy_policy::normal) noexcept;
 
 // Under the state lock: no copy runs without the lock on `p`'s uffd while
-// this lives. Throws if the copy in progress does not end within 2 s.
+// this lives. A copier at the idle policy is raised to the normal one
+// while the guard waits: on a busy host it might not run again for a long
+// time otherwise. Throws if the copy in progress does not end within
+// `wait`.
 class quiet_copies {
   public:
     quiet_copies(lazy_process& p, std::chrono::milliseconds wait);

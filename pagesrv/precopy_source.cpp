@@ -34,14 +34,13 @@ constexpr uint64_t converged_pages = 1024;
 constexpr uint32_t converged_rounds = 30;
 constexpr auto send_bound = std::chrono::seconds(30);
 
-// The pages of `present` that `clean` holds too, in address order.
-std::vector<proc::page_run> clean_and_present(const range_map& clean,
-                                              const std::vector<proc::page_run>& present) {
+// The pages of `runs` that `held` holds too, in address order.
+std::vector<proc::page_run> held_of(const range_map& held, const std::vector<proc::page_run>& runs) {
     std::vector<proc::page_run> out;
-    for (const auto& run : present) {
+    for (const auto& run : runs) {
         uint64_t at = run.start;
         while (at < run.end) {
-            const auto r = clean.first_ending_after(at);
+            const auto r = held.first_ending_after(at);
             if (!r || r->start >= run.end)
                 break;
             const uint64_t s = std::max(at, r->start), e = std::min(run.end, r->end);
@@ -71,6 +70,17 @@ uint64_t pages_of(const std::vector<proc::page_run>& runs) {
     for (const auto& r : runs)
         n += pages_in(r.end - r.start);
     return n;
+}
+
+// The first `budget` pages of `runs`; the budget shrinks by as many.
+void keep_first(std::vector<proc::page_run>& runs, uint64_t& budget) {
+    size_t i = 0;
+    for (; i < runs.size() && budget > 0; i++) {
+        const uint64_t n = std::min(budget, pages_in(runs[i].end - runs[i].start));
+        runs[i].end = runs[i].start + n * page_size;
+        budget -= n;
+    }
+    runs.resize(i);
 }
 
 } // namespace
@@ -178,10 +188,10 @@ void precopy_source::note_round(uint64_t pages) {
 
 bool precopy_source::send_runs(net::stream& conn, process& p,
                                const std::vector<proc::page_run>& runs, uint32_t round,
-                               uint64_t& sent) {
+                               uint64_t& sent, phase while_in) {
     for (const auto& run : runs) {
         for (uint64_t at = run.start; at < run.end;) {
-            if (current() != phase::rounds)
+            if (current() != while_in)
                 return false;
             const auto want = uint32_t(std::min<uint64_t>(pages_in(run.end - at), pages_per_frame));
             iovec local{_buffer.data(), size_t(want) * page_size};
@@ -282,7 +292,7 @@ void precopy_source::serve(net::stream& conn) {
     const uint64_t t0 = monotonic_ns();
     uint64_t sent = 0;
     for (size_t i = 0; i < _procs.size(); i++)
-        if (!send_runs(conn, _procs[i], present[i], 0, sent))
+        if (!send_runs(conn, _procs[i], present[i], 0, sent, phase::rounds))
             break;
     present.clear();
     {
@@ -304,7 +314,7 @@ void precopy_source::serve(net::stream& conn) {
         uint64_t round_pages = 0;
         for (auto& p : _procs) {
             take_written(p, written);
-            if (!send_runs(conn, p, written, round, round_pages))
+            if (!send_runs(conn, p, written, round, round_pages, phase::rounds))
                 break;
         }
         {
@@ -332,17 +342,31 @@ void precopy_source::send_valid(net::stream& conn) {
     std::vector<uint32_t> pids;
     std::vector<uint64_t> starts, ends;
     std::vector<proc::page_run> written, present;
-    uint64_t valid_pages = 0;
+    uint64_t valid_pages = 0, final_pages = 0, budget = precopy_final_round_pages;
+    const uint32_t final_round = summary().rounds + 1;
     for (auto& p : _procs) {
         take_written(p, written);
         present.clear();
         existing_pages(p.host_pid, p.tracker->tracked(), present);
-        for (const auto& r : clean_and_present(p.clean, present)) {
+        // The last round, from the frozen tasks: what they hold for good.
+        range_map now_present;
+        for (const auto& r : present)
+            now_present.insert_identity(r.start, r.end);
+        auto resend = held_of(now_present, written);
+        keep_first(resend, budget);
+        if (!send_runs(conn, p, resend, final_round, final_pages, phase::frozen))
+            return; // stopped
+        for (const auto& r : held_of(p.clean, present)) {
             pids.push_back(p.image_pid);
             starts.push_back(r.start);
             ends.push_back(r.end);
             valid_pages += pages_in(r.end - r.start);
         }
+    }
+    {
+        std::lock_guard lock(_mu);
+        _summary.pages_sent += final_pages;
+        _summary.final_round_pages = final_pages;
     }
     (void)transport::send_page_reply(conn, wire::page_reply{wire::status::ok, 0, 0, 0, end_of_data},
                                      nullptr, nullptr, net::after(send_bound));
@@ -358,8 +382,9 @@ void precopy_source::send_valid(net::stream& conn) {
         f.last = at == pids.size();
         control::send_message(conn, f, net::after(send_bound));
     } while (at < pids.size());
-    _log->info("pre-copy: {} pages valid at the freeze, in {} runs ({:.1f} ms)", valid_pages,
-               pids.size(), double(monotonic_ns() - t0) / 1e6);
+    _log->info("pre-copy: {} pages valid at the freeze, in {} runs, {} of them sent after it "
+               "({:.1f} ms)",
+               valid_pages, pids.size(), final_pages, double(monotonic_ns() - t0) / 1e6);
 }
 
 } // namespace ferry::pagesrv

@@ -2,11 +2,12 @@
 // runs, its memory goes to the destination's lazy-pages on a PRECOPY
 // channel: every page present in its tracked areas, then, round after
 // round, the pages written since the round before
-// (lib/sys/write_tracker.hpp). At the freeze one last scan says which
-// staged pages are still what the frozen tasks hold: sent, not written
-// since, and present. The destination installs those from its copy and
-// fetches only the rest, so the post-copy moves what the workload wrote in
-// its last round instead of all of its memory.
+// (lib/sys/write_tracker.hpp). At the freeze one last scan finds what was
+// written in the last round, sends it from the frozen tasks (up to
+// precopy_final_round_pages), and says which staged pages are what the
+// frozen tasks hold: sent, not written since, and present. The destination
+// installs those from its copy and fetches only the rest: pages of areas
+// mapped after the attach, and a last round over the bound.
 #pragma once
 
 #include "core/range_map.hpp"
@@ -26,12 +27,20 @@
 
 namespace ferry::pagesrv {
 
+// At the freeze the pages written in the last round go too, up to this
+// many (32 MiB, tens of ms on a fast link, so that the valid runs come
+// before the destination resumes): they are what the workload touches
+// most, and fetched one fault at a time they held a loaded Redis's replies
+// back for the whole post-copy. Any more are fetched after the freeze.
+inline constexpr uint64_t precopy_final_round_pages = 8192;
+
 struct precopy_summary {
     std::string error; // why there is no pre-copy: nothing staged is used
     uint32_t rounds = 0;
     uint64_t tracked_pages = 0; // present in the tracked areas at the attach
     uint64_t pages_sent = 0;
     uint64_t last_round_pages = 0;
+    uint64_t final_round_pages = 0; // sent after the freeze
     bool converged = false; // the rounds stopped shrinking
     bool connected = false; // the destination's channel came
 };
@@ -79,10 +88,10 @@ class precopy_source {
     };
     enum class phase { rounds, paused, frozen, stopped };
 
-    // Sends the pages of `runs` of `p` in frames; false once the freeze or a
-    // stop cut it short.
+    // Sends the pages of `runs` of `p` in frames while the pre-copy is in
+    // phase `while_in`; false once it left it (the freeze or a stop).
     bool send_runs(net::stream& conn, process& p, const std::vector<proc::page_run>& runs,
-                   uint32_t round, uint64_t& sent);
+                   uint32_t round, uint64_t& sent, phase while_in);
     // Pages of every tracked area written since the last look, taken off
     // the clean sets; an area that cannot be scanned any more counts as
     // written whole and is tracked no more.

@@ -144,8 +144,8 @@ struct served_precopy {
 
 } // namespace
 
-TEST_CASE("a pre-copy sends every page, then what was written; the valid runs at the freeze leave "
-          "out pages written since the last round and pages dropped",
+TEST_CASE("a pre-copy sends every page, then what was written, and at the freeze what was "
+          "written since the last round; the valid runs leave out pages dropped",
           "[precopy][write_tracker]") {
     writer_child c(area_pages);
     served_precopy pre(c);
@@ -163,7 +163,7 @@ TEST_CASE("a pre-copy sends every page, then what was written; the valid runs at
     // Written while the rounds run: sent again.
     c.write_page(10);
     REQUIRE(dest.wait_page(c.area + 10 * page_size, std::byte{2}));
-    // After the last round: written, and dropped.
+    // After the last round: written (sent at the freeze), and dropped.
     src.pause();
     c.write_page(20);
     c.drop_page(30);
@@ -174,15 +174,18 @@ TEST_CASE("a pre-copy sends every page, then what was written; the valid runs at
     REQUIRE(dest.failure.empty());
     REQUIRE(dest.is_valid(c.area + 10 * page_size));
     REQUIRE(dest.pages[c.area + 10 * page_size] == std::byte{2});
-    REQUIRE_FALSE(dest.is_valid(c.area + 20 * page_size));
+    REQUIRE(dest.is_valid(c.area + 20 * page_size));
+    REQUIRE(dest.pages[c.area + 20 * page_size] == std::byte{2});
     REQUIRE_FALSE(dest.is_valid(c.area + 30 * page_size));
     size_t valid_in_area = 0;
     for (size_t p = 0; p < area_pages; p++)
         if (dest.is_valid(c.area + p * page_size)) {
             valid_in_area++;
-            REQUIRE(dest.pages[c.area + p * page_size] == (p == 10 ? std::byte{2} : std::byte{1}));
+            REQUIRE(dest.pages[c.area + p * page_size] ==
+                    (p == 10 || p == 20 ? std::byte{2} : std::byte{1}));
         }
-    REQUIRE(valid_in_area == area_pages - 2);
+    REQUIRE(valid_in_area == area_pages - 1);
+    REQUIRE(pre.src->summary().final_round_pages >= 1); // and the child's own stack
     // The trackers stay while the migration lasts (unregistering would take
     // the frozen tasks' mmap locks from the page server), and go with it.
     REQUIRE(c.write_tracked());
@@ -203,4 +206,27 @@ TEST_CASE("a stopped pre-copy detaches its trackers as its channel ends",
     pre.destination_end.shutdown();
     pre.reader.join();
     c.write_page(41);
+}
+
+TEST_CASE("the last round at the freeze sends at most its bound; the pages over it are not valid",
+          "[precopy][write_tracker]") {
+    const size_t pages = pagesrv::precopy_final_round_pages + 300;
+    writer_child c(pages);
+    served_precopy pre(c);
+    REQUIRE(pre.src->wait_converged(std::chrono::seconds(20)).converged);
+    pre.src->pause();
+    c.write_all();
+    pre.src->freeze();
+    pre.join();
+
+    INFO(pre.dest.failure);
+    REQUIRE(pre.dest.failure.empty());
+    size_t valid_written = 0, valid_stale = 0;
+    for (size_t p = 0; p < pages; p++)
+        if (pre.dest.is_valid(c.area + p * page_size))
+            (pre.dest.pages[c.area + p * page_size] == std::byte{2} ? valid_written
+                                                                       : valid_stale)++;
+    CHECK(valid_stale == 0); // a page with its old contents is never valid
+    CHECK(valid_written == pagesrv::precopy_final_round_pages);
+    CHECK(pre.src->summary().final_round_pages == pagesrv::precopy_final_round_pages);
 }

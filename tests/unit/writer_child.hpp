@@ -1,6 +1,6 @@
 // A child process whose memory tests watch from outside (the write tracker,
 // the pre-copy): it fills an area of its own with 1s, then writes a 2 into
-// the page it is told to, or drops it (MADV_DONTNEED), and answers with
+// the page it is told to (or every page), or drops it (MADV_DONTNEED), and answers with
 // the command once done. A read() that fails (EINTR, or the kernel's
 // -ERESTART leaking out) ends it with status 3.
 #pragma once
@@ -26,6 +26,7 @@ class writer_child {
   public:
     static constexpr uint64_t quit = ~uint64_t(0);
     static constexpr uint64_t drop_flag = 1ull << 62;
+    static constexpr uint64_t all_pages = 1ull << 61;
 
     // `in_child`, if set, runs in the child after the fill (it may _exit).
     explicit writer_child(size_t pages, void (*in_child)() = nullptr) : _pages(pages) {
@@ -56,6 +57,8 @@ class writer_child {
     // The child writes `page` (or drops it) and says so.
     void write_page(uint64_t page) const { command(page); }
     void drop_page(uint64_t page) const { command(page | drop_flag); }
+    // The child writes a 2 into every page of its area.
+    void write_all() const { command(all_pages); }
     int exit_status() {
         REQUIRE(::write(_commands, &quit, sizeof quit) == sizeof quit);
         int status = 0;
@@ -108,7 +111,10 @@ class writer_child {
             if (cmd == quit)
                 ::_exit(0);
             const uint64_t page = cmd & ~drop_flag;
-            if (cmd & drop_flag)
+            if (cmd == all_pages)
+                for (size_t i = 0; i < _pages; i++)
+                    mem[i * page_size] = 2;
+            else if (cmd & drop_flag)
                 (void)::madvise(mem + page * page_size, page_size, MADV_DONTNEED);
             else
                 mem[page * page_size] = 2;
