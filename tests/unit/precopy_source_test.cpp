@@ -225,7 +225,7 @@ TEST_CASE("the last round at the freeze sends at most its bound; the pages over 
     for (size_t p = 0; p < pages; p++)
         if (pre.dest.is_valid(c.area + p * page_size))
             (pre.dest.pages[c.area + p * page_size] == std::byte{2} ? valid_written
-                                                                       : valid_stale)++;
+                                                                    : valid_stale)++;
     CHECK(valid_stale == 0); // a page with its old contents is never valid
     CHECK(valid_written == pagesrv::precopy_final_round_pages);
     CHECK(pre.src->summary().final_round_pages == pagesrv::precopy_final_round_pages);
