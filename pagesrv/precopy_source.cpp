@@ -35,7 +35,8 @@ constexpr uint32_t converged_rounds = 30;
 constexpr auto send_bound = std::chrono::seconds(30);
 
 // The pages of `runs` that `held` holds too, in address order.
-std::vector<proc::page_run> held_of(const range_map& held, const std::vector<proc::page_run>& runs) {
+std::vector<proc::page_run> held_of(const range_map& held,
+                                    const std::vector<proc::page_run>& runs) {
     std::vector<proc::page_run> out;
     for (const auto& run : runs) {
         uint64_t at = run.start;

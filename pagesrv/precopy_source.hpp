@@ -41,8 +41,8 @@ struct precopy_summary {
     uint64_t pages_sent = 0;
     uint64_t last_round_pages = 0;
     uint64_t final_round_pages = 0; // sent after the freeze
-    bool converged = false; // the rounds stopped shrinking
-    bool connected = false; // the destination's channel came
+    bool converged = false;         // the rounds stopped shrinking
+    bool connected = false;         // the destination's channel came
 };
 
 class precopy_source {
