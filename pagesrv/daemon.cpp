@@ -575,7 +575,7 @@ daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
         ok.precopy_last_round_pages = sum.last_round_pages;
         ok.precopy_converged = sum.converged;
         ok.precopy_tracked_pages = sum.tracked_pages;
-        precopy->source().pause(); // the dump starts now: no round may take its CPU
+        precopy->source().yield_to_dump(); // the dump starts now: rounds take no CPU from it
     }
     control::send_message(conn, ok, net::after(first_frame_timeout));
     // The dump runs meanwhile; registration follows once its images exist.

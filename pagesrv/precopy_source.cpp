@@ -25,32 +25,37 @@ namespace {
 constexpr uint32_t pages_per_frame = 256;
 constexpr uint64_t end_of_data = ~0ull; // request_id of the empty reply that ends the rounds
 constexpr size_t runs_per_valid_frame = 16384;
-// Rounds come at most this often: each scans every tracked page (~1 ms per
-// GiB) and sends what was written meanwhile.
-constexpr auto round_interval = std::chrono::milliseconds(20);
 // The rounds have converged when one sends at most this many pages, when
 // three in a row shrink by less than a fifth, or after this many rounds.
 constexpr uint64_t converged_pages = 1024;
 constexpr uint32_t converged_rounds = 30;
 constexpr auto send_bound = std::chrono::seconds(30);
 
-// The pages of `runs` that `held` holds too, in address order.
-std::vector<proc::page_run> held_of(const range_map& held,
-                                    const std::vector<proc::page_run>& runs) {
+// The pages of `runs` that `held` holds (`in_held`) or does not, in
+// address order.
+std::vector<proc::page_run> runs_by(const range_map& held, const std::vector<proc::page_run>& runs,
+                                    bool in_held) {
     std::vector<proc::page_run> out;
+    auto add = [&](uint64_t s, uint64_t e) {
+        if (s >= e)
+            return;
+        if (!out.empty() && out.back().end == s)
+            out.back().end = e;
+        else
+            out.push_back({s, e});
+    };
     for (const auto& run : runs) {
         uint64_t at = run.start;
         while (at < run.end) {
             const auto r = held.first_ending_after(at);
+            const uint64_t s = r ? std::clamp(r->start, at, run.end) : run.end;
+            if (!in_held)
+                add(at, s);
             if (!r || r->start >= run.end)
                 break;
-            const uint64_t s = std::max(at, r->start), e = std::min(run.end, r->end);
-            if (s < e) {
-                if (!out.empty() && out.back().end == s)
-                    out.back().end = e;
-                else
-                    out.push_back({s, e});
-            }
+            const uint64_t e = std::min(run.end, r->end);
+            if (in_held)
+                add(s, e);
             at = e;
         }
     }
@@ -87,8 +92,9 @@ void keep_first(std::vector<proc::page_run>& runs, uint64_t& budget) {
 } // namespace
 
 precopy_source::precopy_source(std::string id, pid_t root, std::string destination_identity,
-                               std::chrono::milliseconds bound)
-    : _id(std::move(id)), _reader(std::move(destination_identity)),
+                               std::chrono::milliseconds bound,
+                               std::chrono::milliseconds round_interval)
+    : _id(std::move(id)), _reader(std::move(destination_identity)), _round_interval(round_interval),
       _log(make_logger("pagesrv", _id)), _buffer(size_t(pages_per_frame) * page_size),
       _checksums(pages_per_frame) {
     // In image pid order, as the destination's processes are.
@@ -145,11 +151,16 @@ precopy_summary precopy_source::wait_converged(std::chrono::milliseconds timeout
     return _summary;
 }
 
-void precopy_source::pause() noexcept {
+bool precopy_source::still_in(phase want) const {
+    const phase now = current();
+    return now == want || (want == phase::rounds && now == phase::idle_rounds);
+}
+
+void precopy_source::yield_to_dump() noexcept {
     {
         std::lock_guard lock(_mu);
         if (_phase == phase::rounds)
-            _phase = phase::paused;
+            _phase = phase::idle_rounds;
     }
     _changed.notify_all();
 }
@@ -157,7 +168,7 @@ void precopy_source::pause() noexcept {
 void precopy_source::freeze() noexcept {
     {
         std::lock_guard lock(_mu);
-        if (_phase == phase::rounds || _phase == phase::paused)
+        if (_phase == phase::rounds || _phase == phase::idle_rounds)
             _phase = phase::frozen;
     }
     _changed.notify_all();
@@ -192,7 +203,7 @@ bool precopy_source::send_runs(net::stream& conn, process& p,
                                uint64_t& sent, phase while_in) {
     for (const auto& run : runs) {
         for (uint64_t at = run.start; at < run.end;) {
-            if (current() != while_in)
+            if (!still_in(while_in))
                 return false;
             const auto want = uint32_t(std::min<uint64_t>(pages_in(run.end - at), pages_per_frame));
             iovec local{_buffer.data(), size_t(want) * page_size};
@@ -305,12 +316,20 @@ void precopy_source::serve(net::stream& conn) {
 
     // Then what was written since, until the freeze.
     std::vector<proc::page_run> written;
+    bool at_idle = false;
     for (uint32_t round = 1;; round++) {
         {
             std::unique_lock lock(_mu);
-            _changed.wait_for(lock, round_interval, [&] { return _phase != phase::rounds; });
-            if (_phase != phase::rounds)
+            _changed.wait_for(lock, _round_interval, [&] {
+                return _phase != phase::rounds && _phase != phase::idle_rounds;
+            });
+            if (_phase != phase::rounds && _phase != phase::idle_rounds)
                 break;
+            if (_phase == phase::idle_rounds && !at_idle) {
+                at_idle = true;
+                sched_param none{};
+                (void)::sched_setscheduler(0, SCHED_IDLE, &none); // best effort
+            }
         }
         uint64_t round_pages = 0;
         for (auto& p : _procs) {
@@ -324,13 +343,8 @@ void precopy_source::serve(net::stream& conn) {
         }
         note_round(round_pages);
     }
-    {
-        // Paused: nothing more until the freeze (or the end).
-        std::unique_lock lock(_mu);
-        _changed.wait(lock, [&] { return _phase == phase::frozen || _phase == phase::stopped; });
-        if (_phase == phase::stopped)
-            return;
-    }
+    if (current() == phase::stopped)
+        return;
     // Frozen: at the idle policy, the last scan takes no CPU from the
     // downtime's own work on this host.
     sched_param none{};
@@ -349,15 +363,14 @@ void precopy_source::send_valid(net::stream& conn) {
         take_written(p, written);
         present.clear();
         existing_pages(p.host_pid, p.tracker->tracked(), present);
-        // The last round, from the frozen tasks: what they hold for good.
-        range_map now_present;
-        for (const auto& r : present)
-            now_present.insert_identity(r.start, r.end);
-        auto resend = held_of(now_present, written);
+        // The last round, from the frozen tasks: every present page not
+        // sent since its last write (written since the round before, in a
+        // round the freeze cut short, or never read).
+        auto resend = runs_by(p.clean, present, false);
         keep_first(resend, budget);
         if (!send_runs(conn, p, resend, final_round, final_pages, phase::frozen))
             return; // stopped
-        for (const auto& r : held_of(p.clean, present)) {
+        for (const auto& r : runs_by(p.clean, present, true)) {
             pids.push_back(p.image_pid);
             starts.push_back(r.start);
             ends.push_back(r.end);

@@ -47,11 +47,16 @@ struct precopy_summary {
 
 class precopy_source {
   public:
+    // Rounds come at most this often: each scans every tracked page (~1 ms
+    // per GiB) and sends what was written meanwhile.
+    static constexpr auto default_round_interval = std::chrono::milliseconds(20);
+
     // Attaches a write tracker to every process of the tree rooted at
     // `root`, each within `bound`. Never throws: a tree none of whose
     // processes can be tracked gives a source whose summary says why.
     precopy_source(std::string id, pid_t root, std::string destination_identity,
-                   std::chrono::milliseconds bound);
+                   std::chrono::milliseconds bound,
+                   std::chrono::milliseconds round_interval = default_round_interval);
     ~precopy_source();
     precopy_source(const precopy_source&) = delete;
     precopy_source& operator=(const precopy_source&) = delete;
@@ -67,10 +72,13 @@ class precopy_source {
     // Waits up to `timeout` for the rounds to stop shrinking (or for the
     // pre-copy to end); the summary then.
     [[nodiscard]] precopy_summary wait_converged(std::chrono::milliseconds timeout);
-    // The freeze is near (the migrator was told to go on): no more rounds,
-    // so that none takes CPU from the dump; the last scan covers what is
-    // written from here on.
-    void pause() noexcept;
+    // The freeze is near (the migrator was told to go on): the rounds go on
+    // until it at the idle policy, so that none takes CPU from the dump,
+    // and what the last round at the freeze sends stays small. (Stopped
+    // here instead, a loaded Redis wrote ~2,000 pages before its freeze,
+    // and their sending at the freeze slowed the destination's restore by
+    // 5-10 ms on a shared machine; going on, 5-30.)
+    void yield_to_dump() noexcept;
     // The tree is frozen: the round in progress stops, and the last scan
     // and the valid runs follow on the channel's thread.
     void freeze() noexcept;
@@ -86,10 +94,11 @@ class precopy_source {
         std::unique_ptr<proc::write_tracker> tracker;
         range_map clean; // sent, and not written since (identity addresses)
     };
-    enum class phase { rounds, paused, frozen, stopped };
+    enum class phase { rounds, idle_rounds, frozen, stopped };
 
     // Sends the pages of `runs` of `p` in frames while the pre-copy is in
-    // phase `while_in`; false once it left it (the freeze or a stop).
+    // phase `while_in` (the rounds: either kind); false once it left it
+    // (the freeze or a stop).
     bool send_runs(net::stream& conn, process& p, const std::vector<proc::page_run>& runs,
                    uint32_t round, uint64_t& sent, phase while_in);
     // Pages of every tracked area written since the last look, taken off
@@ -99,10 +108,12 @@ class precopy_source {
     void send_valid(net::stream& conn);
     void note_round(uint64_t pages);
     [[nodiscard]] phase current() const;
+    [[nodiscard]] bool still_in(phase want) const;
     void detach() noexcept;
 
     const std::string _id;
     const std::string _reader;
+    const std::chrono::milliseconds _round_interval;
     std::shared_ptr<spdlog::logger> _log;
     std::vector<process> _procs; // the channel's thread's alone once serving
     std::vector<std::byte> _buffer;
