@@ -105,9 +105,9 @@ struct destination {
 // A pre-copy of `c` served on one end of a socket pair while `dest`
 // reads the other, each on a thread of its own; both joined at the end.
 struct served_precopy {
-    explicit served_precopy(const writer_child& c,
-                            std::chrono::milliseconds round_interval =
-                                pagesrv::precopy_source::default_round_interval)
+    explicit served_precopy(
+        const writer_child& c,
+        std::chrono::milliseconds round_interval = pagesrv::precopy_source::default_round_interval)
         : src(std::make_unique<pagesrv::precopy_source>("test", c.pid, "destination",
                                                         std::chrono::seconds(5), round_interval)) {
         reader = std::thread([this, pid = uint32_t(c.pid)] { dest.read(destination_end, pid); });
@@ -228,7 +228,7 @@ TEST_CASE("the last round at the freeze sends what no round did, at most its bou
     for (size_t p = 0; p < pages; p++)
         if (pre.dest.is_valid(c.area + p * page_size))
             (pre.dest.pages[c.area + p * page_size] == std::byte{2} ? valid_written
-                                                                       : valid_stale)++;
+                                                                    : valid_stale)++;
     CHECK(valid_stale == 0); // a page with its old contents is never valid
     CHECK(valid_written == pagesrv::precopy_final_round_pages);
     CHECK(pre.src->summary().final_round_pages == pagesrv::precopy_final_round_pages);
