@@ -575,7 +575,7 @@ daemon::prepared_outgoing daemon::prepare_outgoing(net::stream& conn,
         ok.precopy_last_round_pages = sum.last_round_pages;
         ok.precopy_converged = sum.converged;
         ok.precopy_tracked_pages = sum.tracked_pages;
-        precopy->source().yield_to_dump(); // the dump starts now: rounds take no CPU from it
+        precopy->source().freeze_near(); // the dump starts now: rounds end as the tree freezes
     }
     control::send_message(conn, ok, net::after(first_frame_timeout));
     // The dump runs meanwhile; registration follows once its images exist.

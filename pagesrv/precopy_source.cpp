@@ -6,6 +6,7 @@
 #include "core/fault_inject.hpp"
 #include "core/log.hpp"
 #include "core/page.hpp"
+#include "criu/workload_release.hpp"
 #include "sys/page_presence.hpp"
 #include "sys/proc.hpp"
 #include "transport/request_loop.hpp"
@@ -71,6 +72,15 @@ void existing_pages(pid_t pid, const std::vector<proc::page_run>& areas,
         (void)presence.existing(area.start, area.end, out);
 }
 
+// The tree's root is being frozen: its cgroup's freezer, or CRIU's
+// ptrace stop ('t'), or a stop signal's ('T').
+bool freezing(pid_t root) {
+    if (criu::cgroup_frozen(root))
+        return true;
+    const auto state = proc::state(root);
+    return state && (*state == 't' || *state == 'T');
+}
+
 uint64_t pages_of(const std::vector<proc::page_run>& runs) {
     uint64_t n = 0;
     for (const auto& r : runs)
@@ -95,7 +105,7 @@ precopy_source::precopy_source(std::string id, pid_t root, std::string destinati
                                std::chrono::milliseconds bound,
                                std::chrono::milliseconds round_interval)
     : _id(std::move(id)), _reader(std::move(destination_identity)), _round_interval(round_interval),
-      _log(make_logger("pagesrv", _id)), _buffer(size_t(pages_per_frame) * page_size),
+      _root(root), _log(make_logger("pagesrv", _id)), _buffer(size_t(pages_per_frame) * page_size),
       _checksums(pages_per_frame) {
     // In image pid order, as the destination's processes are.
     std::vector<std::pair<uint32_t, pid_t>> tree;
@@ -153,14 +163,16 @@ precopy_summary precopy_source::wait_converged(std::chrono::milliseconds timeout
 
 bool precopy_source::still_in(phase want) const {
     const phase now = current();
-    return now == want || (want == phase::rounds && now == phase::idle_rounds);
+    if (now == want)
+        return true;
+    return want == phase::rounds && now == phase::rounds_until_freezing && !freezing(_root);
 }
 
-void precopy_source::yield_to_dump() noexcept {
+void precopy_source::freeze_near() noexcept {
     {
         std::lock_guard lock(_mu);
         if (_phase == phase::rounds)
-            _phase = phase::idle_rounds;
+            _phase = phase::rounds_until_freezing;
     }
     _changed.notify_all();
 }
@@ -168,7 +180,7 @@ void precopy_source::yield_to_dump() noexcept {
 void precopy_source::freeze() noexcept {
     {
         std::lock_guard lock(_mu);
-        if (_phase == phase::rounds || _phase == phase::idle_rounds)
+        if (_phase == phase::rounds || _phase == phase::rounds_until_freezing)
             _phase = phase::frozen;
     }
     _changed.notify_all();
@@ -316,21 +328,15 @@ void precopy_source::serve(net::stream& conn) {
 
     // Then what was written since, until the freeze.
     std::vector<proc::page_run> written;
-    bool at_idle = false;
     for (uint32_t round = 1;; round++) {
         {
             std::unique_lock lock(_mu);
             _changed.wait_for(lock, _round_interval, [&] {
-                return _phase != phase::rounds && _phase != phase::idle_rounds;
+                return _phase != phase::rounds && _phase != phase::rounds_until_freezing;
             });
-            if (_phase != phase::rounds && _phase != phase::idle_rounds)
-                break;
-            if (_phase == phase::idle_rounds && !at_idle) {
-                at_idle = true;
-                sched_param none{};
-                (void)::sched_setscheduler(0, SCHED_IDLE, &none); // best effort
-            }
         }
+        if (!still_in(phase::rounds))
+            break;
         uint64_t round_pages = 0;
         for (auto& p : _procs) {
             take_written(p, written);
@@ -343,8 +349,14 @@ void precopy_source::serve(net::stream& conn) {
         }
         note_round(round_pages);
     }
-    if (current() == phase::stopped)
-        return;
+    {
+        // The tree began to freeze: nothing more until the freeze (the
+        // registration) or the end.
+        std::unique_lock lock(_mu);
+        _changed.wait(lock, [&] { return _phase == phase::frozen || _phase == phase::stopped; });
+        if (_phase == phase::stopped)
+            return;
+    }
     // Frozen: at the idle policy, the last scan takes no CPU from the
     // downtime's own work on this host.
     sched_param none{};

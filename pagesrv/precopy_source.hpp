@@ -73,12 +73,15 @@ class precopy_source {
     // pre-copy to end); the summary then.
     [[nodiscard]] precopy_summary wait_converged(std::chrono::milliseconds timeout);
     // The freeze is near (the migrator was told to go on): the rounds go on
-    // until it at the idle policy, so that none takes CPU from the dump,
-    // and what the last round at the freeze sends stays small. (Stopped
-    // here instead, a loaded Redis wrote ~2,000 pages before its freeze,
-    // and their sending at the freeze slowed the destination's restore by
-    // 5-10 ms on a shared machine; going on, 5-30.)
-    void yield_to_dump() noexcept;
+    // until the tree's root is seen freezing (its cgroup freezer, or CRIU's
+    // ptrace stop), checked before every frame, so that what the last
+    // round at the freeze sends stays small, and none holds the tasks'
+    // mmap lock while CRIU works on them. (Stopped here instead, a loaded
+    // Redis wrote ~2,000 pages before its freeze, and their sending at the
+    // freeze slowed the destination's restore on a shared machine; going
+    // on, 5-190. Going on at the idle policy instead, a round preempted
+    // with that lock held could hold up CRIU's parasite.)
+    void freeze_near() noexcept;
     // The tree is frozen: the round in progress stops, and the last scan
     // and the valid runs follow on the channel's thread.
     void freeze() noexcept;
@@ -94,11 +97,11 @@ class precopy_source {
         std::unique_ptr<proc::write_tracker> tracker;
         range_map clean; // sent, and not written since (identity addresses)
     };
-    enum class phase { rounds, idle_rounds, frozen, stopped };
+    enum class phase { rounds, rounds_until_freezing, frozen, stopped };
 
     // Sends the pages of `runs` of `p` in frames while the pre-copy is in
-    // phase `while_in` (the rounds: either kind); false once it left it
-    // (the freeze or a stop).
+    // phase `while_in` (the rounds: either kind, and not once the tree
+    // freezes); false once it left it (the freeze or a stop).
     bool send_runs(net::stream& conn, process& p, const std::vector<proc::page_run>& runs,
                    uint32_t round, uint64_t& sent, phase while_in);
     // Pages of every tracked area written since the last look, taken off
@@ -114,6 +117,7 @@ class precopy_source {
     const std::string _id;
     const std::string _reader;
     const std::chrono::milliseconds _round_interval;
+    pid_t _root;
     std::shared_ptr<spdlog::logger> _log;
     std::vector<process> _procs; // the channel's thread's alone once serving
     std::vector<std::byte> _buffer;

@@ -7,11 +7,13 @@
 #include "core/error.hpp"
 #include "core/page.hpp"
 #include "precopy_source.hpp"
+#include "sys/proc.hpp"
 #include "sys/stream.hpp"
 #include "wire/control.hpp"
 #include "wire/page_wire.hpp"
 #include "writer_child.hpp"
 
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <catch2/catch.hpp>
@@ -167,7 +169,7 @@ TEST_CASE("a pre-copy sends every page, then what was written, and at the freeze
     REQUIRE(dest.wait_page(c.area + 10 * page_size, std::byte{2}));
     // Near the freeze: written (sent in a round at the idle policy, or at
     // the freeze), and dropped.
-    src.yield_to_dump();
+    src.freeze_near();
     c.write_page(20);
     c.drop_page(30);
     src.freeze();
@@ -233,4 +235,36 @@ TEST_CASE("the last round at the freeze sends what no round did, at most its bou
     CHECK(valid_written == pagesrv::precopy_final_round_pages);
     CHECK(pre.src->summary().final_round_pages == pagesrv::precopy_final_round_pages);
     CHECK(pre.src->summary().rounds == 0);
+}
+
+TEST_CASE("near the freeze the rounds end once the tree is seen freezing; what it wrote goes at "
+          "the freeze",
+          "[precopy][write_tracker]") {
+    writer_child c(area_pages);
+    served_precopy pre(c);
+    REQUIRE(pre.src->wait_converged(std::chrono::seconds(10)).converged);
+    pre.src->freeze_near();
+    c.write_page(5);
+    REQUIRE(::kill(c.pid, SIGSTOP) == 0); // as a stop: the root's state is 'T'
+    const auto stopped_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (ferry::proc::state(c.pid) != 'T' && std::chrono::steady_clock::now() < stopped_by)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(ferry::proc::state(c.pid) == 'T');
+    // A round in progress ends at its next frame; then none comes.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const uint32_t rounds = pre.src->summary().rounds;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300)); // ~15 round intervals
+    CHECK(pre.src->summary().rounds == rounds);
+    REQUIRE(::kill(c.pid, SIGCONT) == 0);
+    c.write_page(6);
+    pre.src->freeze();
+    pre.join();
+
+    INFO(pre.dest.failure);
+    REQUIRE(pre.dest.failure.empty());
+    for (const uint64_t page : {5, 6}) {
+        REQUIRE(pre.dest.is_valid(c.area + page * page_size));
+        CHECK(pre.dest.pages[c.area + page * page_size] == std::byte{2});
+    }
+    CHECK(pre.src->summary().final_round_pages >= 1); // page 6 at least
 }
