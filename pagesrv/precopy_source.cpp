@@ -328,15 +328,27 @@ void precopy_source::serve(net::stream& conn) {
 
     // Then what was written since, until the freeze.
     std::vector<proc::page_run> written;
+    bool at_idle = false;
     for (uint32_t round = 1;; round++) {
+        bool near_freeze;
         {
             std::unique_lock lock(_mu);
             _changed.wait_for(lock, _round_interval, [&] {
                 return _phase != phase::rounds && _phase != phase::rounds_until_freezing;
             });
+            near_freeze = _phase == phase::rounds_until_freezing;
         }
         if (!still_in(phase::rounds))
             break;
+        if (near_freeze && !at_idle) {
+            // From here the dump and, on a machine both share, the
+            // destination's restore go first: at the normal policy the
+            // rounds' pages, received during the restore, slowed it by
+            // 5-10 ms in a Redis bench.
+            at_idle = true;
+            sched_param none{};
+            (void)::sched_setscheduler(0, SCHED_IDLE, &none); // best effort
+        }
         uint64_t round_pages = 0;
         for (auto& p : _procs) {
             take_written(p, written);

@@ -72,15 +72,14 @@ class precopy_source {
     // Waits up to `timeout` for the rounds to stop shrinking (or for the
     // pre-copy to end); the summary then.
     [[nodiscard]] precopy_summary wait_converged(std::chrono::milliseconds timeout);
-    // The freeze is near (the migrator was told to go on): the rounds go on
-    // until the tree's root is seen freezing (its cgroup freezer, or CRIU's
-    // ptrace stop), checked before every frame, so that what the last
-    // round at the freeze sends stays small, and none holds the tasks'
-    // mmap lock while CRIU works on them. (Stopped here instead, a loaded
-    // Redis wrote ~2,000 pages before its freeze, and their sending at the
-    // freeze slowed the destination's restore on a shared machine; going
-    // on, 5-190. Going on at the idle policy instead, a round preempted
-    // with that lock held could hold up CRIU's parasite.)
+    // The freeze is near (the migrator was told to go on): the rounds go on,
+    // at the idle policy, until the tree's root is seen freezing (its
+    // cgroup freezer, or CRIU's ptrace stop), checked before every frame:
+    // what the last round at the freeze sends stays small, and no round
+    // starts a read of the tasks' memory (their mmap lock) while CRIU works
+    // on them. (Stopped here instead, a loaded Redis wrote ~2,000 pages
+    // before its freeze, and their sending at the freeze slowed the
+    // destination's restore on a shared machine; going on, 5-190.)
     void freeze_near() noexcept;
     // The tree is frozen: the round in progress stops, and the last scan
     // and the valid runs follow on the channel's thread.
