@@ -1,9 +1,12 @@
 #include "uffd_ops.hpp"
 
+#include "core/page.hpp"
+
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 
 namespace ferry::uffd {
 
@@ -37,7 +40,9 @@ const char* to_string(outcome o) noexcept {
     return "?";
 }
 
-copy_result copy(int fd, uint64_t dst, const void* src, uint64_t len) noexcept {
+namespace {
+
+copy_result copy_once(int fd, uint64_t dst, const void* src, uint64_t len) noexcept {
     uffdio_copy c{};
     c.dst = dst;
     c.src = reinterpret_cast<uint64_t>(src);
@@ -48,6 +53,26 @@ copy_result copy(int fd, uint64_t dst, const void* src, uint64_t len) noexcept {
     const int err = errno;
     // c.copy holds the bytes copied before the failure, or a negative errno.
     return {classify_uffd_error(err), c.copy > 0 ? uint64_t(c.copy) : 0, err};
+}
+
+} // namespace
+
+copy_result copy(int fd, uint64_t dst, const void* src, uint64_t len) noexcept {
+    auto res = copy_once(fd, dst, src, len);
+    if (res.result != outcome::fatal || res.err != ENOENT || len - res.bytes <= page_size)
+        return res;
+    // ENOENT for a range: it crosses a VMA boundary the lazy map does not
+    // know of. The application split the area after the restore (mprotect,
+    // madvise), which sends no uffd event, and a copy may not span two
+    // VMAs. One page at a time, each inside one (the workload's migration
+    // was killed for it: migrate.sh with --precopy, 3 runs in 4).
+    const auto* from = static_cast<const std::byte*>(src);
+    for (uint64_t at = res.bytes; at < len; at += page_size) {
+        const auto one = copy_once(fd, dst + at, from + at, page_size);
+        if (one.result != outcome::done)
+            return {one.result, at, one.err};
+    }
+    return {outcome::done, len, 0};
 }
 
 copy_result zeropage(int fd, uint64_t dst, uint64_t len) noexcept {

@@ -26,7 +26,8 @@ struct copy_result {
     int err;        // errno when not done
 };
 
-// UFFDIO_COPY with mode 0, which wakes the faulting threads.
+// UFFDIO_COPY with mode 0, which wakes the faulting threads. A range that
+// crosses a VMA boundary the caller does not know of is copied page by page.
 [[nodiscard]] copy_result copy(int fd, uint64_t dst, const void* src, uint64_t len) noexcept;
 [[nodiscard]] copy_result zeropage(int fd, uint64_t dst, uint64_t len) noexcept;
 [[nodiscard]] copy_result unregister_range(int fd, uint64_t start, uint64_t len) noexcept;

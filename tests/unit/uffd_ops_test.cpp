@@ -1,0 +1,56 @@
+// UFFDIO_COPY through uffd::copy against a real userfaultfd in this process.
+#include "core/page.hpp"
+#include "core/unique_fd.hpp"
+#include "uffd_ops.hpp"
+
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+using ferry::page_size;
+
+TEST_CASE("a copy across a VMA boundary made after registration lands page by page", "[uffd]") {
+    constexpr size_t pages = 8;
+    void* m = ::mmap(nullptr, pages * page_size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(m != MAP_FAILED);
+    auto* mem = static_cast<unsigned char*>(m);
+    const auto addr = reinterpret_cast<uint64_t>(m);
+    ferry::unique_fd uffd(int(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
+    REQUIRE(uffd);
+    uffdio_api api{UFFD_API, 0, 0};
+    REQUIRE(::ioctl(uffd.get(), UFFDIO_API, &api) == 0);
+    uffdio_register reg{{addr, pages * page_size}, UFFDIO_REGISTER_MODE_MISSING, 0};
+    REQUIRE(::ioctl(uffd.get(), UFFDIO_REGISTER, &reg) == 0);
+    // As an application may after the restore: one area becomes two VMAs,
+    // both still registered, with no uffd event.
+    REQUIRE(::mprotect(mem + 5 * page_size, 3 * page_size, PROT_READ) == 0);
+
+    std::vector<unsigned char> data(pages * page_size);
+    for (size_t p = 0; p < pages; p++)
+        std::memset(data.data() + p * page_size, int(p + 1), page_size);
+    const auto res = ferry::uffd::copy(uffd.get(), addr, data.data(), pages * page_size);
+    // Only then may the test touch the area: a missing page would block it.
+    struct unmapped {
+        void* m;
+        ~unmapped() { ::munmap(m, pages * page_size); }
+    } unmap_at_end{m};
+    REQUIRE(res.result == ferry::uffd::outcome::done);
+    REQUIRE(res.bytes == pages * page_size);
+    for (size_t p = 0; p < pages; p++)
+        CHECK(mem[p * page_size + 17] == p + 1);
+
+    // A page already present stops it as before: EEXIST, with what landed.
+    const auto again = ferry::uffd::copy(uffd.get(), addr, data.data(), 2 * page_size);
+    CHECK(again.result == ferry::uffd::outcome::exists);
+    CHECK(again.bytes == 0);
+}
