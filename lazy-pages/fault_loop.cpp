@@ -39,6 +39,7 @@
 #include "holes.hpp"
 #include "replies.hpp"
 #include "staged_installs.hpp"
+#include "sys/sched_policy.hpp"
 #include "wire/control.hpp"
 
 #include <fmt/format.h>
@@ -83,8 +84,7 @@ std::vector<int> allowed_cpus() {
 // at the normal policy, so that a handler waiting for the lock never waits
 // for an idle-class thread to be scheduled again.
 void set_idle_policy(bool idle) noexcept {
-    sched_param none{};
-    (void)::sched_setscheduler(0, idle ? SCHED_IDLE : SCHED_OTHER, &none); // best effort
+    (void)proc::set_idle_policy(idle); // best effort
 }
 
 // Threads named by their job, for top -H, perf and scheduler traces. The

@@ -4,12 +4,12 @@
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/page.hpp"
+#include "sys/sched_policy.hpp"
 #include "tls/tls_stream.hpp"
 #include "wire/control.hpp"
 #include "wire/page_wire.hpp"
 
 #include <fmt/format.h>
-#include <sched.h>
 
 #include <vector>
 
@@ -28,8 +28,7 @@ precopy_receiver::precopy_receiver(net::endpoint source, tls::credentials_ptr cr
     _thread = std::thread([this] {
         // Staging is copying that nothing waits for: the restore, the
         // handlers and the workload go first.
-        sched_param none{};
-        (void)::sched_setscheduler(0, SCHED_IDLE, &none); // best effort
+        (void)proc::set_idle_policy(true); // best effort
         try {
             receive();
         } catch (const std::exception& e) {

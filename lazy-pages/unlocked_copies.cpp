@@ -3,6 +3,7 @@
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/page.hpp"
+#include "sys/sched_policy.hpp"
 
 #include <fmt/format.h>
 #include <sched.h>
@@ -17,11 +18,6 @@ void begin_unlocked_copies(lazy_process& p) noexcept {
 }
 
 namespace {
-
-void set_thread_policy(pid_t tid, int policy) noexcept {
-    sched_param none{};
-    (void)::sched_setscheduler(tid, policy, &none); // best effort; a thread gone is no matter
-}
 
 // Copies one run a few pages at a time; false when the copies end here.
 bool copy_run(const lazy_process& p, unlocked_run& run, uint32_t pages_per_copy) noexcept {
@@ -60,14 +56,14 @@ void copy_without_lock(lazy_process& p, std::span<unlocked_run> runs, uint32_t p
                 break;
             }
         }
-        if (slot) // no free slot: the copy stays at the normal policy
-            set_thread_policy(0, SCHED_IDLE);
+        if (slot)                              // no free slot: the copy stays at the normal policy
+            (void)proc::set_idle_policy(true); // best effort
     }
     for (unlocked_run& run : runs)
         if (!copy_run(p, run, pages_per_copy))
             break;
     if (slot) {
-        set_thread_policy(0, SCHED_OTHER);
+        (void)proc::set_idle_policy(false);
         slot->store(0, std::memory_order_seq_cst);
     }
     p.unlocked_copies.fetch_sub(1, std::memory_order_seq_cst);
@@ -85,7 +81,7 @@ quiet_copies::quiet_copies(lazy_process& p, std::chrono::milliseconds wait) : _p
     while (_p.unlocked_copies.load(std::memory_order_seq_cst) != 0) {
         for (const auto& copier : _p.idle_copiers)
             if (const pid_t tid = copier.load(std::memory_order_seq_cst))
-                set_thread_policy(tid, SCHED_OTHER);
+                (void)proc::set_idle_policy(false, tid); // a thread gone is no matter
         if (monotonic_ns() > give_up) {
             _p.quiet_wanted.fetch_sub(1, std::memory_order_seq_cst);
             throw error(fmt::format("a background copy into pid {} did not end within {} ms",

@@ -14,6 +14,7 @@
 #include "sys/net.hpp"
 #include "sys/netns_socket_tables.hpp"
 #include "sys/private_dir.hpp"
+#include "sys/sched_policy.hpp"
 #include "tls/tls_stream.hpp"
 #include "transport/backend.hpp"
 #include "transport/request_loop.hpp"
@@ -21,7 +22,6 @@
 
 #include <fmt/format.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
@@ -407,8 +407,7 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
     if (open.kind == FERRY_CONTROL__CHANNEL_KIND__BACKGROUND) {
         // Background reads yield the CPU at once to any thread serving a
         // fault (or running the workload); they only soak up idle time.
-        sched_param none{};
-        if (::sched_setscheduler(0, SCHED_IDLE, &none))
+        if (!proc::set_idle_policy(true))
             m->log().warn("cannot make the background channel SCHED_IDLE: {}",
                           std::strerror(errno));
     }

@@ -9,10 +9,10 @@
 #include "criu/workload_release.hpp"
 #include "sys/page_presence.hpp"
 #include "sys/proc.hpp"
+#include "sys/sched_policy.hpp"
 #include "wire/control.hpp"
 
 #include <fmt/format.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -111,8 +111,7 @@ outgoing_migration::holes_result outgoing_migration::scan_areas(bool small) cons
 // migration's resume part ~9 ms instead of ~3-5. The tasks stay frozen until
 // the dump ends.
 void outgoing_migration::scan_holes() {
-    sched_param none{};
-    (void)::sched_setscheduler(0, SCHED_IDLE, &none);
+    (void)proc::set_idle_policy(true); // best effort
     auto small = scan_areas(true);
     const bool small_failed = !small.unknown.empty();
     {

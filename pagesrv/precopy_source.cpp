@@ -9,12 +9,12 @@
 #include "criu/workload_release.hpp"
 #include "sys/page_presence.hpp"
 #include "sys/proc.hpp"
+#include "sys/sched_policy.hpp"
 #include "transport/request_loop.hpp"
 #include "wire/control.hpp"
 #include "wire/page_wire.hpp"
 
 #include <fmt/format.h>
-#include <sched.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -161,6 +161,10 @@ precopy_summary precopy_source::wait_converged(std::chrono::milliseconds timeout
     return _summary;
 }
 
+bool precopy_source::in_rounds(phase p) noexcept {
+    return p == phase::rounds || p == phase::rounds_until_freezing;
+}
+
 bool precopy_source::still_in(phase want) const {
     const phase now = current();
     if (now == want)
@@ -180,7 +184,7 @@ void precopy_source::freeze_near() noexcept {
 void precopy_source::freeze() noexcept {
     {
         std::lock_guard lock(_mu);
-        if (_phase == phase::rounds || _phase == phase::rounds_until_freezing)
+        if (in_rounds(_phase))
             _phase = phase::frozen;
     }
     _changed.notify_all();
@@ -333,9 +337,7 @@ void precopy_source::serve(net::stream& conn) {
         bool near_freeze;
         {
             std::unique_lock lock(_mu);
-            _changed.wait_for(lock, _round_interval, [&] {
-                return _phase != phase::rounds && _phase != phase::rounds_until_freezing;
-            });
+            _changed.wait_for(lock, _round_interval, [&] { return !in_rounds(_phase); });
             near_freeze = _phase == phase::rounds_until_freezing;
         }
         if (!still_in(phase::rounds))
@@ -347,8 +349,7 @@ void precopy_source::serve(net::stream& conn) {
             // it (a Redis bench's restore part 16-28 ms, against 14-24 at
             // this policy; one bench of 4 runs each).
             at_idle = true;
-            sched_param none{};
-            (void)::sched_setscheduler(0, SCHED_IDLE, &none); // best effort
+            (void)proc::set_idle_policy(true); // best effort
         }
         uint64_t round_pages = 0;
         for (auto& p : _procs) {
@@ -372,8 +373,7 @@ void precopy_source::serve(net::stream& conn) {
     }
     // Frozen: at the idle policy, the last scan takes no CPU from the
     // downtime's own work on this host.
-    sched_param none{};
-    (void)::sched_setscheduler(0, SCHED_IDLE, &none); // best effort
+    (void)proc::set_idle_policy(true); // best effort
     send_valid(conn);
 }
 

@@ -111,6 +111,7 @@ class precopy_source {
     void note_round(uint64_t pages);
     [[nodiscard]] phase current() const;
     [[nodiscard]] bool still_in(phase want) const;
+    [[nodiscard]] static bool in_rounds(phase p) noexcept; // either kind
     void detach() noexcept;
 
     const std::string _id;
