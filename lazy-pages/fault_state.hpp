@@ -53,6 +53,7 @@ struct fault_state {
     const staged_pages* staged = nullptr;
     size_t staged_next_proc = 0;
     bool staged_pass_over = false;
+    uint32_t staged_publications_seen = 0; // the lists the pass has started over for
     // What the background streams leave to the local pass: null once it is
     // over, or while nothing staged is published.
     [[nodiscard]] const staged_pages* staged_for_background() const noexcept {

@@ -55,7 +55,11 @@ struct lazy_process {
     bool bg_swept = false;
     bool bg_swept_staged = false;
     // The local pass over the pre-copy's staged pages (staged_installs.hpp):
-    // where it goes on, and whether it has passed the last lazy page.
+    // first the pages the workload rewrote during the pre-copy (which of
+    // them, and where in it), then the rest: where it goes on, and whether
+    // it has passed the last lazy page.
+    size_t staged_rewritten_next = 0;
+    uint64_t staged_rewritten_cursor = 0;
     uint64_t staged_cursor = 0;
     bool staged_done = false;
     uint32_t bg_outstanding = 0;

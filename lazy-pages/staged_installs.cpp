@@ -55,6 +55,17 @@ lazy_process* claim_staged_slice(fault_state& s, background_slice& slice) {
     slice.upto = 0;
     if (!s.staged || s.procs.empty())
         return nullptr;
+    // A new list (the last round's pages too): start over, as pages behind
+    // the cursors may be staged now.
+    if (const uint32_t lists = s.staged->publications(); lists != s.staged_publications_seen) {
+        s.staged_publications_seen = lists;
+        for (auto& p : s.procs) {
+            p->staged_rewritten_next = 0;
+            p->staged_rewritten_cursor = 0;
+            p->staged_cursor = 0;
+            p->staged_done = false;
+        }
+    }
     for (size_t tries = 0; tries < s.procs.size(); tries++) {
         lazy_process& p = *s.procs[s.staged_next_proc];
         s.staged_next_proc = (s.staged_next_proc + 1) % s.procs.size();
@@ -63,6 +74,28 @@ lazy_process* claim_staged_slice(fault_state& s, background_slice& slice) {
         uint32_t pages = 0;
         uint64_t addr, img;
         uint32_t n;
+        // The pages the workload rewrote during the pre-copy first: they
+        // are what it was touching just before the freeze, so what its
+        // first requests touch again. Their image addresses are taken for
+        // current ones: they are until the workload moves an area (REMAP),
+        // and after that the order is merely not the best one.
+        const auto rewritten = s.staged->rewritten(p.image_pid);
+        while (slice.count < slice.runs.size() && pages < background_slice::max_pages &&
+               p.staged_rewritten_next < rewritten.size()) {
+            const auto& hot = rewritten[p.staged_rewritten_next];
+            uint64_t cursor = std::max(p.staged_rewritten_cursor, hot.start);
+            if (!p.next_free_run(cursor, hot.end, background_slice::max_pages - pages, s.staged,
+                                 true, addr, img, n)) {
+                p.staged_rewritten_next++;
+                p.staged_rewritten_cursor = 0;
+                continue;
+            }
+            p.staged_rewritten_cursor = cursor;
+            uint64_t bytes = 0;
+            slice.runs[slice.count++] =
+                unlocked_run{addr, s.staged->find(p.image_pid, img, bytes), pages, n};
+            pages += n;
+        }
         while (slice.count < slice.runs.size() && pages < background_slice::max_pages) {
             if (!p.next_free_run(p.staged_cursor, ~0ull, background_slice::max_pages - pages,
                                  s.staged, true, addr, img, n)) {

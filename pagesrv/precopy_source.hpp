@@ -2,12 +2,14 @@
 // runs, its memory goes to the destination's lazy-pages on a PRECOPY
 // channel: every page present in its tracked areas, then, round after
 // round, the pages written since the round before
-// (lib/sys/write_tracker.hpp). At the freeze one last scan finds what was
-// written in the last round, sends it from the frozen tasks (up to
-// precopy_final_round_pages), and says which staged pages are what the
-// frozen tasks hold: sent, not written since, and present. The destination
-// installs those from its copy and fetches only the rest: pages of areas
-// mapped after the attach, and a last round over the bound.
+// (lib/sys/write_tracker.hpp). At the freeze one last scan says which
+// staged pages are what the frozen tasks hold (sent, not written since, and
+// present); then the pages written in the last round go from the frozen
+// tasks (up to precopy_final_round_pages), and a complete list follows.
+// The destination installs the valid pages from its copy as soon as each
+// list comes and fetches only the rest: pages of areas mapped after the
+// attach, a last round over the bound, and the last round's pages touched
+// before they arrive.
 #pragma once
 
 #include "core/range_map.hpp"

@@ -739,3 +739,55 @@ TEST_CASE("staged pages: the last copy of a page counts, only valid runs are fou
     REQUIRE(staged.next(1, base + page_size, base + 16 * page_size) == base + page_size);
     REQUIRE(staged.next(2, base + 2 * page_size, base + 16 * page_size) == base + 16 * page_size);
 }
+
+TEST_CASE("staged pages: a second list adds the last round's pages; pages sent again are the "
+          "rewritten ones",
+          "[precopy]") {
+    lazy::staged_pages staged;
+    staged.reserve(64 * page_size);
+    std::vector<std::byte> old_copy(8 * page_size, std::byte{1}),
+        new_copy(2 * page_size, std::byte{2});
+    const uint64_t base = 0x7f0000000000;
+    staged.store(1, base, 8, old_copy.data());
+    staged.store(1, base + 2 * page_size, 1, new_copy.data()); // a later round
+    // Before the last round: pages 4 and 5 were written since they were sent.
+    staged.publish(
+        {{1, {base, base + 4 * page_size}}, {1, {base + 6 * page_size, base + 8 * page_size}}});
+    REQUIRE(staged.publications() == 1);
+    REQUIRE(staged.pages_valid() == 6);
+    uint64_t bytes = 0;
+    REQUIRE(staged.find(1, base + 4 * page_size, bytes) == nullptr);
+    REQUIRE(staged.any_valid(1, base + 3 * page_size, base + 5 * page_size));
+    REQUIRE_FALSE(staged.any_valid(1, base + 4 * page_size, base + 6 * page_size));
+    const std::byte* before = staged.find(1, base, bytes);
+    REQUIRE(before != nullptr);
+    REQUIRE(bytes == 4 * page_size);
+    // The rewritten pages: page 2, sent twice.
+    auto hot = staged.rewritten(1);
+    REQUIRE(hot.size() == 1);
+    CHECK(hot[0].start == base + 2 * page_size);
+    CHECK(hot[0].end == base + 3 * page_size);
+    CHECK(staged.pages_rewritten() == 1);
+
+    // The last round: pages 4 and 5 again, then the complete list.
+    staged.store(1, base + 4 * page_size, 2, new_copy.data());
+    REQUIRE(staged.find(1, base + 4 * page_size, bytes) == nullptr); // not before the list
+    staged.publish({{1, {base, base + 8 * page_size}}});
+    REQUIRE(staged.publications() == 2);
+    REQUIRE(staged.pages_valid() == 8);
+    const std::byte* p = staged.find(1, base + 4 * page_size, bytes);
+    REQUIRE(p != nullptr);
+    CHECK(p[0] == std::byte{2});
+    CHECK(p[page_size] == std::byte{2});
+    CHECK(staged.find(1, base + 6 * page_size, bytes)[0] == std::byte{1});
+    // What a reader found in the first list is still there, unchanged.
+    CHECK(before[0] == std::byte{1});
+    CHECK(before[2 * page_size] == std::byte{2});
+    // The last round's pages were sent again too.
+    hot = staged.rewritten(1);
+    REQUIRE(hot.size() == 2);
+    CHECK(hot[0].start == base + 2 * page_size);
+    CHECK(hot[1].start == base + 4 * page_size);
+    CHECK(hot[1].end == base + 6 * page_size);
+    CHECK(staged.pages_rewritten() == 3);
+}

@@ -2,7 +2,8 @@
 // channel's frames as the destination reads them: the first round sends
 // every present page, a later round what the child wrote, and at the freeze
 // the valid runs leave out pages written after the last round and pages
-// the child dropped. The trackers are gone once the channel ends.
+// the child dropped; the list sent before the last round holds only pages
+// whose latest contents came already. The trackers are gone once the channel ends.
 #include "core/checksum.hpp"
 #include "core/error.hpp"
 #include "core/page.hpp"
@@ -37,7 +38,9 @@ struct destination {
     std::mutex mu;
     std::condition_variable changed;
     std::map<uint64_t, std::byte> pages;
-    std::vector<std::pair<uint64_t, uint64_t>> valid;
+    std::vector<std::pair<uint64_t, uint64_t>> valid;              // the last list
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> lists; // every list, in order
+    std::vector<std::map<uint64_t, std::byte>> first_valid_pages;  // pages as each list came
     bool ended = false;
     std::string failure;
 
@@ -47,38 +50,54 @@ struct destination {
             control::expect(plan.get(), FERRY_CONTROL__ENVELOPE__BODY_PRECOPY_PLAN, "source");
             std::vector<std::byte> data(size_t(wire::max_pages_per_request) * page_size);
             std::vector<uint64_t> sums(wire::max_pages_per_request);
-            for (;;) {
-                wire::header_bytes h;
-                if (!net::read_full(conn, h, net::after(std::chrono::seconds(10)), "frame"))
-                    throw error("closed");
-                wire::page_reply r;
-                if (wire::decode(h, r) != wire::decode_error::none)
-                    throw error("bad frame");
-                if (r.nr_pages == 0 && r.request_id == ~0ull)
-                    break;
-                if (r.pid != pid)
-                    throw error("a frame of another pid");
-                (void)net::read_full(conn,
-                                     std::as_writable_bytes(std::span(sums).first(r.nr_pages)),
-                                     net::after(std::chrono::seconds(10)), "sums");
-                (void)net::read_full(conn, std::span(data).first(size_t(r.nr_pages) * page_size),
-                                     net::after(std::chrono::seconds(10)), "pages");
-                std::lock_guard lock(mu);
-                for (uint32_t i = 0; i < r.nr_pages; i++) {
-                    if (page_checksum(data.data() + size_t(i) * page_size) != sums[i])
-                        throw error("checksum");
-                    pages[r.vaddr + i * page_size] = data[size_t(i) * page_size];
+            // The rounds, then (if the first list says more) the last round.
+            for (bool more = true; more;) {
+                for (;;) {
+                    wire::header_bytes h;
+                    if (!net::read_full(conn, h, net::after(std::chrono::seconds(10)), "frame"))
+                        throw error("closed");
+                    wire::page_reply r;
+                    if (wire::decode(h, r) != wire::decode_error::none)
+                        throw error("bad frame");
+                    if (r.nr_pages == 0 && r.request_id == ~0ull)
+                        break;
+                    if (r.pid != pid)
+                        throw error("a frame of another pid");
+                    (void)net::read_full(conn,
+                                         std::as_writable_bytes(std::span(sums).first(r.nr_pages)),
+                                         net::after(std::chrono::seconds(10)), "sums");
+                    (void)net::read_full(conn,
+                                         std::span(data).first(size_t(r.nr_pages) * page_size),
+                                         net::after(std::chrono::seconds(10)), "pages");
+                    std::lock_guard lock(mu);
+                    for (uint32_t i = 0; i < r.nr_pages; i++) {
+                        if (page_checksum(data.data() + size_t(i) * page_size) != sums[i])
+                            throw error("checksum");
+                        const uint64_t addr = r.vaddr + i * page_size;
+                        if (is_in(lists.empty() ? valid : lists.back(), addr))
+                            throw error("a page sent again after it was said valid");
+                        pages[addr] = data[size_t(i) * page_size];
+                    }
+                    changed.notify_all();
                 }
-                changed.notify_all();
-            }
-            for (;;) {
-                auto f = control::receive(conn, net::after(std::chrono::seconds(10)));
-                control::expect(f.get(), FERRY_CONTROL__ENVELOPE__BODY_PRECOPY_VALID, "source");
+                std::vector<std::pair<uint64_t, uint64_t>> list;
+                for (;;) {
+                    auto f = control::receive(conn, net::after(std::chrono::seconds(10)));
+                    control::expect(f.get(), FERRY_CONTROL__ENVELOPE__BODY_PRECOPY_VALID, "source");
+                    const auto& v = *f->precopy_valid;
+                    for (size_t i = 0; i < v.n_pid; i++)
+                        list.emplace_back(v.start[i], v.end[i]);
+                    if (v.last) {
+                        more = v.has_more && v.more;
+                        break;
+                    }
+                }
                 std::lock_guard lock(mu);
-                for (size_t i = 0; i < f->precopy_valid->n_pid; i++)
-                    valid.emplace_back(f->precopy_valid->start[i], f->precopy_valid->end[i]);
-                if (f->precopy_valid->last)
-                    break;
+                // Each list is what the destination may use: every page in
+                // it must hold its latest contents already.
+                first_valid_pages.push_back(pages);
+                lists.push_back(list);
+                valid = list;
             }
         } catch (const std::exception& e) {
             std::lock_guard lock(mu);
@@ -96,12 +115,13 @@ struct destination {
             return ended || (it != pages.end() && it->second == value);
         }) && !ended;
     }
-    [[nodiscard]] bool is_valid(uint64_t addr) const {
-        for (const auto& [s, e] : valid)
+    static bool is_in(const std::vector<std::pair<uint64_t, uint64_t>>& runs, uint64_t addr) {
+        for (const auto& [s, e] : runs)
             if (addr >= s && addr < e)
                 return true;
         return false;
     }
+    [[nodiscard]] bool is_valid(uint64_t addr) const { return is_in(valid, addr); }
 };
 
 // A pre-copy of `c` served on one end of a socket pair while `dest`
@@ -182,6 +202,19 @@ TEST_CASE("a pre-copy sends every page, then what was written, and at the freeze
     REQUIRE(dest.is_valid(c.area + 20 * page_size));
     REQUIRE(dest.pages[c.area + 20 * page_size] == std::byte{2});
     REQUIRE_FALSE(dest.is_valid(c.area + 30 * page_size));
+    // The list before the last round, if there was one, is usable at once:
+    // each page in it already held its latest contents when it came.
+    REQUIRE(!dest.lists.empty());
+    for (size_t l = 0; l < dest.lists.size(); l++)
+        for (size_t p = 0; p < area_pages; p++) {
+            const uint64_t addr = c.area + p * page_size;
+            if (!destination::is_in(dest.lists[l], addr))
+                continue;
+            INFO("list " << l << " page " << p);
+            REQUIRE(dest.first_valid_pages[l].count(addr) == 1);
+            CHECK(dest.first_valid_pages[l].at(addr) ==
+                  (p == 10 || p == 20 ? std::byte{2} : std::byte{1}));
+        }
     size_t valid_in_area = 0;
     for (size_t p = 0; p < area_pages; p++)
         if (dest.is_valid(c.area + p * page_size)) {
@@ -233,6 +266,14 @@ TEST_CASE("the last round at the freeze sends what no round did, at most its bou
                                                                     : valid_stale)++;
     CHECK(valid_stale == 0); // a page with its old contents is never valid
     CHECK(valid_written == pagesrv::precopy_final_round_pages);
+    // Two lists: first the pages valid before the last round (none here:
+    // every page was written after the only round), then all of them.
+    REQUIRE(pre.dest.lists.size() == 2);
+    size_t first_valid = 0;
+    for (size_t p = 0; p < pages; p++)
+        if (destination::is_in(pre.dest.lists[0], c.area + p * page_size))
+            first_valid++;
+    CHECK(first_valid == 0);
     CHECK(pre.src->summary().final_round_pages == pagesrv::precopy_final_round_pages);
     CHECK(pre.src->summary().rounds == 0);
 }
@@ -267,4 +308,8 @@ TEST_CASE("near the freeze the rounds end once the tree is seen freezing; what i
         CHECK(pre.dest.pages[c.area + page * page_size] == std::byte{2});
     }
     CHECK(pre.src->summary().final_round_pages >= 1); // page 6 at least
+    // Page 6 came in the last round: not in the list before it.
+    REQUIRE(pre.dest.lists.size() == 2);
+    CHECK_FALSE(destination::is_in(pre.dest.lists[0], c.area + 6 * page_size));
+    CHECK(destination::is_in(pre.dest.lists[1], c.area + 6 * page_size));
 }
