@@ -398,17 +398,12 @@ void fault_loop::background_main(uint8_t stream) {
     }
 }
 
-// The pre-copy's staged pages, once published: slices claimed under the
-// lock and copied without it, as the background does, yielding between
-// slices. The pages the workload rewrote during the pre-copy as soon as
-// the lazy areas are registered, at the idle policy (a few thousand pages,
-// ms of CPU, which CRIU's last steps and the resume do not give up), the
-// rest from the main pass on: before it, the restore and the resume need
-// this host's CPUs, and faults install staged pages anyway. Nothing here
-// waits on the network, so the pass ends by itself; the background streams
-// then stop leaving staged pages to it.
+// The pre-copy's staged pages, once published and the main pass open:
+// slices claimed under the lock and copied without it, as the
+// background does, yielding between slices. Nothing here waits on the
+// network, so the pass ends by itself; the background streams then stop
+// leaving staged pages to it.
 void fault_loop::staged_main() {
-    bool rewritten_only = true;
     for (;;) {
         {
             std::lock_guard lock(_mu);
@@ -418,7 +413,9 @@ void fault_loop::staged_main() {
                 _s.staged_pass_over = true;
                 return;
             }
-            if (_s.staged->ready() && _s.lazy_areas_ready())
+            // With the main pass: before it, the restore and the resume
+            // need this host's CPUs, and faults install staged pages anyway.
+            if (_s.staged->ready() && _s.main_pass_open(monotonic_ns()))
                 break;
         }
         struct timespec ts = {0, 1'000'000};
@@ -433,14 +430,7 @@ void fault_loop::staged_main() {
         lock_as_background(lock);
         if (_stop)
             return;
-        rewritten_only = rewritten_only && !_s.main_pass_open(monotonic_ns());
-        lazy_process* p = claim_staged_slice(_s, slice, rewritten_only);
-        if (!p && rewritten_only) {
-            lock.unlock();
-            struct timespec ts = {0, 1'000'000};
-            ::nanosleep(&ts, nullptr);
-            continue;
-        }
+        lazy_process* p = claim_staged_slice(_s, slice);
         if (!p) {
             _s.staged_pass_over = true;
             return;

@@ -50,7 +50,7 @@ bool install_staged_fault(fault_state& s, lazy_process& p, uint64_t addr,
     return true;
 }
 
-lazy_process* claim_staged_slice(fault_state& s, background_slice& slice, bool rewritten_only) {
+lazy_process* claim_staged_slice(fault_state& s, background_slice& slice) {
     slice.count = 0;
     slice.upto = 0;
     if (!s.staged || s.procs.empty())
@@ -96,8 +96,7 @@ lazy_process* claim_staged_slice(fault_state& s, background_slice& slice, bool r
                 unlocked_run{addr, s.staged->find(p.image_pid, img, bytes), pages, n};
             pages += n;
         }
-        while (!rewritten_only && slice.count < slice.runs.size() &&
-               pages < background_slice::max_pages) {
+        while (slice.count < slice.runs.size() && pages < background_slice::max_pages) {
             if (!p.next_free_run(p.staged_cursor, ~0ull, background_slice::max_pages - pages,
                                  s.staged, true, addr, img, n)) {
                 p.staged_done = true;

@@ -23,11 +23,8 @@ bool install_staged_fault(fault_state& s, lazy_process& p, uint64_t addr,
 
 // Under the state lock: claims the next slice of staged pages that are
 // still lazy and not asked for, in one process, whose unlocked copies it
-// begins: first those the workload rewrote during the pre-copy, then the
-// rest in address order (not with `rewritten_only`). Null when no process
-// has any left (the local pass is over, or its first part).
-lazy_process* claim_staged_slice(fault_state& s, background_slice& slice,
-                                 bool rewritten_only = false);
+// begins. Null when no process has any left (the local pass is over).
+lazy_process* claim_staged_slice(fault_state& s, background_slice& slice);
 
 // Under the state lock, after copy_without_lock: takes what landed off the
 // lazy map and accounts for it.
