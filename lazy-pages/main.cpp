@@ -523,8 +523,6 @@ int run(const options& opt, reporter& report, std::shared_ptr<spdlog::logger> lo
             auto go = control::receive(opt.report_fd, net::no_deadline);
             control::expect(go.get(), FERRY_CONTROL__ENVELOPE__BODY_LAZY_START, "daemon");
             start_ns = monotonic_ns();
-            if (precopy)
-                precopy->hurry(); // the source is frozen: the rest is waited for
         }
         const auto images = criu::image_set::load(opt.images_dir);
         if (!opt.pool.empty()) {

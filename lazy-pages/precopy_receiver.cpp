@@ -10,7 +10,6 @@
 #include "wire/page_wire.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <vector>
 
@@ -29,22 +28,13 @@ precopy_receiver::precopy_receiver(net::endpoint source, tls::credentials_ptr cr
     _thread = std::thread([this] {
         // Staging is copying that nothing waits for: the restore, the
         // handlers and the workload go first.
-        _tid.store(pid_t(::gettid()), std::memory_order_seq_cst);
         (void)proc::set_idle_policy(true); // best effort
-        if (_hurried.load(std::memory_order_seq_cst))
-            (void)proc::set_idle_policy(false); // hurry() came first
         try {
             receive();
         } catch (const std::exception& e) {
             give_up(e.what());
         }
     });
-}
-
-void precopy_receiver::hurry() noexcept {
-    _hurried.store(true, std::memory_order_seq_cst);
-    if (const pid_t tid = _tid.load(std::memory_order_seq_cst))
-        (void)proc::set_idle_policy(false, tid); // best effort
 }
 
 precopy_receiver::~precopy_receiver() {

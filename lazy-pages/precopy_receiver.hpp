@@ -12,7 +12,6 @@
 
 #include <spdlog/logger.h>
 
-#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -32,11 +31,6 @@ class precopy_receiver {
     precopy_receiver(const precopy_receiver&) = delete;
     precopy_receiver& operator=(const precopy_receiver&) = delete;
 
-    // The freeze has come: from here the rest of the stream (the last
-    // round and the valid runs) is what the restored workload's faults and
-    // the local pass wait for, so the receiver leaves the idle policy.
-    void hurry() noexcept;
-
     [[nodiscard]] const staged_pages& staged() const noexcept { return _staged; }
     // Why the staged copy goes unused ("" while it may still be used).
     [[nodiscard]] std::string unused() const;
@@ -55,9 +49,7 @@ class precopy_receiver {
     std::string _unused;
     bool _stop = false;
     net::stream* _conn = nullptr; // under _mu, while open
-    std::atomic<pid_t> _tid{0};   // the receiver's thread, once it runs
-    std::atomic<bool> _hurried{false};
-    std::thread _thread; // last
+    std::thread _thread;          // last
 };
 
 } // namespace ferry::lazy

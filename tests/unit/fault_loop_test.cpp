@@ -791,3 +791,48 @@ TEST_CASE("staged pages: a second list adds the last round's pages; pages sent a
     CHECK(hot[1].end == base + 6 * page_size);
     CHECK(staged.pages_rewritten() == 3);
 }
+
+TEST_CASE("a second list adds the last round's staged pages; a stale copy is never installed",
+          "[fault_loop][uffd][precopy]") {
+    lazy_region region(2048);
+    test::fake_source src = region.serve();
+    loop_config cfg;
+    cfg.early_area_pages = 0; // no early areas: nothing is pulled before the tasks run
+    auto loop = make_loop(src, cfg);
+    // Staged: pages [0, 1024); [100, 110) came twice (rewritten during the
+    // pre-copy); [500, 510) were written after their last round: stale
+    // until the last round brings them. [1024, 2048) were never staged.
+    lazy::staged_pages staged;
+    staged.reserve(1024 * page_size);
+    staged.store(1, region.addr(0), 500, region.source_bytes());
+    std::vector<std::byte> stale(10 * page_size, std::byte{0x5a});
+    staged.store(1, region.addr(500), 10, stale.data());
+    staged.store(1, region.addr(510), 514, region.source_bytes() + 510 * page_size);
+    staged.store(1, region.addr(100), 10, region.source_bytes() + 100 * page_size);
+    staged.publish(
+        {{1, {region.addr(0), region.addr(500)}}, {1, {region.addr(510), region.addr(1024)}}});
+    loop.use_staged(staged);
+    daemon_driven d(loop, region);
+    std::thread runner([&] { loop.run(); });
+    d.daemon.areas_ready();
+    // Faults before the tasks run: a staged page from its copy, a stale one
+    // from the source.
+    bool bad = !region.page_ok(700) || !region.page_ok(505);
+    // The last round, and the complete list; then the tasks run.
+    staged.store(1, region.addr(500), 10, region.source_bytes() + 500 * page_size);
+    staged.publish({{1, {region.addr(0), region.addr(1024)}}});
+    d.restore.finished();
+    d.daemon.tasks_run();
+    runner.join();
+
+    CHECK_FALSE(bad);
+    for (size_t p = 0; p < region.pages; p++) {
+        INFO("page " << p);
+        REQUIRE(region.page_ok(p));
+    }
+    const auto& s = loop.stats();
+    CHECK(s.pages_precopied + s.pages_precopy_faulted >= 1014);
+    CHECK(s.pages_faulted + s.pages_prefetched + s.pages_background + s.pages_precopied +
+              s.pages_precopy_faulted ==
+          s.pages_total);
+}
