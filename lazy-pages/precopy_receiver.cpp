@@ -94,75 +94,83 @@ void precopy_receiver::receive() {
     _log.info("pre-copy: the source streams {} MiB of {} processes",
               plan->precopy_plan->bytes >> 20, plan->precopy_plan->processes);
 
-    std::vector<std::byte> pages(size_t(wire::max_pages_per_request) * page_size);
-    std::vector<uint64_t> sums(wire::max_pages_per_request);
     const uint64_t t0 = monotonic_ns();
     uint64_t frames = 0, received = 0;
     // The rounds, then (if the source says more) the last round: pages up
     // to an empty reply, then the runs valid so far, published at once.
     for (bool more = true; more;) {
-        for (;;) {
-            wire::header_bytes h;
-            if (!net::read_full(*conn, h, net::after(_wait), "read pre-copy pages"))
-                throw error(peer + " closed the pre-copy channel before its end");
-            wire::page_reply rep;
-            if (auto err = wire::decode(h, rep); err != wire::decode_error::none)
-                throw error(
-                    fmt::format("{}: malformed pre-copy frame ({})", peer, wire::to_string(err)));
-            if (rep.result != wire::status::ok || rep.nr_pages > wire::max_pages_per_request)
-                throw error(fmt::format("{}: pre-copy frame with status {} and {} pages", peer,
-                                        wire::to_string(rep.result), rep.nr_pages));
-            if (rep.nr_pages == 0 && rep.request_id == end_of_data)
-                break;
-            const auto sum_bytes = std::as_writable_bytes(std::span(sums).first(rep.nr_pages));
-            const auto page_bytes = std::span(pages).first(size_t(rep.nr_pages) * page_size);
-            if (!net::read_full(*conn, sum_bytes, net::after(_wait), "read pre-copy checksums") ||
-                !net::read_full(*conn, page_bytes, net::after(_wait), "read pre-copy pages"))
-                throw error(peer + " closed the pre-copy channel in a frame");
-            // A page whose checksum fails is never installed: nothing staged
-            // is (or, in the last round, nothing more).
-            for (uint32_t i = 0; i < rep.nr_pages; i++)
-                if (page_checksum(pages.data() + size_t(i) * page_size) != sums[i])
-                    throw error(fmt::format("checksum mismatch in the pre-copy: pid {} page {:#x}",
-                                            rep.pid, rep.vaddr + uint64_t(i) * page_size));
-            // A page said valid is being installed from its copy now: one
-            // sent again would be a source's fault, and is refused.
-            if (_staged.ready() &&
-                _staged.any_valid(rep.pid, rep.vaddr,
-                                  rep.vaddr + uint64_t(rep.nr_pages) * page_size))
-                throw error(fmt::format("{}: pid {} page {:#x} sent again after it was said valid",
-                                        peer, rep.pid, rep.vaddr));
-            _staged.store(rep.pid, rep.vaddr, rep.nr_pages, pages.data());
-            frames++;
-            received += rep.nr_pages;
-        }
-        std::vector<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>> valid;
-        for (;;) {
-            auto f = control::receive(*conn, net::after(_wait));
-            control::expect(f.get(), FERRY_CONTROL__ENVELOPE__BODY_PRECOPY_VALID, peer);
-            const auto& v = *f->precopy_valid;
-            if (v.error)
-                throw error(
-                    fmt::format("{} cannot tell which staged pages are valid: {}", peer, v.error));
-            if (v.n_pid != v.n_start || v.n_pid != v.n_end)
-                throw error(peer + ": a precopy_valid frame whose arrays differ in length");
-            for (size_t i = 0; i < v.n_pid; i++) {
-                if (v.start[i] >= v.end[i] || v.start[i] % page_size || v.end[i] % page_size)
-                    throw error(fmt::format("{}: malformed valid run [{:#x}, {:#x})", peer,
-                                            v.start[i], v.end[i]));
-                valid.push_back({v.pid[i], {v.start[i], v.end[i]}});
-            }
-            if (v.last) {
-                more = v.has_more && v.more;
-                break;
-            }
-        }
-        _staged.publish(std::move(valid));
+        receive_pages(*conn, peer, frames, received);
+        _staged.publish(receive_valid(*conn, peer, more));
         _log.info("pre-copy: {} pages staged in {} frames over {:.1f} ms ({} received, {} without "
                   "room), {} valid{}, {} sent more than once (installed first)",
                   _staged.pages_staged(), frames, double(monotonic_ns() - t0) / 1e6, received,
                   _staged.pages_not_staged(), _staged.pages_valid(),
                   more ? " before the last round" : " at the freeze", _staged.pages_rewritten());
+    }
+}
+
+void precopy_receiver::receive_pages(net::stream& conn, const std::string& peer, uint64_t& frames,
+                                     uint64_t& received) {
+    std::vector<std::byte> pages(size_t(wire::max_pages_per_request) * page_size);
+    std::vector<uint64_t> sums(wire::max_pages_per_request);
+    for (;;) {
+        wire::header_bytes h;
+        if (!net::read_full(conn, h, net::after(_wait), "read pre-copy pages"))
+            throw error(peer + " closed the pre-copy channel before its end");
+        wire::page_reply rep;
+        if (auto err = wire::decode(h, rep); err != wire::decode_error::none)
+            throw error(
+                fmt::format("{}: malformed pre-copy frame ({})", peer, wire::to_string(err)));
+        if (rep.result != wire::status::ok || rep.nr_pages > wire::max_pages_per_request)
+            throw error(fmt::format("{}: pre-copy frame with status {} and {} pages", peer,
+                                    wire::to_string(rep.result), rep.nr_pages));
+        if (rep.nr_pages == 0 && rep.request_id == end_of_data)
+            return;
+        const auto sum_bytes = std::as_writable_bytes(std::span(sums).first(rep.nr_pages));
+        const auto page_bytes = std::span(pages).first(size_t(rep.nr_pages) * page_size);
+        if (!net::read_full(conn, sum_bytes, net::after(_wait), "read pre-copy checksums") ||
+            !net::read_full(conn, page_bytes, net::after(_wait), "read pre-copy pages"))
+            throw error(peer + " closed the pre-copy channel in a frame");
+        // A page whose checksum fails is never installed: nothing staged
+        // is (or, in the last round, nothing more).
+        for (uint32_t i = 0; i < rep.nr_pages; i++)
+            if (page_checksum(pages.data() + size_t(i) * page_size) != sums[i])
+                throw error(fmt::format("checksum mismatch in the pre-copy: pid {} page {:#x}",
+                                        rep.pid, rep.vaddr + uint64_t(i) * page_size));
+        // A page said valid is being installed from its copy now: one sent
+        // again would be a source's fault, and is refused.
+        if (_staged.ready() &&
+            _staged.any_valid(rep.pid, rep.vaddr, rep.vaddr + uint64_t(rep.nr_pages) * page_size))
+            throw error(fmt::format("{}: pid {} page {:#x} sent again after it was said valid",
+                                    peer, rep.pid, rep.vaddr));
+        _staged.store(rep.pid, rep.vaddr, rep.nr_pages, pages.data());
+        frames++;
+        received += rep.nr_pages;
+    }
+}
+
+std::vector<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>>
+precopy_receiver::receive_valid(net::stream& conn, const std::string& peer, bool& more) {
+    std::vector<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>> valid;
+    for (;;) {
+        auto f = control::receive(conn, net::after(_wait));
+        control::expect(f.get(), FERRY_CONTROL__ENVELOPE__BODY_PRECOPY_VALID, peer);
+        const auto& v = *f->precopy_valid;
+        if (v.error)
+            throw error(
+                fmt::format("{} cannot tell which staged pages are valid: {}", peer, v.error));
+        if (v.n_pid != v.n_start || v.n_pid != v.n_end)
+            throw error(peer + ": a precopy_valid frame whose arrays differ in length");
+        for (size_t i = 0; i < v.n_pid; i++) {
+            if (v.start[i] >= v.end[i] || v.start[i] % page_size || v.end[i] % page_size)
+                throw error(fmt::format("{}: malformed valid run [{:#x}, {:#x})", peer, v.start[i],
+                                        v.end[i]));
+            valid.push_back({v.pid[i], {v.start[i], v.end[i]}});
+        }
+        if (v.last) {
+            more = v.has_more && v.more;
+            return valid;
+        }
     }
 }
 

@@ -16,6 +16,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace ferry::lazy {
 
@@ -37,6 +39,13 @@ class precopy_receiver {
 
   private:
     void receive();
+    // Page frames up to the empty reply that ends them, checked and
+    // staged; counts them into `frames` and `pages`.
+    void receive_pages(net::stream& conn, const std::string& peer, uint64_t& frames,
+                       uint64_t& pages);
+    // precopy_valid frames up to the last; `more`: the last round follows.
+    std::vector<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>>
+    receive_valid(net::stream& conn, const std::string& peer, bool& more);
     void give_up(const std::string& why) noexcept;
 
     const net::endpoint _source;

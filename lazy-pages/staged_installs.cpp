@@ -74,6 +74,12 @@ lazy_process* claim_staged_slice(fault_state& s, background_slice& slice) {
         uint32_t pages = 0;
         uint64_t addr, img;
         uint32_t n;
+        auto take = [&] {
+            uint64_t bytes = 0;
+            slice.runs[slice.count++] =
+                unlocked_run{addr, s.staged->find(p.image_pid, img, bytes), pages, n};
+            pages += n;
+        };
         // The pages the workload rewrote during the pre-copy first: they
         // are what it was touching just before the freeze, so what its
         // first requests touch again. Their image addresses are taken for
@@ -91,10 +97,7 @@ lazy_process* claim_staged_slice(fault_state& s, background_slice& slice) {
                 continue;
             }
             p.staged_rewritten_cursor = cursor;
-            uint64_t bytes = 0;
-            slice.runs[slice.count++] =
-                unlocked_run{addr, s.staged->find(p.image_pid, img, bytes), pages, n};
-            pages += n;
+            take();
         }
         while (slice.count < slice.runs.size() && pages < background_slice::max_pages) {
             if (!p.next_free_run(p.staged_cursor, ~0ull, background_slice::max_pages - pages,
@@ -102,10 +105,7 @@ lazy_process* claim_staged_slice(fault_state& s, background_slice& slice) {
                 p.staged_done = true;
                 break;
             }
-            uint64_t bytes = 0;
-            slice.runs[slice.count++] =
-                unlocked_run{addr, s.staged->find(p.image_pid, img, bytes), pages, n};
-            pages += n;
+            take();
         }
         if (slice.count > 0) {
             begin_unlocked_copies(p);

@@ -80,6 +80,7 @@ void staged_pages::store(uint32_t pid, uint64_t addr, uint32_t nr, const std::by
 
 void staged_pages::publish(std::vector<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>> valid) {
     auto next = std::make_unique<index>();
+    next->number = uint32_t(_published.size()) + 1;
     next->rewritten = _rewritten;
     sort_and_merge(next->rewritten);
     for (const auto& r : next->rewritten)
@@ -115,7 +116,6 @@ void staged_pages::publish(std::vector<std::pair<uint32_t, std::pair<uint64_t, u
     }
     _index.store(next.get(), std::memory_order_release);
     _published.push_back(std::move(next));
-    _publications.fetch_add(1, std::memory_order_release);
 }
 
 std::span<const staged_pages::page_run> staged_pages::rewritten(uint32_t pid) const noexcept {

@@ -47,7 +47,8 @@ class staged_pages {
     // How many lists have been published: a new one may make pages staged
     // that a pass over the lazy pages has gone by.
     [[nodiscard]] uint32_t publications() const noexcept {
-        return _publications.load(std::memory_order_acquire);
+        const index* ix = current();
+        return ix ? ix->number : 0;
     }
     [[nodiscard]] bool abandoned() const noexcept {
         return _abandoned.load(std::memory_order_acquire);
@@ -97,6 +98,7 @@ class staged_pages {
         std::vector<page_run> rewritten; // sorted and merged
         uint64_t valid_pages = 0;
         uint64_t rewritten_pages = 0;
+        uint32_t number = 0; // 1 for the first list published
         // The run containing or following (pid, img), or runs.end().
         [[nodiscard]] std::vector<run>::const_iterator at_or_after(uint32_t pid,
                                                                    uint64_t img) const noexcept;
@@ -112,7 +114,6 @@ class staged_pages {
     std::vector<page_run> _rewritten;                     // as stored (receiver's thread)
     std::vector<std::unique_ptr<const index>> _published; // receiver's thread
     std::atomic<const index*> _index{nullptr};
-    std::atomic<uint32_t> _publications{0};
     std::atomic<bool> _abandoned{false};
 };
 
