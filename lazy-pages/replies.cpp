@@ -145,6 +145,20 @@ bool copy_may_go_on(fault_state& s, lazy_process& p, uffd::outcome result, int e
     case uffd::outcome::target_gone:
         s.process_gone(p);
         return false;
+    case uffd::outcome::unmapped:
+        // No registered area holds the page at `at` any more: the
+        // application unmapped or replaced it, and its event, if one came,
+        // was read before this copy was claimed. Nobody can fault on it
+        // through this uffd again, so it is dropped, not fatal; a thread
+        // blocked on it retries its access and meets whatever is there now.
+        if (!p.forked)
+            s.stats.pages_dropped += pages_in(p.take_dropped(at, at + page_size));
+        else
+            (void)p.take_dropped(at, at + page_size);
+        p.in_flight.erase(at, at + page_size);
+        p.bg_in_flight.erase(at, at + page_size);
+        (void)uffd::wake(p.uffd.get(), at, page_size);
+        return false;
     case uffd::outcome::fatal:
         throw sys_error(fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid, at,
                                     pages_in(bytes_left)),

@@ -45,7 +45,8 @@ void zero_fill(fault_state& s, lazy_process& p, uint64_t addr) {
         return;
     case uffd::outcome::exists:
         return;
-    case uffd::outcome::retry: // the address space is changing: let the thread fault again
+    case uffd::outcome::retry:    // the address space is changing: let the thread fault again
+    case uffd::outcome::unmapped: // the area went meanwhile: its access now fails or is not ours
         (void)uffd::wake(p.uffd.get(), addr, page_size);
         return;
     case uffd::outcome::target_gone:

@@ -19,6 +19,8 @@ outcome classify_uffd_error(int err) noexcept {
     case ESRCH:  // the mm is gone
     case ENOSPC: // the process is exiting (kernels >= 4.19 say ENOSPC)
         return outcome::target_gone;
+    case ENOENT: // no VMA there, or one not registered with this uffd
+        return outcome::unmapped;
     default:
         return outcome::fatal;
     }
@@ -34,6 +36,8 @@ const char* to_string(outcome o) noexcept {
         return "retry";
     case outcome::target_gone:
         return "target gone";
+    case outcome::unmapped:
+        return "unmapped";
     case outcome::fatal:
         return "fatal";
     }
@@ -59,9 +63,9 @@ copy_result copy_once(int fd, uint64_t dst, const void* src, uint64_t len) noexc
 
 copy_result copy(int fd, uint64_t dst, const void* src, uint64_t len) noexcept {
     auto res = copy_once(fd, dst, src, len);
-    if (res.result != outcome::fatal || res.err != ENOENT || len - res.bytes <= page_size)
+    if (res.result != outcome::unmapped || len - res.bytes <= page_size)
         return res;
-    // ENOENT for a range: it crosses a VMA boundary the lazy map does not
+    // ENOENT for a range: it may cross a VMA boundary the lazy map does not
     // know of. The application split the area after the restore (mprotect,
     // madvise), which sends no uffd event, and a copy may not span two
     // VMAs. One page at a time, each inside one (the workload's migration

@@ -14,6 +14,7 @@ enum class outcome : uint8_t {
     exists,      // EEXIST: some page was already present
     retry,       // EAGAIN: the address space is changing; handle events, then retry
     target_gone, // ESRCH/ENOSPC (or ENOMEM on unregister): the process has exited
+    unmapped,    // ENOENT: no area registered with this uffd holds the page now
     fatal,       // anything else
 };
 
@@ -27,7 +28,9 @@ struct copy_result {
 };
 
 // UFFDIO_COPY with mode 0, which wakes the faulting threads. A range that
-// crosses a VMA boundary the caller does not know of is copied page by page.
+// crosses a VMA boundary the caller does not know of is copied page by page;
+// `unmapped` then names a page with no registered area, `bytes` after the
+// ones before it.
 [[nodiscard]] copy_result copy(int fd, uint64_t dst, const void* src, uint64_t len) noexcept;
 [[nodiscard]] copy_result zeropage(int fd, uint64_t dst, uint64_t len) noexcept;
 [[nodiscard]] copy_result unregister_range(int fd, uint64_t start, uint64_t len) noexcept;

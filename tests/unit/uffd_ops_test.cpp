@@ -54,3 +54,38 @@ TEST_CASE("a copy across a VMA boundary made after registration lands page by pa
     CHECK(again.result == ferry::uffd::outcome::exists);
     CHECK(again.bytes == 0);
 }
+
+TEST_CASE("a copy that meets a page with no registered area says unmapped, after the pages before",
+          "[uffd]") {
+    constexpr size_t pages = 6;
+    void* m = ::mmap(nullptr, pages * page_size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(m != MAP_FAILED);
+    auto* mem = static_cast<unsigned char*>(m);
+    struct unmapped {
+        void* m;
+        ~unmapped() { ::munmap(m, pages * page_size); }
+    } unmap_at_end{m};
+    const auto addr = reinterpret_cast<uint64_t>(m);
+    ferry::unique_fd uffd(int(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
+    REQUIRE(uffd);
+    uffdio_api api{UFFD_API, 0, 0};
+    REQUIRE(::ioctl(uffd.get(), UFFDIO_API, &api) == 0);
+    uffdio_register reg{{addr, pages * page_size}, UFFDIO_REGISTER_MODE_MISSING, 0};
+    REQUIRE(::ioctl(uffd.get(), UFFDIO_REGISTER, &reg) == 0);
+    // Page 2 goes, and page 4 is mapped again unregistered, with no event
+    // (this uffd asked for none).
+    REQUIRE(::munmap(mem + 2 * page_size, page_size) == 0);
+    REQUIRE(::mmap(mem + 4 * page_size, page_size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == mem + 4 * page_size);
+
+    std::vector<unsigned char> data(pages * page_size, 7);
+    const auto res = ferry::uffd::copy(uffd.get(), addr, data.data(), pages * page_size);
+    CHECK(res.result == ferry::uffd::outcome::unmapped);
+    CHECK(res.bytes == 2 * page_size);
+    CHECK(mem[page_size + 5] == 7);
+    const auto one = ferry::uffd::copy(uffd.get(), addr + 4 * page_size, data.data(), page_size);
+    CHECK(one.result == ferry::uffd::outcome::unmapped);
+    CHECK(one.bytes == 0);
+    CHECK(mem[4 * page_size + 5] == 0); // the new area's own zero page, untouched by the copy
+}
