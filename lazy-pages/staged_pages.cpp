@@ -64,15 +64,16 @@ void staged_pages::store(uint32_t pid, uint64_t addr, uint32_t nr, const std::by
         if (it != _extents.end() && it->first.first == pid)
             upto = std::min(upto, it->first.second);
         const uint64_t len = upto - addr;
-        if (_used + len > _memory.size()) {
-            _overflow_pages += pages_in(len);
+        const uint64_t used = _used.load(std::memory_order_relaxed); // only this thread writes it
+        if (used + len > _memory.size()) {
+            _overflow_pages.fetch_add(pages_in(len), std::memory_order_relaxed);
             data += len;
             addr = upto;
             continue;
         }
-        std::memcpy(_memory.data() + _used, data, size_t(len));
-        _extents.emplace(std::pair{pid, addr}, extent{upto, _used});
-        _used += len;
+        std::memcpy(_memory.data() + used, data, size_t(len));
+        _extents.emplace(std::pair{pid, addr}, extent{upto, used});
+        _used.store(used + len, std::memory_order_relaxed);
         data += len;
         addr = upto;
     }

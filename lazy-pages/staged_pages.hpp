@@ -78,10 +78,15 @@ class staged_pages {
     [[nodiscard]] std::span<const page_run> rewritten(uint32_t pid) const noexcept;
     static constexpr size_t max_rewritten_runs = 65536;
 
-    [[nodiscard]] uint64_t pages_staged() const noexcept { return _used / 4096; }
+    // These two are read by the report's thread while the receiver stores.
+    [[nodiscard]] uint64_t pages_staged() const noexcept {
+        return _used.load(std::memory_order_relaxed) / 4096;
+    }
     [[nodiscard]] uint64_t pages_rewritten() const noexcept;
     [[nodiscard]] uint64_t pages_valid() const noexcept;
-    [[nodiscard]] uint64_t pages_not_staged() const noexcept { return _overflow_pages; }
+    [[nodiscard]] uint64_t pages_not_staged() const noexcept {
+        return _overflow_pages.load(std::memory_order_relaxed);
+    }
 
   private:
     struct extent { // staged pages [start, end) of a pid, at `offset` in the memory
@@ -108,8 +113,8 @@ class staged_pages {
     }
 
     mapping _memory;
-    uint64_t _used = 0;
-    uint64_t _overflow_pages = 0;
+    std::atomic<uint64_t> _used{0};
+    std::atomic<uint64_t> _overflow_pages{0};
     std::map<std::pair<uint32_t, uint64_t>, extent> _extents;
     std::vector<page_run> _rewritten;                     // as stored (receiver's thread)
     std::vector<std::unique_ptr<const index>> _published; // receiver's thread
