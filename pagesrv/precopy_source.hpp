@@ -15,15 +15,18 @@
 #include "core/range_map.hpp"
 #include "sys/net.hpp"
 #include "sys/write_tracker.hpp"
+#include "wire/page_wire.hpp"
 
 #include <spdlog/logger.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,6 +49,23 @@ struct precopy_summary {
     bool converged = false;         // the rounds stopped shrinking
     bool connected = false;         // the destination's channel came
 };
+
+// A frame's pages, read with others in one process_vm_readv and sent with
+// them in one write (the pre-copy's rounds).
+struct frame_piece {
+    uint64_t at = 0;
+    uint32_t pages = 0;
+};
+// Of pieces read in order by one process_vm_readv that returned `read`
+// pages (it stops at the first page it cannot read): `frames` of them carry
+// pages, the last perhaps only its start, and the next read begins after
+// `done` of them (those, and a piece whose first page could not be read).
+struct pieces_read {
+    size_t frames = 0;
+    size_t done = 0;
+};
+[[nodiscard]] pieces_read count_pieces_read(std::span<const frame_piece> pieces,
+                                            uint64_t read) noexcept;
 
 class precopy_source {
   public:
@@ -105,6 +125,11 @@ class precopy_source {
     // freezes); false once it left it (the freeze or a stop).
     bool send_runs(net::stream& conn, process& p, const std::vector<proc::page_run>& runs,
                    uint32_t round, uint64_t& sent, phase while_in);
+    // Reads the pieces in `_batch` with one process_vm_readv and sends
+    // them, a frame each, with one write; a piece that cannot be read is
+    // skipped from there to its end (it is fetched after the freeze), and
+    // the pieces after it go in the next read. Empties `_batch`.
+    void send_batch(net::stream& conn, process& p, uint32_t round, uint64_t& sent);
     // Pages of every tracked area written since the last look, taken off
     // the clean sets; an area that cannot be scanned any more counts as
     // written whole and is tracked no more.
@@ -124,6 +149,9 @@ class precopy_source {
     std::vector<process> _procs; // the channel's thread's alone once serving
     std::vector<std::byte> _buffer;
     std::vector<uint64_t> _checksums;
+    std::vector<frame_piece> _batch;
+    std::vector<wire::header_bytes> _headers;
+    std::vector<iovec> _remote, _out;
 
     mutable std::mutex _mu;
     std::condition_variable _changed;

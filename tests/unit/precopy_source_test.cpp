@@ -313,3 +313,22 @@ TEST_CASE("near the freeze the rounds end once the tree is seen freezing; what i
     CHECK_FALSE(destination::is_in(pre.dest.lists[0], c.area + 6 * page_size));
     CHECK(destination::is_in(pre.dest.lists[1], c.area + 6 * page_size));
 }
+
+TEST_CASE("a batch read that stops early sends what came and reads on after the failing page",
+          "[precopy]") {
+    using pagesrv::count_pieces_read;
+    const std::array<pagesrv::frame_piece, 3> pieces{{{0x1000, 1}, {0x8000, 3}, {0x20000, 2}}};
+    const auto check = [&](uint64_t read, size_t frames, size_t done) {
+        INFO("read " << read);
+        const auto r = count_pieces_read(pieces, read);
+        CHECK(r.frames == frames);
+        CHECK(r.done == done);
+    };
+    check(6, 3, 3); // all of it
+    check(0, 0, 1); // the first page failed: the next read starts at the second piece
+    check(1, 1, 2); // the second piece's first page failed: skipped, the third read next
+    check(2, 2, 2); // the second piece in part: its start goes, its rest is skipped
+    check(4, 2, 3); // the third piece's first page failed
+    check(5, 3, 3); // the third in part
+    CHECK(count_pieces_read({}, 0).done == 0);
+}
