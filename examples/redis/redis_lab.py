@@ -167,8 +167,10 @@ class Lab:
         c = json.loads(out)
         # The replies log counts from the client's start (CLOCK_MONOTONIC too).
         start = c.get("start_monotonic_ns")
+        resumed = m.get("resumed_monotonic_ns")
         c.update(client_phases(replies, m.get("post_copy_ms", 0.0),
-                               started_ns - start if start is not None else None))
+                               started_ns - start if start is not None else None,
+                               resumed_ns=resumed - start if None not in (resumed, start) else None))
         self.where = other
         return m, c
 
@@ -185,7 +187,12 @@ class Lab:
             raise RuntimeError(f"migrator printed no JSON: {r.stderr.strip()[-2000:]}")
         if not j.get("ok"):
             raise RuntimeError(f"migration failed: {j.get('error')}")
+        # When the copy resumed, on CLOCK_MONOTONIC (the client's clock):
+        # where the switchover is in the client's replies.
+        resumed = (j["freeze_monotonic_ns"] + round(j["downtime_ms"] * 1e6)
+                   if j.get("freeze_monotonic_ns") else None)
         return {"method": "ferry", "downtime_ms": j["downtime_ms"], "total_ms": j["total_ms"],
+                "resumed_monotonic_ns": resumed,
                 "post_copy_ms": j["phases_ms"]["post_copy"], "breakdown": j["downtime_breakdown_ms"],
                 "pages_total": j["pages_total"], "pages_faulted": j["pages_faulted"], "wall_s": wall,
                 "source_removed": j.get("source_container_removed", False),
@@ -228,10 +235,14 @@ MIGRATION_FIGURES = ("fault_p99_us", "fault_fetch_p50_us", "fault_fetch_p99_us",
                      "lazy_pages_cpu_ms")
 
 
-def replies_around_gap(replies_path):
+def replies_around_gap(replies_path, resumed_ns=None):
     """The client's replies as (time ns, latency ns), and the index of the
-    first reply after the longest gap between two (the switchover); None if
-    there are fewer than two replies."""
+    first reply after the switchover; None if there are fewer than two
+    replies. With `resumed_ns` (when the copy resumed, on the replies log's
+    clock) that is the first reply completed after it; without, the first
+    after the longest gap between two. A stall longer than the switchover's
+    gap later in the post-copy (one of 419 ms was seen on 2026-12-07) made
+    the longest gap the wrong anchor."""
     rows = []
     with open(replies_path) as f:
         for line in f:
@@ -239,31 +250,42 @@ def replies_around_gap(replies_path):
             rows.append((int(t), int(lat)))
     if len(rows) < 2:
         return rows, None
+    if resumed_ns is not None:
+        after = next((i for i, (t, _) in enumerate(rows) if t >= resumed_ns), None)
+        if after is not None and after >= 1:
+            return rows, after
     return rows, max(range(1, len(rows)), key=lambda i: rows[i][0] - rows[i - 1][0])
 
 
-def client_phases(replies_path, post_copy_ms, started_ns=None, window_ms=2000.0):
+def client_phases(replies_path, post_copy_ms, started_ns=None, window_ms=2000.0, resumed_ns=None):
     """Reply latencies in three phases: before the move began (`started_ns`,
     on the replies log's clock: from the client's start), while it prepared (from then to
-    the longest gap: the destination's warm restore and the source's
-    checkpoint share the machine with the client), and right after the gap:
+    the switchover: the destination's warm restore and the source's
+    checkpoint share the machine with the client), and right after it:
     during the post-copy (its length from the migrator) or, for
     stop-and-copy, the first window_ms. Without `started_ns`, "before" is
-    everything before the gap."""
-    rows, gap_i = replies_around_gap(replies_path)
+    everything before the switchover. The switchover is the resume
+    (`resumed_ns`, on the same clock) where the migrator gives it, else the
+    longest gap (replies_around_gap). Also the switchover's own gap, and
+    the longest gap between replies after it within the window."""
+    rows, gap_i = replies_around_gap(replies_path, resumed_ns)
     if gap_i is None:
         return {}
-    resumed = rows[gap_i][0]
+    resumed = rows[gap_i][0] if resumed_ns is None else resumed_ns
     span = (post_copy_ms if post_copy_ms > 0 else window_ms) * 1e6
     before = [lat for t, lat in rows[:gap_i] if started_ns is None or t < started_ns]
     preparing = [lat for t, lat in rows[:gap_i] if started_ns is not None and t >= started_ns]
     if not before:  # the client had not answered before the move began
         before, preparing = preparing, []
-    after = [lat for t, lat in rows[gap_i:] if t - resumed <= span]
+    window = [(t, lat) for t, lat in rows[gap_i:] if t - resumed <= span]
+    after = [lat for _, lat in window]
+    stall = max((b[0] - a[0] for a, b in zip(window, window[1:])), default=0)
     us = lambda v: v / 1e3  # noqa: E731
     out = {"before_p50_us": us(pct(before, 50)), "before_p99_us": us(pct(before, 99)),
            "after_p50_us": us(pct(after, 50)), "after_p99_us": us(pct(after, 99)),
-           "after_window_ms": span / 1e6, "after_replies": len(after)}
+           "after_window_ms": span / 1e6, "after_replies": len(after),
+           "switchover_gap_ms": (rows[gap_i][0] - rows[gap_i - 1][0]) / 1e6,
+           "longest_gap_after_ms": stall / 1e6}
     if preparing:
         out.update({"preparing_p99_us": us(pct(preparing, 99)), "preparing_replies": len(preparing)})
     return out
@@ -309,7 +331,8 @@ def check(lab, before, m, c):
 
 def summary(m, c):
     return (f"container downtime {m['downtime_ms']:.1f} ms, client-visible downtime "
-            f"{c['longest_gap_ms']:.1f} ms (longest gap between replies), replies p99 "
+            f"{c.get('switchover_gap_ms', c['longest_gap_ms']):.1f} ms (the gap between replies "
+            f"at the switchover; longest after it {c.get('longest_gap_after_ms', 0):.1f} ms), replies p99 "
             f"before {c.get('before_p99_us', 0):.0f} us, while it prepared {c.get('preparing_p99_us', 0):.0f} us, "
             f"right after {c.get('after_p99_us', 0):.0f} us "
             f"over {c.get('after_window_ms', 0):.0f} ms; {c['replies']} replies, {c['failovers']} reconnects")

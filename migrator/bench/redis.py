@@ -22,10 +22,12 @@ import redis_lab  # noqa: E402
 TIMELINE_BEFORE_MS, TIMELINE_AFTER_MS, TIMELINE_POINTS = 1000.0, 4000.0, 4000
 
 
-def timeline(replies_path):
-    """Reply latency against time around the longest gap: [(ms from the
-    resume, latency us)], thinned to at most TIMELINE_POINTS, and the gap."""
-    rows, gap_i = redis_lab.replies_around_gap(replies_path)
+def timeline(replies_path, resumed_ns=None):
+    """Reply latency against time around the switchover (the resume at
+    `resumed_ns` on the replies log's clock, else the longest gap): [(ms
+    from the resume, latency us)], thinned to at most TIMELINE_POINTS, and
+    the switchover's gap."""
+    rows, gap_i = redis_lab.replies_around_gap(replies_path, resumed_ns)
     if gap_i is None:
         return {}
     resumed = rows[gap_i][0]
@@ -89,7 +91,9 @@ class RedisBench:
     def ferry(self, mib):
         m, c = self.lab.under_load(lambda src, dst: self.lab.ferry(src, dst, self.fabric))
         self._checked(m, c)
-        self.last_timeline = timeline(os.path.join(self.lab.work, "replies.log"))
+        resumed, start = m.get("resumed_monotonic_ns"), c.get("start_monotonic_ns")
+        self.last_timeline = timeline(os.path.join(self.lab.work, "replies.log"),
+                                      resumed - start if None not in (resumed, start) else None)
         return self._figures(m, c)
 
     def ferry_precopy(self, mib):
@@ -127,8 +131,12 @@ class RedisBench:
             if m.get(k) is not None:  # an older migrator reports fewer
                 out[k] = m[k]
         if c:
-            out.update({"client_gap_ms": c["longest_gap_ms"],
-                        "client_gap_over_downtime_ms": c["longest_gap_ms"] - m["downtime_ms"],
+            # The gap at the switchover (the resume where the migrator gives
+            # it), and apart from it the longest gap during the post-copy.
+            gap = c.get("switchover_gap_ms", c["longest_gap_ms"])
+            out.update({"client_gap_ms": gap,
+                        "client_gap_over_downtime_ms": gap - m["downtime_ms"],
+                        "client_longest_gap_after_ms": c.get("longest_gap_after_ms", 0.0),
                         "reply_p99_before_us": c.get("before_p99_us", 0.0),
                         "reply_p99_preparing_us": c.get("preparing_p99_us", 0.0),
                         "reply_p99_after_us": c.get("after_p99_us", 0.0), "replies": c["replies"],

@@ -63,7 +63,8 @@ def redis_summary(raw, links=None):
             if not ok:
                 continue
             row = {}
-            for key in ("client_gap_ms", "client_gap_over_downtime_ms", "downtime_ms", "reply_p99_before_us",
+            for key in ("client_gap_ms", "client_gap_over_downtime_ms", "client_longest_gap_after_ms",
+                        "downtime_ms", "reply_p99_before_us",
                         "reply_p99_preparing_us", "reply_p99_after_us", "post_copy_ms", "background_mib_per_s", "total_ms",
                         "failovers", "fault_fetch_p50_us", "fault_fetch_p99_us", "precopy_ms",
                         "precopy_pages_installed", "total_with_precopy_ms"):

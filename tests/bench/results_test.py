@@ -158,6 +158,29 @@ class ClientPhases(unittest.TestCase):
         # Without the moment the move began, "before" takes the preparation in.
         self.assertAlmostEqual(redis_lab.client_phases(path, 1000.0)["before_p99_us"], 900.0)
 
+    def test_the_switchover_is_the_resume_not_a_longer_stall_after_it(self):
+        sys.path.insert(0, os.path.join(REPO, "examples", "redis"))
+        import redis_lab
+        ms = 1_000_000
+        # Replies of 100 us, the switchover's 40 ms gap (resumed at 140 ms),
+        # replies of 400 us for 300 ms of post-copy with a 200 ms stall in
+        # it, then replies of 100 us again.
+        rows = [(i * ms, 100_000) for i in range(100)]
+        rows += [(140 * ms + i * ms, 400_000) for i in range(100)]
+        rows += [(440 * ms + i * ms, 100_000) for i in range(1000)]
+        path = self.replies(rows)
+        c = redis_lab.client_phases(path, 300.0, resumed_ns=140 * ms)
+        self.assertAlmostEqual(c["switchover_gap_ms"], 41.0)
+        self.assertAlmostEqual(c["longest_gap_after_ms"], 201.0)
+        self.assertAlmostEqual(c["after_p99_us"], 400.0)
+        self.assertAlmostEqual(c["before_p99_us"], 100.0)
+        # Anchored on the longest gap, the window would start at the stall:
+        # the post-copy's replies would count as before it, the ones after
+        # it as during.
+        wrong = redis_lab.client_phases(path, 300.0)
+        self.assertAlmostEqual(wrong["switchover_gap_ms"], 201.0)
+        self.assertAlmostEqual(wrong["after_p99_us"], 100.0)
+
 
 if __name__ == "__main__":
     unittest.main()
