@@ -450,8 +450,8 @@ void fault_loop::staged_main() {
         // The workload and the handlers first: while the application
         // faults, the pages it waits for are the fetched ones, whose
         // replies need this host's CPU.
-        if (faulting) {
-            struct timespec ts = {0, 200'000};
+        if (faulting || fault_injected(fault::slow_background)) {
+            struct timespec ts = {0, faulting ? 200'000 : 10'000'000};
             ::nanosleep(&ts, nullptr);
         } else {
             ::sched_yield();

@@ -300,13 +300,19 @@ void precopy_source::send_batch(net::stream& conn, process& p, uint32_t round, u
             _out[size_t(iovs++)] = {_checksums.data() + page, size_t(n) * sizeof(uint64_t)};
             _out[size_t(iovs++)] = {_buffer.data() + size_t(page) * page_size,
                                     size_t(n) * page_size};
-            p.clean.insert_identity(f.at, f.at + uint64_t(n) * page_size);
-            sent += n;
             page += n;
         }
         if (iovs > 0)
             net::writev_full(conn, _out.data(), iovs, net::after(send_bound),
                              "send pre-copy pages");
+        // Clean from here on: sent, and not written since.
+        page = 0;
+        for (size_t i = 0; i < r.frames; i++) {
+            const auto n = std::min<uint64_t>(pieces[i].pages, read - page);
+            p.clean.insert_identity(pieces[i].at, pieces[i].at + n * page_size);
+            sent += n;
+            page += n;
+        }
         from += r.done;
     }
     _batch.clear();

@@ -18,6 +18,7 @@ enum class fault : unsigned {
     slow_pool_push = 1u << 7,          // source pauses 100 ms between pool push batches
     vma_flags_changed = 1u << 8,       // migrator's watch sees a madvise, source a changed flag
     slow_background = 1u << 9,         // destination pauses 10 ms after each background reply
+                                       // and each slice of the staged copy
     warm_start_fail = 1u << 10,        // destination refuses its warm restore once it waits
     dest_die_warm = 1u << 11,          // destination SIGKILLs itself once its warm restore waits
     criu_fail_before_post_restore = 1u << 12, // destination's CRIU fails just before post-restore
