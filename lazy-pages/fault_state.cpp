@@ -3,6 +3,7 @@
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/page.hpp"
+#include "uffd_ops.hpp"
 #include "unlocked_copies.hpp"
 
 #include <fmt/format.h>
@@ -59,6 +60,15 @@ void fault_state::process_gone(lazy_process& p) {
     p.bg_in_flight.clear();
     unwatch_uffd(p.uffd.get());
     p.uffd.reset();
+}
+
+void fault_state::range_gone(lazy_process& p, uint64_t start, uint64_t end) {
+    const uint64_t dropped = p.take_dropped(start, end);
+    if (!p.forked)
+        stats.pages_dropped += pages_in(dropped);
+    p.in_flight.erase(start, end);
+    p.bg_in_flight.erase(start, end);
+    (void)uffd::wake(p.uffd.get(), start, end - start);
 }
 
 void fault_state::check_deadlines() const {

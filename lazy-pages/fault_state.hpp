@@ -101,6 +101,10 @@ struct fault_state {
                uint8_t stream = 0);
     // The process exited: its lazy pages are dropped, its uffd forgotten.
     void process_gone(lazy_process& p);
+    // [start, end) of `p` is no longer the migration's to fill (discarded,
+    // unmapped or replaced): dropped from the lazy and in-flight maps, and
+    // threads blocked there woken to retry their access.
+    void range_gone(lazy_process& p, uint64_t start, uint64_t end);
     // Throws if the oldest request of either kind has waited too long: a
     // page that cannot be served never turns into a zero page.
     void check_deadlines() const;

@@ -151,13 +151,7 @@ bool copy_may_go_on(fault_state& s, lazy_process& p, uffd::outcome result, int e
         // was read before this copy was claimed. Nobody can fault on it
         // through this uffd again, so it is dropped, not fatal; a thread
         // blocked on it retries its access and meets whatever is there now.
-        if (!p.forked)
-            s.stats.pages_dropped += pages_in(p.take_dropped(at, at + page_size));
-        else
-            (void)p.take_dropped(at, at + page_size);
-        p.in_flight.erase(at, at + page_size);
-        p.bg_in_flight.erase(at, at + page_size);
-        (void)uffd::wake(p.uffd.get(), at, page_size);
+        s.range_gone(p, at, at + page_size);
         return false;
     case uffd::outcome::fatal:
         throw sys_error(fmt::format("UFFDIO_COPY pid {} {:#x} +{} pages", p.image_pid, at,

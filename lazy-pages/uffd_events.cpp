@@ -161,12 +161,7 @@ void handle_remove(fault_state& s, lazy_process& p, const uffd_msg& msg) {
                 fmt::format("UFFDIO_UNREGISTER pid {} [{:#x}, {:#x})", p.image_pid, start, end),
                 r.err);
     }
-    const uint64_t dropped = p.take_dropped(start, end);
-    if (!p.forked)
-        s.stats.pages_dropped += pages_in(dropped);
-    p.in_flight.erase(start, end);
-    p.bg_in_flight.erase(start, end);
-    (void)uffd::wake(p.uffd.get(), start, end - start);
+    s.range_gone(p, start, end);
 }
 
 } // namespace

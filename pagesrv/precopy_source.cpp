@@ -227,6 +227,15 @@ bool precopy_source::send_runs(net::stream& conn, process& p,
                                const std::vector<proc::page_run>& runs, uint32_t round,
                                uint64_t& sent, phase while_in) {
     uint32_t batched = 0;
+    auto flush = [&] {
+        batched = 0;
+        if (!still_in(while_in)) {
+            _batch.clear();
+            return false;
+        }
+        send_batch(conn, p, round, sent);
+        return true;
+    };
     for (const auto& run : runs) {
         for (uint64_t at = run.start; at < run.end;) {
             const auto n =
@@ -234,24 +243,11 @@ bool precopy_source::send_runs(net::stream& conn, process& p,
             _batch.push_back({at, n});
             batched += n;
             at += uint64_t(n) * page_size;
-            if (_batch.size() == frames_per_batch || batched == pages_per_frame) {
-                if (!still_in(while_in)) {
-                    _batch.clear();
-                    return false;
-                }
-                send_batch(conn, p, round, sent);
-                batched = 0;
-            }
+            if ((_batch.size() == frames_per_batch || batched == pages_per_frame) && !flush())
+                return false;
         }
     }
-    if (_batch.empty())
-        return true;
-    if (!still_in(while_in)) {
-        _batch.clear();
-        return false;
-    }
-    send_batch(conn, p, round, sent);
-    return true;
+    return _batch.empty() || flush();
 }
 
 pieces_read count_pieces_read(std::span<const frame_piece> pieces, uint64_t read) noexcept {
@@ -269,7 +265,7 @@ pieces_read count_pieces_read(std::span<const frame_piece> pieces, uint64_t read
 void precopy_source::send_batch(net::stream& conn, process& p, uint32_t round, uint64_t& sent) {
     size_t from = 0;
     while (from < _batch.size()) {
-        const std::span<const frame_piece> pieces(_batch.data() + from, _batch.size() - from);
+        const std::span<frame_piece> pieces(_batch.data() + from, _batch.size() - from);
         uint64_t bytes = 0;
         for (size_t i = 0; i < pieces.size(); i++) {
             _remote[i] = {reinterpret_cast<void*>(pieces[i].at),
@@ -292,27 +288,23 @@ void precopy_source::send_batch(net::stream& conn, process& p, uint32_t round, u
         uint64_t page = 0;
         int iovs = 0;
         for (size_t i = 0; i < r.frames; i++) {
-            const frame_piece& f = pieces[i];
-            const auto n = uint32_t(std::min<uint64_t>(f.pages, read - page));
+            frame_piece& f = pieces[i];
+            f.pages = uint32_t(std::min<uint64_t>(f.pages, read - page)); // what was read of it
             _headers[i] =
-                wire::encode(wire::page_reply{wire::status::ok, p.image_pid, n, f.at, round});
+                wire::encode(wire::page_reply{wire::status::ok, p.image_pid, f.pages, f.at, round});
             _out[size_t(iovs++)] = {_headers[i].data(), _headers[i].size()};
-            _out[size_t(iovs++)] = {_checksums.data() + page, size_t(n) * sizeof(uint64_t)};
+            _out[size_t(iovs++)] = {_checksums.data() + page, size_t(f.pages) * sizeof(uint64_t)};
             _out[size_t(iovs++)] = {_buffer.data() + size_t(page) * page_size,
-                                    size_t(n) * page_size};
-            page += n;
+                                    size_t(f.pages) * page_size};
+            page += f.pages;
         }
         if (iovs > 0)
             net::writev_full(conn, _out.data(), iovs, net::after(send_bound),
                              "send pre-copy pages");
         // Clean from here on: sent, and not written since.
-        page = 0;
-        for (size_t i = 0; i < r.frames; i++) {
-            const auto n = std::min<uint64_t>(pieces[i].pages, read - page);
-            p.clean.insert_identity(pieces[i].at, pieces[i].at + n * page_size);
-            sent += n;
-            page += n;
-        }
+        for (const frame_piece& f : pieces.first(r.frames))
+            p.clean.insert_identity(f.at, f.at + uint64_t(f.pages) * page_size);
+        sent += page;
         from += r.done;
     }
     _batch.clear();

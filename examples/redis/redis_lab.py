@@ -167,10 +167,9 @@ class Lab:
         c = json.loads(out)
         # The replies log counts from the client's start (CLOCK_MONOTONIC too).
         start = c.get("start_monotonic_ns")
-        resumed = m.get("resumed_monotonic_ns")
         c.update(client_phases(replies, m.get("post_copy_ms", 0.0),
                                started_ns - start if start is not None else None,
-                               resumed_ns=resumed - start if None not in (resumed, start) else None))
+                               resumed_ns=resumed_in_replies(m, c)))
         self.where = other
         return m, c
 
@@ -233,6 +232,14 @@ class Lab:
 # (None where an older migrator lacks them).
 MIGRATION_FIGURES = ("fault_p99_us", "fault_fetch_p50_us", "fault_fetch_p99_us", "source_serve_cpu_ms",
                      "lazy_pages_cpu_ms")
+
+
+def resumed_in_replies(m, c):
+    """When the copy resumed, on the replies log's clock (from the client's
+    start); None where the migration (podman's baseline) or the client
+    gives no stamp."""
+    resumed, start = m.get("resumed_monotonic_ns"), c.get("start_monotonic_ns")
+    return resumed - start if None not in (resumed, start) else None
 
 
 def replies_around_gap(replies_path, resumed_ns=None):

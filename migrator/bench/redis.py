@@ -91,9 +91,8 @@ class RedisBench:
     def ferry(self, mib):
         m, c = self.lab.under_load(lambda src, dst: self.lab.ferry(src, dst, self.fabric))
         self._checked(m, c)
-        resumed, start = m.get("resumed_monotonic_ns"), c.get("start_monotonic_ns")
         self.last_timeline = timeline(os.path.join(self.lab.work, "replies.log"),
-                                      resumed - start if None not in (resumed, start) else None)
+                                      redis_lab.resumed_in_replies(m, c))
         return self._figures(m, c)
 
     def ferry_precopy(self, mib):

@@ -10,6 +10,7 @@ import unittest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "migrator", "bench"))
 sys.path.insert(0, os.path.join(REPO, "examples", "bench"))
+sys.path.insert(0, os.path.join(REPO, "examples", "redis"))
 
 import results  # noqa: E402
 
@@ -141,7 +142,6 @@ class ClientPhases(unittest.TestCase):
         return f.name
 
     def test_before_ends_where_the_move_began(self):
-        sys.path.insert(0, os.path.join(REPO, "examples", "redis"))
         import redis_lab
         ms = 1_000_000
         # 100 replies of 100 us before the move began at t=100 ms, 50 of 900 us
@@ -159,7 +159,6 @@ class ClientPhases(unittest.TestCase):
         self.assertAlmostEqual(redis_lab.client_phases(path, 1000.0)["before_p99_us"], 900.0)
 
     def test_the_switchover_is_the_resume_not_a_longer_stall_after_it(self):
-        sys.path.insert(0, os.path.join(REPO, "examples", "redis"))
         import redis_lab
         ms = 1_000_000
         # Replies of 100 us, the switchover's 40 ms gap (resumed at 140 ms),

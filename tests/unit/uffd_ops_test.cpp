@@ -18,19 +18,44 @@
 
 using ferry::page_size;
 
+namespace {
+
+// `pages` of private anonymous memory registered for missing faults with a
+// uffd that asks for no events, unmapped at the end. Nothing may touch a
+// page of it before a copy lands there: the fault would block the test.
+struct registered_area {
+    size_t pages;
+    unsigned char* mem = nullptr;
+    uint64_t addr = 0;
+    ferry::unique_fd uffd;
+
+    explicit registered_area(size_t n) : pages(n) {
+        void* m = ::mmap(nullptr, pages * page_size, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        REQUIRE(m != MAP_FAILED);
+        mem = static_cast<unsigned char*>(m);
+        addr = reinterpret_cast<uint64_t>(m);
+        uffd.reset(int(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
+        REQUIRE(uffd);
+        uffdio_api api{UFFD_API, 0, 0};
+        REQUIRE(::ioctl(uffd.get(), UFFDIO_API, &api) == 0);
+        uffdio_register reg{{addr, pages * page_size}, UFFDIO_REGISTER_MODE_MISSING, 0};
+        REQUIRE(::ioctl(uffd.get(), UFFDIO_REGISTER, &reg) == 0);
+    }
+    registered_area(const registered_area&) = delete;
+    registered_area& operator=(const registered_area&) = delete;
+    ~registered_area() {
+        if (mem)
+            ::munmap(mem, pages * page_size);
+    }
+};
+
+} // namespace
+
 TEST_CASE("a copy across a VMA boundary made after registration lands page by page", "[uffd]") {
     constexpr size_t pages = 8;
-    void* m = ::mmap(nullptr, pages * page_size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(m != MAP_FAILED);
-    auto* mem = static_cast<unsigned char*>(m);
-    const auto addr = reinterpret_cast<uint64_t>(m);
-    ferry::unique_fd uffd(int(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
-    REQUIRE(uffd);
-    uffdio_api api{UFFD_API, 0, 0};
-    REQUIRE(::ioctl(uffd.get(), UFFDIO_API, &api) == 0);
-    uffdio_register reg{{addr, pages * page_size}, UFFDIO_REGISTER_MODE_MISSING, 0};
-    REQUIRE(::ioctl(uffd.get(), UFFDIO_REGISTER, &reg) == 0);
+    registered_area area(pages);
+    auto* mem = area.mem;
     // As an application may after the restore: one area becomes two VMAs,
     // both still registered, with no uffd event.
     REQUIRE(::mprotect(mem + 5 * page_size, 3 * page_size, PROT_READ) == 0);
@@ -38,19 +63,14 @@ TEST_CASE("a copy across a VMA boundary made after registration lands page by pa
     std::vector<unsigned char> data(pages * page_size);
     for (size_t p = 0; p < pages; p++)
         std::memset(data.data() + p * page_size, int(p + 1), page_size);
-    const auto res = ferry::uffd::copy(uffd.get(), addr, data.data(), pages * page_size);
-    // Only then may the test touch the area: a missing page would block it.
-    struct unmapped {
-        void* m;
-        ~unmapped() { ::munmap(m, pages * page_size); }
-    } unmap_at_end{m};
+    const auto res = ferry::uffd::copy(area.uffd.get(), area.addr, data.data(), pages * page_size);
     REQUIRE(res.result == ferry::uffd::outcome::done);
     REQUIRE(res.bytes == pages * page_size);
     for (size_t p = 0; p < pages; p++)
         CHECK(mem[p * page_size + 17] == p + 1);
 
     // A page already present stops it as before: EEXIST, with what landed.
-    const auto again = ferry::uffd::copy(uffd.get(), addr, data.data(), 2 * page_size);
+    const auto again = ferry::uffd::copy(area.uffd.get(), area.addr, data.data(), 2 * page_size);
     CHECK(again.result == ferry::uffd::outcome::exists);
     CHECK(again.bytes == 0);
 }
@@ -58,21 +78,8 @@ TEST_CASE("a copy across a VMA boundary made after registration lands page by pa
 TEST_CASE("a copy that meets a page with no registered area says unmapped, after the pages before",
           "[uffd]") {
     constexpr size_t pages = 6;
-    void* m = ::mmap(nullptr, pages * page_size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(m != MAP_FAILED);
-    auto* mem = static_cast<unsigned char*>(m);
-    struct unmapped {
-        void* m;
-        ~unmapped() { ::munmap(m, pages * page_size); }
-    } unmap_at_end{m};
-    const auto addr = reinterpret_cast<uint64_t>(m);
-    ferry::unique_fd uffd(int(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
-    REQUIRE(uffd);
-    uffdio_api api{UFFD_API, 0, 0};
-    REQUIRE(::ioctl(uffd.get(), UFFDIO_API, &api) == 0);
-    uffdio_register reg{{addr, pages * page_size}, UFFDIO_REGISTER_MODE_MISSING, 0};
-    REQUIRE(::ioctl(uffd.get(), UFFDIO_REGISTER, &reg) == 0);
+    registered_area area(pages);
+    auto* mem = area.mem;
     // Page 2 goes, and page 4 is mapped again unregistered, with no event
     // (this uffd asked for none).
     REQUIRE(::munmap(mem + 2 * page_size, page_size) == 0);
@@ -80,11 +87,12 @@ TEST_CASE("a copy that meets a page with no registered area says unmapped, after
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == mem + 4 * page_size);
 
     std::vector<unsigned char> data(pages * page_size, 7);
-    const auto res = ferry::uffd::copy(uffd.get(), addr, data.data(), pages * page_size);
+    const auto res = ferry::uffd::copy(area.uffd.get(), area.addr, data.data(), pages * page_size);
     CHECK(res.result == ferry::uffd::outcome::unmapped);
     CHECK(res.bytes == 2 * page_size);
     CHECK(mem[page_size + 5] == 7);
-    const auto one = ferry::uffd::copy(uffd.get(), addr + 4 * page_size, data.data(), page_size);
+    const auto one =
+        ferry::uffd::copy(area.uffd.get(), area.addr + 4 * page_size, data.data(), page_size);
     CHECK(one.result == ferry::uffd::outcome::unmapped);
     CHECK(one.bytes == 0);
     CHECK(mem[4 * page_size + 5] == 0); // the new area's own zero page, untouched by the copy
