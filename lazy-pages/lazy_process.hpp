@@ -16,6 +16,14 @@
 
 namespace ferry::lazy {
 
+// A thread copying at copy_policy::idle (unlocked_copies.hpp). `at_idle`
+// is true whenever the thread may be at SCHED_IDLE: set before it drops,
+// cleared after it rises, so a guard that reads false needs to raise none.
+struct idle_copier {
+    std::atomic<pid_t> tid{0}; // 0: a free slot
+    std::atomic<bool> at_idle{false};
+};
+
 struct lazy_process {
     uint32_t image_pid = 0; // whose pagemap and source memory serve this uffd
     unique_fd uffd;
@@ -70,9 +78,9 @@ struct lazy_process {
     // whether one runs on this uffd, and how many lock holders want quiet.
     std::atomic<uint32_t> unlocked_copies{0};
     std::atomic<uint32_t> quiet_wanted{0};
-    // The threads copying at SCHED_IDLE (0: a free slot), which a guard
-    // raises to the normal policy so that its wait ends (copy_policy::idle).
-    std::array<std::atomic<pid_t>, 4> idle_copiers{};
+    // The threads copying at copy_policy::idle, which a guard raises to the
+    // normal policy while they are at SCHED_IDLE so that its wait ends.
+    std::array<idle_copier, 4> idle_copiers{};
 
     // Takes [start, end) off the lazy map as installed: it joins the recent
     // installs. Returns the bytes that were lazy.

@@ -7,13 +7,20 @@
 #include "core/page.hpp"
 
 #include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 using ferry::lazy::lazy_process;
 using ferry::lazy::quiet_copies;
@@ -69,8 +76,10 @@ TEST_CASE("a guard raises a copier at the idle policy, which might never run aga
     ferry::lazy::begin_unlocked_copies(p);
     std::atomic<bool> idle{false}, raised{false};
     std::thread copier([&] {
-        // As copy_without_lock(copy_policy::idle) starts: registered, then idle.
-        p.idle_copiers[1] = pid_t(::gettid());
+        // As copy_without_lock(copy_policy::idle) between two copies:
+        // registered, marked, then idle.
+        p.idle_copiers[1].tid = pid_t(::gettid());
+        p.idle_copiers[1].at_idle = true;
         sched_param none{};
         REQUIRE(::sched_setscheduler(0, SCHED_IDLE, &none) == 0);
         idle = true;
@@ -79,7 +88,8 @@ TEST_CASE("a guard raises a copier at the idle policy, which might never run aga
         while (::sched_getscheduler(0) == SCHED_IDLE && std::chrono::steady_clock::now() < give_up)
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         raised = ::sched_getscheduler(0) == SCHED_OTHER;
-        p.idle_copiers[1] = 0;
+        p.idle_copiers[1].at_idle = false;
+        p.idle_copiers[1].tid = 0;
         p.unlocked_copies.fetch_sub(1);
     });
     while (!idle)
@@ -109,5 +119,80 @@ TEST_CASE("an idle copy leaves the idle policy and its slot when it ends", "[unl
     CHECK_FALSE(runs[0].whole());
     CHECK(p.unlocked_copies == 0);
     for (const auto& slot : p.idle_copiers)
-        CHECK(slot == 0);
+        CHECK(slot.tid == 0);
+}
+
+namespace {
+
+// Anonymous pages registered with a uffd of their own (missing mode).
+struct uffd_area {
+    size_t pages;
+    std::byte* mem = nullptr;
+    ferry::unique_fd uffd;
+
+    explicit uffd_area(size_t n) : pages(n) {
+        void* m = ::mmap(nullptr, pages * ferry::page_size, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        REQUIRE(m != MAP_FAILED);
+        mem = static_cast<std::byte*>(m);
+        // Not UFFD_USER_MODE_ONLY: the kernel's own reads fault here too.
+        uffd.reset(int(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
+        REQUIRE(uffd);
+        uffdio_api api{UFFD_API, 0, 0};
+        REQUIRE(::ioctl(uffd.get(), UFFDIO_API, &api) == 0);
+        uffdio_register reg{
+            {uint64_t(uintptr_t(mem)), pages * ferry::page_size}, UFFDIO_REGISTER_MODE_MISSING, 0};
+        REQUIRE(::ioctl(uffd.get(), UFFDIO_REGISTER, &reg) == 0);
+    }
+    uffd_area(const uffd_area&) = delete;
+    uffd_area& operator=(const uffd_area&) = delete;
+    ~uffd_area() {
+        if (mem)
+            ::munmap(mem, pages * ferry::page_size);
+    }
+};
+
+} // namespace
+
+TEST_CASE("an idle copier runs each copy at the normal policy", "[unlocked_copies]") {
+    // The copy's source is itself missing, behind a second uffd: UFFDIO_COPY
+    // then waits inside the kernel, VMA lock and all, until this thread
+    // serves that fault, and the copier's policy can be read meanwhile.
+    constexpr size_t pages = 2;
+    uffd_area target(pages), source(pages);
+    lazy_process p;
+    p.uffd.reset(::dup(target.uffd.get()));
+    std::array<unlocked_run, 1> runs{};
+    runs[0].addr = uint64_t(uintptr_t(target.mem));
+    runs[0].data = source.mem;
+    runs[0].pages = pages;
+    std::atomic<pid_t> copier_tid{0};
+    std::thread copier([&] {
+        copier_tid = pid_t(::gettid());
+        ferry::lazy::begin_unlocked_copies(p);
+        ferry::lazy::copy_without_lock(p, runs, 1, ferry::lazy::copy_policy::idle);
+    });
+    std::vector<std::byte> page(ferry::page_size);
+    for (size_t i = 0; i < pages; i++) {
+        pollfd pfd{source.uffd.get(), POLLIN, 0};
+        REQUIRE(::poll(&pfd, 1, 5000) == 1);
+        uffd_msg msg{};
+        REQUIRE(::read(source.uffd.get(), &msg, sizeof msg) == ssize_t(sizeof msg));
+        REQUIRE(msg.event == UFFD_EVENT_PAGEFAULT);
+        const uint64_t at = msg.arg.pagefault.address & ~uint64_t(ferry::page_size - 1);
+        CHECK(at == uint64_t(uintptr_t(source.mem + i * ferry::page_size)));
+        // Inside the copy of page i.
+        CHECK(::sched_getscheduler(copier_tid) == SCHED_OTHER);
+        CHECK(p.idle_copiers[0].tid == copier_tid);
+        CHECK_FALSE(p.idle_copiers[0].at_idle);
+        std::fill(page.begin(), page.end(), std::byte(0x51 + i));
+        uffdio_copy serve{at, uint64_t(uintptr_t(page.data())), ferry::page_size, 0, 0};
+        REQUIRE(::ioctl(source.uffd.get(), UFFDIO_COPY, &serve) == 0);
+    }
+    copier.join();
+    CHECK(runs[0].whole());
+    CHECK(target.mem[0] == std::byte(0x51));
+    CHECK(target.mem[ferry::page_size + 7] == std::byte(0x52));
+    CHECK(p.unlocked_copies == 0);
+    CHECK(p.idle_copiers[0].tid == 0);
 }
