@@ -49,7 +49,7 @@ void incoming_session::report_resumed(uint64_t restore_ns,
     } catch (const std::exception& ex) {
         _log->warn("cannot report the resume: {}", ex.what());
     }
-    release_idle_poll(); // the downtime is over
+    hold_idle_poll_through_post_copy(); // the downtime is over
 }
 
 bool incoming_session::ask_to_resume() {

@@ -236,14 +236,16 @@ class incoming_session {
     std::vector<std::string> _criu_env; // CRIU_FAULT=130 where breakpoints do not trap
     uint64_t _images_check_ns = 0;
     uint64_t _lazy_start_ns = 0;
-    // This host's idle CPUs poll from the prepare to the resume, if the
-    // migrator asked and this daemon allows it.
+    // This host's idle CPUs poll from the prepare to the resume, and again
+    // through the post-copy, if the migrator asked and this daemon allows it.
     bool _idle_poll_asked = false;
     std::unique_ptr<idle_poll::hold> _idle_poll;
+    bool _idle_poll_post_copy = false; // _idle_poll is the post-copy's hold
     bool _progress_asked = false;   // the migrator wants restore_progress
     uint64_t _t_images_ns = 0;      // the first frame of images arrived
     uint64_t _last_progress_ns = 0; // restore_progress last sent (or the images came)
     void release_idle_poll() noexcept;
+    void hold_idle_poll_through_post_copy() noexcept;
 };
 
 } // namespace ferry::pagesrv

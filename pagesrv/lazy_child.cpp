@@ -279,6 +279,7 @@ void incoming_session::relay_transfer() {
     // Every page is in place (or the tree is dead): release the uffds, or
     // the tasks would block on their next non-cooperative event.
     _lazy.held_uffds.clear();
+    release_idle_poll();
     _transferred = !failure;
     _log->info("transfer {}", failure ? "failed: " + *failure : "complete");
 }

@@ -27,6 +27,10 @@ namespace ferry::idle_poll {
 // A migration's downtime is well under a second; one stuck in it for this
 // long has lost its speed anyway and must not keep the CPUs spinning.
 inline constexpr std::chrono::milliseconds downtime_limit{10'000};
+// After the resume the workload's faults are the chain of wake-ups: the
+// destination holds again for the post-copy, which may well take longer,
+// but spinning through a long one would cost more than it gains.
+inline constexpr std::chrono::milliseconds post_copy_limit{10'000};
 
 // Why a hold would change nothing here, or empty if it would: no cpuidle
 // driver (idle is then the architecture's default, which no request

@@ -185,6 +185,13 @@ grep -q "pidns-proc: Opened a /proc of $pid's pid namespace before the freeze" "
   fail "CRIU did not open the tree's /proc before the freeze"
 rm -rf "/dev/shm/ferry/$id"
 
+# The destination held its idle CPUs polling again from the resume, and let
+# go at the transfer's end (latency_target_back above).
+if [ "${FERRY_NO_IDLE_POLL:-0}" != 1 ] && [ -n "$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null)" ]; then
+  grep -q "migration $id: idle CPUs poll through the post-copy" "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.log" ||
+    fail "the destination did not hold idle polling through the post-copy"
+fi
+
 # The destination's CRIU had the restore request from the prepare on
 # (criu-patches/0015): its start-up (options, log, kerndat) came before it
 # waited for the images, so none of it was in the downtime.
