@@ -241,9 +241,9 @@ class incoming_session {
     bool _idle_poll_asked = false;
     std::unique_ptr<idle_poll::hold> _idle_poll;
     bool _idle_poll_post_copy = false; // _idle_poll is the post-copy's hold
-    bool _progress_asked = false;   // the migrator wants restore_progress
-    uint64_t _t_images_ns = 0;      // the first frame of images arrived
-    uint64_t _last_progress_ns = 0; // restore_progress last sent (or the images came)
+    bool _progress_asked = false;      // the migrator wants restore_progress
+    uint64_t _t_images_ns = 0;         // the first frame of images arrived
+    uint64_t _last_progress_ns = 0;    // restore_progress last sent (or the images came)
     void release_idle_poll() noexcept;
     void hold_idle_poll_through_post_copy() noexcept;
 };
