@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <thread>
 
 namespace ferry::criu {
@@ -32,9 +31,7 @@ std::string net_ns(pid_t pid) {
 // its images directory) or in the path of a file it holds open (its log, its
 // images directory).
 bool shows_in_title_or_files(pid_t pid, const std::string& text) {
-    std::ifstream cmdline(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
-    const std::string title((std::istreambuf_iterator<char>(cmdline)), {});
-    if (title.find(text) != std::string::npos)
+    if (proc::cmdline(pid).find(text) != std::string::npos)
         return true;
     std::error_code ec;
     for (const auto& fd : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {

@@ -137,6 +137,19 @@ bool environ_has(pid_t pid, const std::string& entry) {
     return false;
 }
 
+std::string rest_of(std::istream& in) {
+    // operator<< on a stream buffer catches what the buffer throws and
+    // stops there (failbit), keeping what it had copied.
+    std::ostringstream out;
+    out << in.rdbuf();
+    return out.str();
+}
+
+std::string cmdline(pid_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
+    return in ? rest_of(in) : std::string();
+}
+
 std::optional<size_t> tcp_sockets(pid_t pid) {
     size_t n = 0;
     for (const char* table : {"tcp", "tcp6"}) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include <filesystem>
+#include <istream>
 #include <map>
 #include <optional>
 #include <string>
@@ -53,6 +54,16 @@ std::string comm(pid_t pid);
 
 // Whether the environment of `pid` holds exactly the entry `entry` ("NAME=VALUE").
 bool environ_has(pid_t pid, const std::string& entry);
+
+// The command line of `pid`, its arguments separated by NULs; empty when
+// the process is gone, also when it goes while this reads.
+std::string cmdline(pid_t pid);
+
+// What is left in `in`, up to its end or its first read error. A /proc file
+// of a process that exits after the open fails its read with ESRCH, which
+// libstdc++ throws from the stream buffer itself: an istreambuf_iterator
+// lets that out, `migrator status` died of it.
+std::string rest_of(std::istream& in);
 
 // The process's start time in clock ticks since boot (stat field 22), which
 // tells a process from a later one that reused its pid; 0 when gone.
