@@ -282,12 +282,15 @@ latency_target_back() {
   fail "$1: the CPU latency target is $t after the migration, not $2 as before it"
 }
 
+# cpuidle_driver: this machine's cpuidle driver, or none.
+cpuidle_driver() { cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none; }
+
 # idle_poll_held RESULT-JSON WANT: each host's idle polling went as WANT
 # says ("held", or "off": the migrator was told not to), where the machine
 # has a cpuidle driver; without one, each side says so.
 idle_poll_held() {
   local driver side state
-  driver=$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none)
+  driver=$(cpuidle_driver)
   for side in source destination; do
     state=$(json "$1" "idle_poll_$side")
     if [ "$2" = off ]; then

@@ -187,7 +187,7 @@ rm -rf "/dev/shm/ferry/$id"
 
 # The destination held its idle CPUs polling again from the resume, and let
 # go at the transfer's end (latency_target_back above).
-if [ "${FERRY_NO_IDLE_POLL:-0}" != 1 ] && [ "$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none)" != none ]; then
+if [ "${FERRY_NO_IDLE_POLL:-0}" != 1 ] && [ "$(cpuidle_driver)" != none ]; then
   grep -q "migration $id: idle CPUs poll through the post-copy" "/tmp/ferry-testbed/$FERRY_TESTBED/b/pagesrv.log" ||
     fail "the destination did not hold idle polling through the post-copy"
 fi

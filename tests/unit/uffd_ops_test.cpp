@@ -1,13 +1,9 @@
 // UFFDIO_COPY through uffd::copy against a real userfaultfd in this process.
 #include "core/page.hpp"
-#include "core/unique_fd.hpp"
+#include "registered_area.hpp"
 #include "uffd_ops.hpp"
 
-#include <fcntl.h>
-#include <linux/userfaultfd.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -17,40 +13,7 @@
 #include <vector>
 
 using ferry::page_size;
-
-namespace {
-
-// `pages` of private anonymous memory registered for missing faults with a
-// uffd that asks for no events, unmapped at the end. Nothing may touch a
-// page of it before a copy lands there: the fault would block the test.
-struct registered_area {
-    size_t pages;
-    unsigned char* mem = nullptr;
-    uint64_t addr = 0;
-    ferry::unique_fd uffd;
-
-    explicit registered_area(size_t n) : pages(n) {
-        void* m = ::mmap(nullptr, pages * page_size, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        REQUIRE(m != MAP_FAILED);
-        mem = static_cast<unsigned char*>(m);
-        addr = reinterpret_cast<uint64_t>(m);
-        uffd.reset(int(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
-        REQUIRE(uffd);
-        uffdio_api api{UFFD_API, 0, 0};
-        REQUIRE(::ioctl(uffd.get(), UFFDIO_API, &api) == 0);
-        uffdio_register reg{{addr, pages * page_size}, UFFDIO_REGISTER_MODE_MISSING, 0};
-        REQUIRE(::ioctl(uffd.get(), UFFDIO_REGISTER, &reg) == 0);
-    }
-    registered_area(const registered_area&) = delete;
-    registered_area& operator=(const registered_area&) = delete;
-    ~registered_area() {
-        if (mem)
-            ::munmap(mem, pages * page_size);
-    }
-};
-
-} // namespace
+using ferry::test::registered_area;
 
 TEST_CASE("a copy across a VMA boundary made after registration lands page by page", "[uffd]") {
     constexpr size_t pages = 8;

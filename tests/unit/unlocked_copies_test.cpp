@@ -5,15 +5,13 @@
 #include "unlocked_copies.hpp"
 
 #include "core/page.hpp"
+#include "registered_area.hpp"
 
 #include <catch2/catch.hpp>
-#include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
@@ -122,49 +120,17 @@ TEST_CASE("an idle copy leaves the idle policy and its slot when it ends", "[unl
         CHECK(slot.tid == 0);
 }
 
-namespace {
-
-// Anonymous pages registered with a uffd of their own (missing mode).
-struct uffd_area {
-    size_t pages;
-    std::byte* mem = nullptr;
-    ferry::unique_fd uffd;
-
-    explicit uffd_area(size_t n) : pages(n) {
-        void* m = ::mmap(nullptr, pages * ferry::page_size, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        REQUIRE(m != MAP_FAILED);
-        mem = static_cast<std::byte*>(m);
-        // Not UFFD_USER_MODE_ONLY: the kernel's own reads fault here too.
-        uffd.reset(int(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
-        REQUIRE(uffd);
-        uffdio_api api{UFFD_API, 0, 0};
-        REQUIRE(::ioctl(uffd.get(), UFFDIO_API, &api) == 0);
-        uffdio_register reg{
-            {uint64_t(uintptr_t(mem)), pages * ferry::page_size}, UFFDIO_REGISTER_MODE_MISSING, 0};
-        REQUIRE(::ioctl(uffd.get(), UFFDIO_REGISTER, &reg) == 0);
-    }
-    uffd_area(const uffd_area&) = delete;
-    uffd_area& operator=(const uffd_area&) = delete;
-    ~uffd_area() {
-        if (mem)
-            ::munmap(mem, pages * ferry::page_size);
-    }
-};
-
-} // namespace
-
 TEST_CASE("an idle copier runs each copy at the normal policy", "[unlocked_copies]") {
     // The copy's source is itself missing, behind a second uffd: UFFDIO_COPY
     // then waits inside the kernel, VMA lock and all, until this thread
     // serves that fault, and the copier's policy can be read meanwhile.
     constexpr size_t pages = 2;
-    uffd_area target(pages), source(pages);
+    ferry::test::registered_area target(pages), source(pages);
     lazy_process p;
     p.uffd.reset(::dup(target.uffd.get()));
     std::array<unlocked_run, 1> runs{};
-    runs[0].addr = uint64_t(uintptr_t(target.mem));
-    runs[0].data = source.mem;
+    runs[0].addr = target.addr;
+    runs[0].data = reinterpret_cast<const std::byte*>(source.mem);
     runs[0].pages = pages;
     std::atomic<pid_t> copier_tid{0};
     std::thread copier([&] {
@@ -180,7 +146,7 @@ TEST_CASE("an idle copier runs each copy at the normal policy", "[unlocked_copie
         REQUIRE(::read(source.uffd.get(), &msg, sizeof msg) == ssize_t(sizeof msg));
         REQUIRE(msg.event == UFFD_EVENT_PAGEFAULT);
         const uint64_t at = msg.arg.pagefault.address & ~uint64_t(ferry::page_size - 1);
-        CHECK(at == uint64_t(uintptr_t(source.mem + i * ferry::page_size)));
+        CHECK(at == source.addr + i * ferry::page_size);
         // Inside the copy of page i.
         CHECK(::sched_getscheduler(copier_tid) == SCHED_OTHER);
         CHECK(p.idle_copiers[0].tid == copier_tid);
@@ -191,8 +157,8 @@ TEST_CASE("an idle copier runs each copy at the normal policy", "[unlocked_copie
     }
     copier.join();
     CHECK(runs[0].whole());
-    CHECK(target.mem[0] == std::byte(0x51));
-    CHECK(target.mem[ferry::page_size + 7] == std::byte(0x52));
+    CHECK(target.mem[0] == 0x51);
+    CHECK(target.mem[ferry::page_size + 7] == 0x52);
     CHECK(p.unlocked_copies == 0);
     CHECK(p.idle_copiers[0].tid == 0);
 }
