@@ -47,6 +47,11 @@ ferry_packages=(
   iproute2 procps util-linux psmisc python3 xz-utils clang-format patch tcpdump systemd iptables
   nftables
 )
+# AES-GCM for the TLS records: Intel's multi-buffer crypto library, which
+# Debian builds for amd64 only (lib/tls/gcm_engine; elsewhere GnuTLS seals).
+if [ "$(dpkg --print-architecture)" = amd64 ]; then
+  ferry_packages+=(libipsec-mb-dev)
+fi
 # nftables: a CRIU that had to be killed leaves its network lock (an nftables
 # table in the workload's namespace); the migrator removes it with nft.
 # Container engines and the workloads users migrate (issue: containers).

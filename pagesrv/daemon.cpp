@@ -15,6 +15,7 @@
 #include "sys/netns_socket_tables.hpp"
 #include "sys/private_dir.hpp"
 #include "sys/sched_policy.hpp"
+#include "tls/gcm_engine.hpp"
 #include "tls/tls_stream.hpp"
 #include "transport/backend.hpp"
 #include "transport/request_loop.hpp"
@@ -153,9 +154,10 @@ void daemon::give_netns_socket_tables() {
 
 void daemon::run() {
     ::signal(SIGPIPE, SIG_IGN);
-    _log->info("listening on {}, state in {}, CRIU {}; CRIU restores by {}",
-               _cfg.listen.to_string(), _cfg.state_dir.string(), _criu_version,
-               criu_stop_method(false).reason);
+    _log->info(
+        "listening on {}, state in {}, CRIU {}; CRIU restores by {}; TLS records sealed by {}",
+        _cfg.listen.to_string(), _cfg.state_dir.string(), _criu_version,
+        criu_stop_method(false).reason, tls::gcm_engine::fastest_name());
     if (_criu_events.fd() < 0)
         _log->warn("another daemon in this network namespace receives the CRIU plugin's reports");
     for (;;) {

@@ -3,6 +3,8 @@
 #include "core/error.hpp"
 #include "tls/gnutls_error.hpp"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <utility>
 
@@ -23,7 +25,8 @@ uint64_t load_be64(const unsigned char b[8]) {
 
 } // namespace
 
-std::optional<record_cipher> record_cipher::take(gnutls_session_t s, bool read) {
+std::optional<record_cipher> record_cipher::take(gnutls_session_t s, bool read,
+                                                 gcm_engine::implementation which) {
     if (gnutls_protocol_get_version(s) != GNUTLS_TLS1_3)
         return std::nullopt;
     const gnutls_cipher_algorithm_t alg = gnutls_cipher_get(s);
@@ -34,24 +37,12 @@ std::optional<record_cipher> record_cipher::take(gnutls_session_t s, bool read) 
     check(gnutls_record_get_state(s, read ? 1 : 0, &mac, &iv, &key, seq), "TLS traffic keys");
     if (iv.size != 12)
         throw error("TLS traffic keys: unexpected IV size");
-    gnutls_cipher_hd_t h = nullptr;
-    check(gnutls_cipher_init(&h, alg, &key, nullptr), "TLS record cipher");
-    return record_cipher(h, iv, load_be64(seq));
+    return record_cipher(gcm_engine::make(alg, key, which), iv, load_be64(seq));
 }
 
-record_cipher::record_cipher(gnutls_cipher_hd_t h, const gnutls_datum_t& iv, uint64_t seq) noexcept
-    : _h(h), _seq(seq) {
+record_cipher::record_cipher(gcm_engine gcm, const gnutls_datum_t& iv, uint64_t seq) noexcept
+    : _gcm(std::move(gcm)), _seq(seq) {
     std::memcpy(_iv, iv.data, sizeof _iv);
-}
-
-record_cipher::record_cipher(record_cipher&& o) noexcept
-    : _h(std::exchange(o._h, nullptr)), _seq(o._seq) {
-    std::memcpy(_iv, o._iv, sizeof _iv);
-}
-
-record_cipher::~record_cipher() {
-    if (_h)
-        gnutls_cipher_deinit(_h);
 }
 
 // The per-record nonce: the static IV XOR the 64-bit sequence number,
@@ -92,12 +83,12 @@ size_t record_cipher::seal(const std::byte* content, size_t len, uint8_t type, s
     const size_t rest = len - bulk;
     std::memcpy(tail, content + bulk, rest);
     tail[rest] = std::byte{type};
-    gnutls_cipher_set_iv(_h, nonce, sizeof nonce);
-    check(gnutls_cipher_add_auth(_h, out, record::header_size), "TLS record header");
-    if (bulk)
-        check(gnutls_cipher_encrypt2(_h, content, bulk, body, bulk), "TLS record seal");
-    check(gnutls_cipher_encrypt2(_h, tail, rest + 1, body + bulk, rest + 1), "TLS record seal");
-    check(gnutls_cipher_tag(_h, body + len + 1, record::tag_size), "TLS record tag");
+    uint8_t tag[record::tag_size];
+    if (!_gcm.start(nonce, out, record::header_size) ||
+        (bulk && !_gcm.encrypt(content, bulk, body)) ||
+        !_gcm.encrypt(tail, rest + 1, body + bulk) || !_gcm.tag(tag))
+        throw error(fmt::format("TLS record seal failed ({})", _gcm.name()));
+    std::memcpy(body + len + 1, tag, sizeof tag);
     return record::header_size + ciphertext;
 }
 
@@ -113,16 +104,14 @@ std::optional<record_cipher::opened> record_cipher::open(const std::byte* rec, s
     const size_t bulk = (inner - 1) & ~size_t(15);
     std::byte* bulk_dst = room >= bulk ? dst : spill;
     std::byte* tail_dst = room >= inner ? dst + bulk : bulk_dst == spill ? spill + bulk : spill;
-    gnutls_cipher_set_iv(_h, nonce, sizeof nonce);
-    if (gnutls_cipher_add_auth(_h, rec, record::header_size) < 0)
+    if (!_gcm.start(nonce, rec, record::header_size))
         return std::nullopt;
-    if (bulk && gnutls_cipher_decrypt2(_h, body, bulk, bulk_dst, bulk) < 0)
+    if (bulk && !_gcm.decrypt(body, bulk, bulk_dst))
         return std::nullopt;
-    if (gnutls_cipher_decrypt2(_h, body + bulk, inner - bulk, tail_dst, inner - bulk) < 0)
+    if (!_gcm.decrypt(body + bulk, inner - bulk, tail_dst))
         return std::nullopt;
     uint8_t tag[record::tag_size];
-    if (gnutls_cipher_tag(_h, tag, sizeof tag) < 0 ||
-        gnutls_memcmp(tag, body + inner, sizeof tag) != 0)
+    if (!_gcm.tag(tag) || gnutls_memcmp(tag, body + inner, sizeof tag) != 0)
         return std::nullopt;
 
     // The type is the last non-zero byte; zeros after it are padding.

@@ -7,10 +7,12 @@
 // reader's buffer and seals straight from the writer's.
 //
 // AES-GCM only (what Ferry negotiates first); a session on another cipher
-// keeps GnuTLS's record layer (tls_stream asks `supported`).
+// keeps GnuTLS's record layer (tls_stream asks `supported`). The cipher
+// itself is gcm_engine's: libipsec-mb where it can, GnuTLS's otherwise.
 #pragma once
 
-#include <gnutls/crypto.h>
+#include "tls/gcm_engine.hpp"
+
 #include <gnutls/gnutls.h>
 
 #include <cstddef>
@@ -31,12 +33,17 @@ class record_cipher {
   public:
     // The session's current state for one direction (`read` true: what the
     // peer sends); nullopt when its cipher is not AES-GCM or it is not TLS 1.3.
-    static std::optional<record_cipher> take(gnutls_session_t s, bool read);
-    record_cipher(record_cipher&& o) noexcept;
+    static std::optional<record_cipher>
+    take(gnutls_session_t s, bool read,
+         gcm_engine::implementation which = gcm_engine::implementation::fastest);
+    record_cipher(record_cipher&& o) noexcept = default;
     record_cipher(const record_cipher&) = delete;
     record_cipher& operator=(const record_cipher&) = delete;
     record_cipher& operator=(record_cipher&&) = delete;
-    ~record_cipher();
+    ~record_cipher() = default;
+
+    // Which implementation seals and opens: for the logs and the tests.
+    [[nodiscard]] const char* engine_name() const noexcept { return _gcm.name(); }
 
     // Seals `len` (<= max_content) bytes of content of `type` as one record
     // at `out` (room for max_sealed): header, ciphertext, tag. Returns the
@@ -64,10 +71,10 @@ class record_cipher {
     static bool plausible(const std::byte* header) noexcept;
 
   private:
-    record_cipher(gnutls_cipher_hd_t h, const gnutls_datum_t& iv, uint64_t seq) noexcept;
+    record_cipher(gcm_engine gcm, const gnutls_datum_t& iv, uint64_t seq) noexcept;
     void next_nonce(uint8_t nonce[12]);
 
-    gnutls_cipher_hd_t _h = nullptr;
+    gcm_engine _gcm;
     uint8_t _iv[12] = {};
     uint64_t _seq = 0;
 };

@@ -2,6 +2,7 @@
 // tls_stream after the handshake): its records are the ones GnuTLS reads and
 // writes, any reader's buffer size gets the bytes intact, and a record
 // changed in flight is refused, not delivered.
+#include "byte_pattern.hpp"
 #include "test_credentials.hpp"
 #include "test_listener.hpp"
 #include "tls/tls_stream.hpp"
@@ -23,16 +24,6 @@ namespace {
 constexpr auto io_bound = std::chrono::seconds(10);
 
 using listener = test::loopback_listener;
-
-std::vector<std::byte> pattern(size_t n, unsigned seed) {
-    std::vector<std::byte> v(n);
-    uint32_t x = seed * 2654435761u + 1;
-    for (auto& b : v) {
-        x = x * 1664525u + 1013904223u;
-        b = std::byte(x >> 24);
-    }
-    return v;
-}
 
 // A GnuTLS server with GnuTLS's own record layer, on a blocking socket.
 struct gnutls_server {
@@ -133,7 +124,7 @@ TEST_CASE("Ferry's records are TLS 1.3 that GnuTLS reads and writes", "[tls_reco
     REQUIRE(client->records_by_ferry());
 
     // A page reply's shape (header, checksums, 64 pages), then odd sizes.
-    const auto data = pattern(3 << 20, 1);
+    const auto data = test::byte_pattern(3 << 20, 1);
     auto sent = std::async(std::launch::async, [&] {
         size_t off = 0;
         for (const size_t piece : {size_t(40), size_t(512), size_t(262144), size_t(1),
@@ -152,7 +143,7 @@ TEST_CASE("Ferry's records are TLS 1.3 that GnuTLS reads and writes", "[tls_reco
     CHECK(got == data);
 
     // GnuTLS's records (with its own sequence numbers) read by Ferry's layer.
-    const auto back = pattern(2 << 20, 2);
+    const auto back = test::byte_pattern(2 << 20, 2);
     auto sent_back = std::async(std::launch::async, [&] { srv->send(back); });
     std::vector<std::byte> in(back.size());
     REQUIRE(net::read_full(*client, in, net::after(io_bound), "receive"));
@@ -181,7 +172,7 @@ TEST_CASE("any reader's buffer sizes get the bytes intact", "[tls_records]") {
     auto srv = server.get();
     REQUIRE(srv->records_by_ferry());
 
-    const auto data = pattern(4 << 20, 3);
+    const auto data = test::byte_pattern(4 << 20, 3);
     auto sent = std::async(std::launch::async,
                            [&] { net::write_full(*srv, data, net::after(io_bound), "send"); });
     std::vector<std::byte> in(data.size());
@@ -210,7 +201,7 @@ TEST_CASE("a record changed in flight fails authentication and delivers nothing"
     auto client = tls::connect(relay.front.ep, test::loopback_credentials(), io_bound);
     auto srv = server.get();
 
-    const auto first = pattern(1000, 4);
+    const auto first = test::byte_pattern(1000, 4);
     net::write_full(*client, first, net::after(io_bound), "send");
     std::vector<std::byte> in(first.size());
     REQUIRE(net::read_full(*srv, in, net::after(io_bound), "receive"));
@@ -219,7 +210,7 @@ TEST_CASE("a record changed in flight fails authentication and delivers nothing"
     // One bit of the next record's ciphertext, past its 5-byte header: the
     // reader throws before it reports a single byte.
     relay.flip_at = relay.forwarded.load() + 100;
-    const auto second = pattern(1000, 5);
+    const auto second = test::byte_pattern(1000, 5);
     net::write_full(*client, second, net::after(io_bound), "send");
     std::vector<std::byte> got(second.size());
     auto first_read = [&] {
