@@ -133,6 +133,26 @@ void incoming_session::release_idle_poll() noexcept {
     _idle_poll_post_copy = false;
 }
 
+// The prepare's hold lapses 10 s after it, and the source's pre-copy runs
+// between the prepare and the freeze: a long one (4 GiB, or a slow link)
+// left the downtime with halting CPUs. The images come once the source is
+// frozen, so the downtime gets a hold of its own then if that one lapsed.
+void incoming_session::renew_downtime_hold() noexcept {
+    if (!_idle_poll || !_idle_poll->lapsed())
+        return;
+    const std::string before = _idle_poll->state();
+    try {
+        _idle_poll = idle_poll::renewed(std::move(_idle_poll), idle_poll::downtime_limit);
+    } catch (const std::exception& e) {
+        _log->warn("idle polling for the downtime: {}", e.what());
+        return;
+    }
+    if (_idle_poll->lapsed())
+        _log->warn("idle CPUs keep halting through the downtime: the prepare's hold {}", before);
+    else
+        _log->info("idle CPUs poll again for the downtime: the prepare's hold {}", before);
+}
+
 // The workload's faults wait on wake-ups across threads and hosts as the
 // downtime did (a handler, the channel, the faulting thread), and a
 // pre-copy's post-copy leaves the CPUs idle a fifth of the time: a new hold,
@@ -205,6 +225,7 @@ bool incoming_session::receive_images() {
         if (!t0) {
             t0 = monotonic_ns();
             _t_images_ns = _last_progress_ns = t0;
+            renew_downtime_hold();
         }
         const auto& images = *e->incoming_images;
         last = images.has_last && images.last;

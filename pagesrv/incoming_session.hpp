@@ -245,6 +245,7 @@ class incoming_session {
     uint64_t _t_images_ns = 0;         // the first frame of images arrived
     uint64_t _last_progress_ns = 0;    // restore_progress last sent (or the images came)
     void release_idle_poll() noexcept;
+    void renew_downtime_hold() noexcept;
     void hold_idle_poll_through_post_copy() noexcept;
 };
 

@@ -69,6 +69,17 @@ std::string hold::state() const {
     return "held";
 }
 
+bool hold::lapsed() const {
+    return _fd && _lapse && _lapse->lapsed();
+}
+
+std::unique_ptr<hold> renewed(std::unique_ptr<hold> h, std::chrono::milliseconds limit) {
+    if (!h || !h->lapsed())
+        return h;
+    auto next = std::make_unique<hold>(limit);
+    return next->held() ? std::move(next) : std::move(h);
+}
+
 long long current_target_us() {
     unique_fd fd(::open(device, O_RDONLY | O_CLOEXEC));
     int32_t value = 0;

@@ -48,6 +48,8 @@ class hold {
     ~hold();
 
     [[nodiscard]] bool held() const noexcept { return static_cast<bool>(_fd); }
+    // Taken, then lapsed after its limit: it asks for nothing any more.
+    [[nodiscard]] bool lapsed() const;
     // For logs and reports: "held", "lapsed after N ms", or why it was not
     // taken.
     [[nodiscard]] std::string state() const;
@@ -59,6 +61,13 @@ class hold {
     // After `_limit` the request stays open but asks for nothing.
     std::optional<lapse_timer> _lapse;
 };
+
+// For a phase that may begin long after its hold was taken (a migration's
+// downtime, after a pre-copy of unknown length): `h` if it is not lapsed,
+// otherwise a new hold of `limit`, taken before `h` is released so that
+// nothing lapses between them. `h` as it is if the new one is refused.
+[[nodiscard]] std::unique_ptr<hold> renewed(std::unique_ptr<hold> h,
+                                            std::chrono::milliseconds limit);
 
 // The host's current CPU latency target in µs, as /dev/cpu_dma_latency reads
 // (2'000'000'000 means no request stands), or -1 if it cannot be read.

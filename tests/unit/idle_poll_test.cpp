@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <memory>
 #include <thread>
 
 using namespace ferry;
@@ -58,4 +59,31 @@ TEST_CASE("a hold lapses on its own after its limit", "[idle_poll]") {
     CHECK(idle_poll::current_target_us() == 0);
     CHECK(target_becomes(before, 5s));
     CHECK(h.state() == "lapsed after its limit of 50 ms");
+}
+
+TEST_CASE("a lapsed hold is renewed, a standing one kept", "[idle_poll]") {
+    if (!idle_poll::why_no_effect().empty())
+        return; // nothing to hold
+    const long long before = idle_poll::current_target_us();
+    if (before == 0) {
+        WARN("another process holds the target at 0: a lapse cannot be seen");
+        return;
+    }
+    auto standing = std::make_unique<idle_poll::hold>(10s);
+    auto* const first = standing.get();
+    standing = idle_poll::renewed(std::move(standing), 10s);
+    CHECK(standing.get() == first);
+    standing.reset();
+
+    auto h = std::make_unique<idle_poll::hold>(50ms);
+    REQUIRE(h->held());
+    REQUIRE(target_becomes(before, 5s));
+    CHECK(h->lapsed());
+    h = idle_poll::renewed(std::move(h), 10s);
+    REQUIRE(h);
+    CHECK_FALSE(h->lapsed());
+    CHECK(h->state() == "held");
+    CHECK(idle_poll::current_target_us() == 0);
+    h.reset();
+    CHECK(idle_poll::current_target_us() == before);
 }
