@@ -1,7 +1,8 @@
 #include "pool/pool_directory.hpp"
 
+#include "core/xxh3.hpp"
+
 #include <sys/mman.h>
-#include <xxhash.h>
 
 #include <bit>
 
