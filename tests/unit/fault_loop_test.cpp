@@ -476,7 +476,14 @@ TEST_CASE("discards during the background's unlocked copies leave zeros, never s
     const size_t pages = 16384;
     lazy_region region(pages);
     test::fake_source src = region.serve();
-    auto loop = make_loop(src);
+    // One stream of small requests: a background slow enough for the
+    // discards below to find its copies (with two streams of 1 MiB and
+    // the faster AES-GCM and checksums of 2026-12-07, an ASan build's
+    // background ended after ~100 discards).
+    loop_config cfg;
+    cfg.background_streams = 1;
+    cfg.background_chunk_pages = 64;
+    auto loop = make_loop(src, cfg);
     loop.set_restore_finished();
     loop.add_process(1, std::move(region.uffd), region.lazy);
     std::exception_ptr failure;
