@@ -147,26 +147,25 @@ bool gcm_engine::start(const uint8_t nonce[nonce_size], const std::byte* aad,
 }
 
 bool gcm_engine::encrypt(const std::byte* in, size_t len, std::byte* out) noexcept {
-#ifdef FERRY_HAVE_IPSEC_MB
-    if (_fast) {
-        _fast->enc_update(&_fast->key, &_fast->ctx, reinterpret_cast<uint8_t*>(out),
-                          reinterpret_cast<const uint8_t*>(in), len);
-        return true;
-    }
-#endif
-    return gnutls_cipher_encrypt2(_h, in, len, out, len) >= 0;
+    return update(false, in, len, out);
 }
 
 bool gcm_engine::decrypt(const std::byte* in, size_t len, std::byte* out) noexcept {
-    _decrypting = true;
+    return update(true, in, len, out);
+}
+
+bool gcm_engine::update(bool decrypting, const std::byte* in, size_t len, std::byte* out) noexcept {
+    _decrypting = decrypting;
 #ifdef FERRY_HAVE_IPSEC_MB
     if (_fast) {
-        _fast->dec_update(&_fast->key, &_fast->ctx, reinterpret_cast<uint8_t*>(out),
-                          reinterpret_cast<const uint8_t*>(in), len);
+        (decrypting ? _fast->dec_update
+                    : _fast->enc_update)(&_fast->key, &_fast->ctx, reinterpret_cast<uint8_t*>(out),
+                                         reinterpret_cast<const uint8_t*>(in), len);
         return true;
     }
 #endif
-    return gnutls_cipher_decrypt2(_h, in, len, out, len) >= 0;
+    return (decrypting ? gnutls_cipher_decrypt2 : gnutls_cipher_encrypt2)(_h, in, len, out, len) >=
+           0;
 }
 
 bool gcm_engine::tag(uint8_t out[tag_size]) noexcept {

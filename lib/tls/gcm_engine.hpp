@@ -57,6 +57,9 @@ class gcm_engine {
   private:
     struct fast_key; // libipsec-mb's expanded key and message state
     gcm_engine() = default;
+    // One piece of the message's text either way; the tag then finalises
+    // as the message's direction asks.
+    bool update(bool decrypting, const std::byte* in, size_t len, std::byte* out) noexcept;
 
     gnutls_cipher_hd_t _h = nullptr;
     std::unique_ptr<fast_key> _fast;

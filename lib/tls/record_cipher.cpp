@@ -83,12 +83,11 @@ size_t record_cipher::seal(const std::byte* content, size_t len, uint8_t type, s
     const size_t rest = len - bulk;
     std::memcpy(tail, content + bulk, rest);
     tail[rest] = std::byte{type};
-    uint8_t tag[record::tag_size];
     if (!_gcm.start(nonce, out, record::header_size) ||
         (bulk && !_gcm.encrypt(content, bulk, body)) ||
-        !_gcm.encrypt(tail, rest + 1, body + bulk) || !_gcm.tag(tag))
+        !_gcm.encrypt(tail, rest + 1, body + bulk) ||
+        !_gcm.tag(reinterpret_cast<uint8_t*>(body + len + 1)))
         throw error(fmt::format("TLS record seal failed ({})", _gcm.name()));
-    std::memcpy(body + len + 1, tag, sizeof tag);
     return record::header_size + ciphertext;
 }
 
