@@ -38,6 +38,11 @@ namespace ferry::pagesrv {
 
 namespace {
 
+// Under the daemon's own cpu cgroup, shared by the daemons of a host and
+// left in place when they stop (an empty group costs nothing; removed,
+// another daemon's open group would be gone under it).
+constexpr std::string_view background_cpu_group = "ferry-background";
+
 constexpr auto first_frame_timeout = std::chrono::seconds(10);
 // How long a page channel waits for its migration's registration: a
 // destination opens its channels before the freeze, so while the migration
@@ -79,6 +84,7 @@ daemon::daemon(daemon_config cfg)
     _breakpoints = hw_breakpoints::probe();
     make_cgroup_task_moves_fast();
     give_netns_socket_tables();
+    _background_cpu = proc::idle_cpu_group::open(background_cpu_group);
     if (const auto r = expedited_rcu::recover(rcu_knob()); !r.empty())
         _log->warn("{}", r);
     if (_cfg.pool) {
@@ -158,6 +164,14 @@ void daemon::run() {
         "listening on {}, state in {}, CRIU {}; CRIU restores by {}; TLS records sealed by {}",
         _cfg.listen.to_string(), _cfg.state_dir.string(), _criu_version,
         criu_stop_method(false).reason, tls::gcm_engine::fastest_name());
+    if (_background_cpu.usable())
+        _log->info("background channels run in the idle cpu cgroup {}: they yield to every "
+                   "other group of this host, a container's or another session's",
+                   _background_cpu.dir().string());
+    else
+        _log->info("background channels are SCHED_IDLE, which yields only within this "
+                   "daemon's own cpu group: no idle cpu cgroup ({})",
+                   _background_cpu.why_not());
     if (_criu_events.fd() < 0)
         _log->warn("another daemon in this network namespace receives the CRIU plugin's reports");
     for (;;) {
@@ -412,6 +426,15 @@ void daemon::serve_page_channel(net::stream& conn, const FerryControl__PageChann
         if (!proc::set_idle_policy(true))
             m->log().warn("cannot make the background channel SCHED_IDLE: {}",
                           std::strerror(errno));
+        // And in the idle group: SCHED_IDLE yields only to this daemon's
+        // threads, and where both hosts share a machine (the testbed) the
+        // destination's are in another group. The thread ends with the
+        // channel, in the group.
+        if (_background_cpu.usable() && !_background_cpu.join())
+            m->log().warn("cannot move the background channel into {}: {}",
+                          _background_cpu.dir().string(), std::strerror(errno));
+        m->log().info("background channel at SCHED_IDLE, in cpu cgroup {}",
+                      proc::calling_thread_cpu_cgroup());
     }
     net::stream& channel = plain ? *plain : conn;
     const auto hold = m->hold_channel(channel.fd());

@@ -17,6 +17,7 @@
 #include "sys/expedited_rcu.hpp"
 #include "sys/host_tools.hpp"
 #include "sys/hw_breakpoints.hpp"
+#include "sys/idle_cpu_group.hpp"
 #include "sys/net.hpp"
 #include "tls/credentials.hpp"
 #include "wire/control.hpp"
@@ -182,6 +183,8 @@ class daemon {
 
     unique_fd _signals; // SIGTERM and SIGINT, blocked in every thread
     daemon_config _cfg;
+    // Where background channels' threads run (lib/sys/idle_cpu_group.hpp).
+    proc::idle_cpu_group _background_cpu;
     std::shared_ptr<spdlog::logger> _log;
     std::string _criu_version;
     hw_breakpoints::probe_outcome _breakpoints = hw_breakpoints::probe_outcome::probe_failed;

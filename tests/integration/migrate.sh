@@ -192,6 +192,15 @@ if [ "${FERRY_NO_IDLE_POLL:-0}" != 1 ] && [ "$(cpuidle_driver)" != none ]; then
     fail "the destination did not hold idle polling through the post-copy"
 fi
 
+# The source served the background from its idle cpu cgroup (pagesrv/README.md):
+# the kernel put the channels' threads there. Where the host has a cgroup v1
+# cpu hierarchy with cpu.idle (this project's VMs), it must.
+if [ -f /sys/fs/cgroup/cpu/cpu.idle ]; then
+  alog="/tmp/ferry-testbed/$FERRY_TESTBED/a/pagesrv.log"
+  grep -q "migration $id: background channel at SCHED_IDLE, in cpu cgroup .*/ferry-background\$" "$alog" ||
+    fail "the source's background channels did not run in its idle cpu cgroup: $(grep -E "migration $id: background channel|idle cpu cgroup" "$alog" | tail -3)"
+fi
+
 # The destination's CRIU had the restore request from the prepare on
 # (criu-patches/0015): its start-up (options, log, kerndat) came before it
 # waited for the images, so none of it was in the downtime.
