@@ -106,8 +106,9 @@ outgoing_migration::holes_result outgoing_migration::scan_areas(bool small) cons
 // (those the destination pulls first: stacks, arenas; a few ms at most);
 // the others once the destination asks, after its restore has finished, so
 // that their walk takes no CPU from its restore or resume where both run on
-// one machine (the testbed's hosts are cgroups, and SCHED_IDLE within one
-// does not yield to another): started at the commit, it made a 4 GiB
+// one machine (the testbed's daemons are separate sessions, so separate
+// autogroups, and SCHED_IDLE within one does not yield to another; see
+// lib/sys/idle_cpu_group.hpp): started at the commit, it made a 4 GiB
 // migration's resume part ~9 ms instead of ~3-5. The tasks stay frozen until
 // the dump ends.
 void outgoing_migration::scan_holes() {
