@@ -166,7 +166,7 @@ void daemon::run() {
         criu_stop_method(false).reason, tls::gcm_engine::fastest_name());
     if (_background_cpu.usable())
         _log->info("background channels run in the idle cpu cgroup {}: they yield to every "
-                   "other group of this host, a container's or another session's",
+                   "group beside it (a container's, another session's)",
                    _background_cpu.dir().string());
     else
         _log->info("background channels are SCHED_IDLE, which yields only within this "
