@@ -38,7 +38,7 @@ namespace ferry::pagesrv {
 
 namespace {
 
-// Under the daemon's own cpu cgroup, shared by the daemons of a host and
+// At the top of the cpu hierarchy, shared by the daemons of a host and
 // left in place when they stop (an empty group costs nothing; removed,
 // another daemon's open group would be gone under it).
 constexpr std::string_view background_cpu_group = "ferry-background";

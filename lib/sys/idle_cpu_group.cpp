@@ -40,8 +40,13 @@ std::optional<std::string> cpu_cgroup_in(const fs::path& file) {
     return std::nullopt;
 }
 
-// Where `cgroup` (a path in the hierarchy) is in this mount namespace.
-std::optional<fs::path> cpu_cgroup_dir(const fs::path& proc, const std::string& cgroup) {
+// Where the cpu hierarchy is mounted in this mount namespace: its top as
+// the namespace shows it, and `cgroup` (a path in the hierarchy) there.
+struct cpu_hierarchy {
+    fs::path top, cgroup_dir;
+};
+
+std::optional<cpu_hierarchy> find_cpu_hierarchy(const fs::path& proc, const std::string& cgroup) {
     for (const auto& m : read_mountinfo(proc / "self/mountinfo")) {
         if (m.fstype != "cgroup" || !has_cpu(m.super_options))
             continue;
@@ -51,7 +56,7 @@ std::optional<fs::path> cpu_cgroup_dir(const fs::path& proc, const std::string& 
         if (cgroup.compare(0, root.size(), root) != 0)
             continue;
         const std::string rest = cgroup.substr(root.size());
-        return fs::path(m.point) / fs::path(rest).relative_path();
+        return cpu_hierarchy{m.point, fs::path(m.point) / fs::path(rest).relative_path()};
     }
     return std::nullopt;
 }
@@ -78,12 +83,13 @@ idle_cpu_group idle_cpu_group::open(std::string_view name, const fs::path& proc)
         g._why_not = "no cgroup v1 cpu hierarchy (cgroup v2 is not supported yet)";
         return g;
     }
-    const auto home = cpu_cgroup_dir(proc, *own);
-    if (!home) {
+    const auto hierarchy = find_cpu_hierarchy(proc, *own);
+    if (!hierarchy) {
         g._why_not = fmt::format("the cpu cgroup {} is not mounted here", *own);
         return g;
     }
-    g._dir = *home / std::string(name);
+    const fs::path& home = hierarchy->cgroup_dir;
+    g._dir = hierarchy->top / std::string(name);
     std::error_code ec;
     fs::create_directory(g._dir, ec);
     if (ec) {
@@ -101,11 +107,11 @@ idle_cpu_group idle_cpu_group::open(std::string_view name, const fs::path& proc)
         g.remove_if_empty();
         return g;
     }
-    unique_fd home_tasks(::open((*home / "tasks").c_str(), O_WRONLY | O_CLOEXEC));
+    unique_fd home_tasks(::open((home / "tasks").c_str(), O_WRONLY | O_CLOEXEC));
     unique_fd group_tasks(::open((g._dir / "tasks").c_str(), O_WRONLY | O_CLOEXEC));
     if (!home_tasks || !group_tasks) {
-        g._why_not = fmt::format("cannot open the tasks files of {}: {}", home->string(),
-                                 std::strerror(errno));
+        g._why_not = fmt::format("cannot open the tasks files of {} and {}: {}", home.string(),
+                                 g._dir.string(), std::strerror(errno));
         g.remove_if_empty();
         return g;
     }

@@ -8,12 +8,19 @@
 // are on (kernel.sched_autogroup_enabled: a group per session, the default
 // of Debian's kernels and of this project's VMs). There an idle-policy
 // thread of Ferry's still gets its group's full share against the workload.
-// A group marked idle is itself at the idle policy among its siblings, so
-// every thread in it yields to every other group's.
+// A group marked idle is itself at the idle policy among its siblings: the
+// kernel compares two threads' groups at their common level. So the group
+// sits at the top of the cpu hierarchy, where its siblings are every other
+// group of the host (a container's, a service's, the autogroups); under
+// the daemon's own service group it would yield only to that service's
+// other threads. Its threads leave the daemon's cpu group, and any CPU
+// quota set there: they take only time no one else wants.
 //
 // cgroup v1 only for now: there any thread joins any group of the cpu
 // hierarchy. cgroup v2 moves threads apart only inside a threaded subtree,
-// which would change the daemon's own cgroup; not done, and said so.
+// under their process's own cgroup, where an idle group would yield only
+// to its own service; the work would have to be another process's. Not
+// done, and said so.
 #pragma once
 
 #include "core/unique_fd.hpp"
@@ -28,10 +35,11 @@ namespace ferry::proc {
 
 class idle_cpu_group {
   public:
-    // The group `name` under this process's own cgroup of the cpu
-    // hierarchy, made if missing, with cpu.idle set to 1. Where there can be
-    // none (no cgroup v1 cpu hierarchy, no cpu.idle, no permission), a group
-    // that is not usable and says why. `proc`: where procfs is.
+    // The group `name` at the top of the cpu hierarchy as this mount
+    // namespace shows it, made if missing, with cpu.idle set to 1; threads
+    // go back to this process's own cpu cgroup. Where there can be none (no
+    // cgroup v1 cpu hierarchy, no cpu.idle, no permission), a group that is
+    // not usable and says why. `proc`: where procfs is.
     static idle_cpu_group open(std::string_view name, const std::filesystem::path& proc = "/proc");
 
     idle_cpu_group() = default;

@@ -53,28 +53,32 @@ struct fake_host {
 
 } // namespace
 
-TEST_CASE("the group is made under the process's own cpu cgroup, marked idle, and joined by "
-          "thread id",
+TEST_CASE("the group is made at the top of the cpu hierarchy, marked idle, and joined by "
+          "thread id; threads go back to the process's own cgroup",
           "[idle_cpu_group]") {
+    // A service's group: an idle group under it would yield to its own
+    // threads only, so the group goes to the top, beside the service's.
     fake_host host("/system.slice/pagesrv.service", "/");
     const fs::path home = host.cpu.path / "system.slice/pagesrv.service";
+    const fs::path group = host.cpu.path / "ferry-idle";
     write(home / "tasks", "");
     // A real hierarchy fills a new group with its files; here they are made first.
-    write(home / "ferry-idle/cpu.idle", "0");
-    write(home / "ferry-idle/tasks", "");
+    write(group / "cpu.idle", "0");
+    write(group / "tasks", "");
 
     const auto g = proc::idle_cpu_group::open("ferry-idle", host.proc.path);
     INFO(g.why_not());
     REQUIRE(g.usable());
-    CHECK(g.dir() == home / "ferry-idle");
-    CHECK(read(home / "ferry-idle/cpu.idle") == "1");
+    CHECK(g.dir() == group);
+    CHECK(read(group / "cpu.idle") == "1");
+    CHECK_FALSE(fs::exists(home / "ferry-idle"));
 
     REQUIRE(g.join(4242));
-    CHECK(read(home / "ferry-idle/tasks") == "4242");
+    CHECK(read(group / "tasks") == "4242");
     REQUIRE(g.leave(4242));
     CHECK(read(home / "tasks") == "4242");
     REQUIRE(g.join()); // the caller: its own thread id
-    CHECK(read(home / "ferry-idle/tasks") == "4242" + std::to_string(::gettid()));
+    CHECK(read(group / "tasks") == "4242" + std::to_string(::gettid()));
 }
 
 TEST_CASE("a thread's cpu cgroup is read from thread-self", "[idle_cpu_group]") {
@@ -87,14 +91,17 @@ TEST_CASE("a thread's cpu cgroup is read from thread-self", "[idle_cpu_group]") 
 
 TEST_CASE("a hierarchy mounted from below its root is followed", "[idle_cpu_group]") {
     // A container's namespace may show only its own part of the hierarchy.
+    // The group goes to the top it shows, and threads come back to inner.
     fake_host host("/docker/abc/inner", "/docker/abc");
     write(host.cpu.path / "inner/tasks", "");
-    write(host.cpu.path / "inner/g/cpu.idle", "0");
-    write(host.cpu.path / "inner/g/tasks", "");
+    write(host.cpu.path / "g/cpu.idle", "0");
+    write(host.cpu.path / "g/tasks", "");
     const auto g = proc::idle_cpu_group::open("g", host.proc.path);
     INFO(g.why_not());
     REQUIRE(g.usable());
-    CHECK(g.dir() == host.cpu.path / "inner/g");
+    CHECK(g.dir() == host.cpu.path / "g");
+    REQUIRE(g.leave(7));
+    CHECK(read(host.cpu.path / "inner/tasks") == "7");
 }
 
 TEST_CASE("where there can be no idle group, it says why and leaves nothing behind",
