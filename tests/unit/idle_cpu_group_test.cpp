@@ -21,12 +21,12 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-void write(const fs::path& p, const std::string& text) {
+void put_file(const fs::path& p, const std::string& text) {
     fs::create_directories(p.parent_path());
     std::ofstream(p) << text;
 }
 
-std::string read(const fs::path& p) {
+std::string file_text(const fs::path& p) {
     std::ifstream in(p);
     std::stringstream text;
     text << in.rdbuf();
@@ -44,10 +44,10 @@ std::string cgroup_mount(int id, const std::string& root, const std::string& poi
 struct fake_host {
     test::temp_dir proc, cpu;
     fake_host(const std::string& own, const std::string& mount_root) {
-        write(proc.path / "self/cgroup", "4:memory:/x\n2:cpu,cpuacct:" + own + "\n0::/\n");
-        write(proc.path / "self/mountinfo",
-              cgroup_mount(33, "/", "/sys/fs/cgroup/memory", "rw,memory") +
-                  cgroup_mount(34, mount_root, cpu.path.string(), "rw,cpuacct,cpu"));
+        put_file(proc.path / "self/cgroup", "4:memory:/x\n2:cpu,cpuacct:" + own + "\n0::/\n");
+        put_file(proc.path / "self/mountinfo",
+                 cgroup_mount(33, "/", "/sys/fs/cgroup/memory", "rw,memory") +
+                     cgroup_mount(34, mount_root, cpu.path.string(), "rw,cpuacct,cpu"));
     }
 };
 
@@ -61,31 +61,31 @@ TEST_CASE("the group is made at the top of the cpu hierarchy, marked idle, and j
     fake_host host("/system.slice/pagesrv.service", "/");
     const fs::path home = host.cpu.path / "system.slice/pagesrv.service";
     const fs::path group = host.cpu.path / "ferry-idle";
-    write(home / "tasks", "");
+    put_file(home / "tasks", "");
     // A real hierarchy fills a new group with its files; here they are made first.
-    write(group / "cpu.idle", "0");
-    write(group / "tasks", "");
+    put_file(group / "cpu.idle", "0");
+    put_file(group / "tasks", "");
 
     const auto g = proc::idle_cpu_group::open("ferry-idle", host.proc.path);
     INFO(g.why_not());
     REQUIRE(g.usable());
     CHECK(g.dir() == group);
-    CHECK(read(group / "cpu.idle") == "1");
+    CHECK(file_text(group / "cpu.idle") == "1");
     CHECK_FALSE(fs::exists(home / "ferry-idle"));
 
     REQUIRE(g.join(4242));
-    CHECK(read(group / "tasks") == "4242");
+    CHECK(file_text(group / "tasks") == "4242");
     REQUIRE(g.leave(4242));
-    CHECK(read(home / "tasks") == "4242");
+    CHECK(file_text(home / "tasks") == "4242");
     REQUIRE(g.join()); // the caller: its own thread id
-    CHECK(read(group / "tasks") == "4242" + std::to_string(::gettid()));
+    CHECK(file_text(group / "tasks") == "4242" + std::to_string(::gettid()));
 }
 
 TEST_CASE("a thread's cpu cgroup is read from thread-self", "[idle_cpu_group]") {
     test::temp_dir proc;
-    write(proc.path / "thread-self/cgroup", "4:memory:/x\n2:cpu,cpuacct:/a/ferry-idle\n0::/\n");
+    put_file(proc.path / "thread-self/cgroup", "4:memory:/x\n2:cpu,cpuacct:/a/ferry-idle\n0::/\n");
     CHECK(proc::calling_thread_cpu_cgroup(proc.path) == "/a/ferry-idle");
-    write(proc.path / "thread-self/cgroup", "0::/a\n");
+    put_file(proc.path / "thread-self/cgroup", "0::/a\n");
     CHECK(proc::calling_thread_cpu_cgroup(proc.path).empty());
 }
 
@@ -93,23 +93,23 @@ TEST_CASE("a hierarchy mounted from below its root is followed", "[idle_cpu_grou
     // A container's namespace may show only its own part of the hierarchy.
     // The group goes to the top it shows, and threads come back to inner.
     fake_host host("/docker/abc/inner", "/docker/abc");
-    write(host.cpu.path / "inner/tasks", "");
-    write(host.cpu.path / "g/cpu.idle", "0");
-    write(host.cpu.path / "g/tasks", "");
+    put_file(host.cpu.path / "inner/tasks", "");
+    put_file(host.cpu.path / "g/cpu.idle", "0");
+    put_file(host.cpu.path / "g/tasks", "");
     const auto g = proc::idle_cpu_group::open("g", host.proc.path);
     INFO(g.why_not());
     REQUIRE(g.usable());
     CHECK(g.dir() == host.cpu.path / "g");
     REQUIRE(g.leave(7));
-    CHECK(read(host.cpu.path / "inner/tasks") == "7");
+    CHECK(file_text(host.cpu.path / "inner/tasks") == "7");
 }
 
 TEST_CASE("where there can be no idle group, it says why and leaves nothing behind",
           "[idle_cpu_group]") {
     SECTION("cgroup v2 only") {
         test::temp_dir proc;
-        write(proc.path / "self/cgroup", "0::/system.slice/pagesrv.service\n");
-        write(proc.path / "self/mountinfo", "");
+        put_file(proc.path / "self/cgroup", "0::/system.slice/pagesrv.service\n");
+        put_file(proc.path / "self/mountinfo", "");
         const auto g = proc::idle_cpu_group::open("ferry-idle", proc.path);
         CHECK_FALSE(g.usable());
         CHECK_THAT(g.why_not(), Contains("cgroup v2"));
@@ -117,7 +117,7 @@ TEST_CASE("where there can be no idle group, it says why and leaves nothing behi
     }
     SECTION("a kernel without cpu.idle") {
         fake_host host("/", "/");
-        write(host.cpu.path / "tasks", "");
+        put_file(host.cpu.path / "tasks", "");
         const auto g = proc::idle_cpu_group::open("ferry-idle", host.proc.path);
         CHECK_FALSE(g.usable());
         CHECK_THAT(g.why_not(), Contains("cpu.idle"));
@@ -139,16 +139,16 @@ TEST_CASE("on this host's cpu hierarchy a thread joins the idle group and leaves
         WARN("no idle cpu group on this host: " << g.why_not());
         return;
     }
-    CHECK(read(g.dir() / "cpu.idle") == "1\n");
+    CHECK(file_text(g.dir() / "cpu.idle") == "1\n");
     std::string inside, after, seen_inside, seen_after;
     std::thread t([&] {
         const auto own = fs::path("/proc/self/task") / std::to_string(::gettid()) / "cgroup";
         if (g.join()) {
-            inside = read(own);
+            inside = file_text(own);
             seen_inside = proc::calling_thread_cpu_cgroup();
         }
         if (g.leave()) {
-            after = read(own);
+            after = file_text(own);
             seen_after = proc::calling_thread_cpu_cgroup();
         }
     });
